@@ -1,0 +1,419 @@
+"""The staged Taylor step loop (METHOD.md §3, §5): jit- and vmap-safe.
+
+:class:`Integrator` holds a :class:`~solver.taylor.TaylorProgram` and turns it
+into pure functions of (parameters, state, time):
+
+* :meth:`Integrator.series` — Taylor coefficients of the solution at a
+  consistent point (negative stages with the known state, Newton on stage 0,
+  then one LU of the system Jacobian and a back-substitution per order);
+* :meth:`Integrator.hidden_constraints` — all constraints on the state
+  (hidden ones included), as used by projection and initialisation;
+* :meth:`Integrator.project` — Gauss–Newton minimum-norm projection;
+* :meth:`Integrator.run` — the whole integration as one ``lax.while_loop``
+  with dense output and a status code; safe under ``jax.vmap``.
+
+The state ``z`` is the flat vector of normalised coefficients
+``X[j, l] = x_j^(l) / l!`` for ``l < d_j`` (ordered by variable, then order,
+then element); the leading derivatives ``u`` are ``X[j, d_j]``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import jax.scipy.linalg as jsl
+
+from . import status as st
+from .taylor import TaylorProgram
+
+__all__ = ["Integrator", "order_for_tol"]
+
+
+def order_for_tol(tol: float) -> int:
+    """Taylor order from the tolerance (Jorba–Zou): ⌈−ln(tol)/2⌉ + 1."""
+    return int(math.ceil(-math.log(tol) / 2.0)) + 1
+
+
+class Integrator:
+    """Pure functions for one DAE at one Taylor order.
+
+    Args:
+        program: the prepared Taylor program (holds the DAE, c, d and p).
+    """
+
+    def __init__(self, program: TaylorProgram):
+        self.prog = program
+        dae = program.dae
+        self.dae = dae
+        self.p = program.p
+        d = program.d
+        self.KX = program.KX
+        # Flat state layout: (variable, order l < d_j, element).
+        rows, cols, owners = [], [], []
+        self.state_slices = {}
+        pos = 0
+        for v in dae.variables:
+            dv = d[v.offset : v.offset + v.size]
+            start = pos
+            for l in range(int(dv.max()) if v.size else 0):
+                for e in range(v.size):
+                    if l < dv[e]:
+                        rows.append(l)
+                        cols.append(e)
+                        owners.append(v.name)
+                        pos += 1
+            self.state_slices[v.name] = (start, pos)
+        self.n_state = pos
+        self.state_rows = {v.name: np.array([r for r, o in zip(rows, owners) if o == v.name], dtype=int) for v in dae.variables}
+        self.state_cols = {v.name: np.array([c for c, o in zip(cols, owners) if o == v.name], dtype=int) for v in dae.variables}
+        self.state_labels = []
+        for v in dae.variables:
+            names = v.component_names()
+            for r, c in zip(self.state_rows[v.name], self.state_cols[v.name]):
+                self.state_labels.append(names[c] + "'" * int(r))
+        # Hidden constraints: coefficient r < c_i of equation i.
+        self.hidden_index = []  # (block, order r, element in block)
+        for b, ((first, size), o) in enumerate(zip(dae.equation_blocks, program.out_ids)):
+            for e in range(size):
+                for r in range(int(program.c[first + e])):
+                    self.hidden_index.append((b, r, e))
+        self.n_hidden = len(self.hidden_index)
+        eq_names = dae.equation_names()
+        self.hidden_labels = []
+        for b, r, e in self.hidden_index:
+            first = dae.equation_blocks[b][0]
+            self.hidden_labels.append(eq_names[first + e] + "'" * r)
+        self.c = jnp.asarray(program.c, dtype=jnp.float64)
+        self.d = jnp.asarray(d, dtype=jnp.float64)
+        self.max_c = int(program.c.max())
+        self.max_d = int(d.max())
+        self.out_orders = {v.name: max(1, int(d[v.offset : v.offset + v.size].max())) for v in dae.variables}
+        self._run_jit = jax.jit(self._run)
+
+    # ------------------------------------------------------------- layout
+    def X_from_state(self, z):
+        """Variable coefficient arrays with the state filled in, the rest zero."""
+        X = {}
+        for v in self.dae.variables:
+            a, b = self.state_slices[v.name]
+            Xf = jnp.zeros((self.KX, v.size), dtype=z.dtype)
+            if b > a:
+                Xf = Xf.at[self.state_rows[v.name], self.state_cols[v.name]].set(z[a:b])
+            X[v.name] = Xf.reshape((self.KX,) + v.shape)
+        return X
+
+    def state_from_X(self, X):
+        """The flat state from coefficient arrays."""
+        parts = []
+        for v in self.dae.variables:
+            Xf = X[v.name].reshape(self.KX, v.size)
+            parts.append(Xf[self.state_rows[v.name], self.state_cols[v.name]])
+        return jnp.concatenate(parts) if parts else jnp.zeros(0)
+
+    def _d_of(self, v):
+        return jnp.asarray(self.prog.d[v.offset : v.offset + v.size])
+
+    def set_stage(self, X, k, u):
+        """Write stage k's unknowns ``X[j, k + d_j]`` (where ≥ 0) from flat ``u``."""
+        out = {}
+        for v in self.dae.variables:
+            Xf = X[v.name].reshape(self.KX, v.size)
+            rows = k + self._d_of(v)
+            rc = jnp.clip(rows, 0, self.KX - 1)
+            cols = jnp.arange(v.size)
+            new = jnp.where(rows >= 0, u[v.offset : v.offset + v.size], Xf[rc, cols])
+            out[v.name] = Xf.at[rc, cols].set(new).reshape((self.KX,) + v.shape)
+        return out
+
+    def get_stage(self, X, k):
+        """Stage k's unknowns as a flat vector (0 where k + d_j < 0)."""
+        parts = []
+        for v in self.dae.variables:
+            Xf = X[v.name].reshape(self.KX, v.size)
+            rows = k + self._d_of(v)
+            parts.append(jnp.where(rows >= 0, Xf[jnp.clip(rows, 0, self.KX - 1), jnp.arange(v.size)], 0.0))
+        return jnp.concatenate(parts)
+
+    # ------------------------------------------------------------- stages
+    def _negative_stages(self, X, t0, consts):
+        prog = self.prog
+        state = prog.init_coeffs()
+        if prog.k_start < 0:
+            state = lax.fori_loop(prog.k_start, 0, lambda k, s: prog.stage(s, X, k, t0, consts), state)
+        return state
+
+    def hidden_constraints(self, z, t0, params):
+        """All constraints on the state: coefficients r < c_i of every f_i.
+
+        Args:
+            z: flat state.
+            t0: time.
+            params: parameter dict.
+
+        Returns:
+            flat array (length ``n_hidden``), zero at a consistent point.
+        """
+        consts = self.prog.constants(params)
+        return self._hidden(z, t0, consts)
+
+    def _hidden(self, z, t0, consts):
+        if self.n_hidden == 0:
+            return jnp.zeros(0, dtype=z.dtype)
+        X = self.X_from_state(z)
+        state = self._negative_stages(X, t0, consts)
+        vals = []
+        for b, r, e in self.hidden_index:
+            o = self.prog.out_ids[b]
+            if o in self.prog.series:
+                vals.append(state["nodes"][o].reshape(self.prog.K, -1)[r, e])
+            else:
+                vals.append(jnp.ravel(jnp.asarray(consts[o]))[e] if r == 0 else jnp.zeros(()))
+        return jnp.stack(vals)
+
+    def series(self, z, u_guess, t0, consts, newton_iters: int = 8):
+        """Taylor coefficients of the solution through the consistent state z.
+
+        Args:
+            z: flat state (consistent).
+            u_guess: guess of the leading derivatives ``X[j, d_j]`` (flat, n).
+            t0: expansion time.
+            consts: from ``program.constants(params)``.
+
+        Returns:
+            (X, u, status): coefficient arrays up to order ``p + d_j``, the
+            leading derivatives, and SUCCESS / SINGULAR_JACOBIAN / NONFINITE.
+        """
+        prog = self.prog
+        X = self.X_from_state(z)
+        state = self._negative_stages(X, t0, consts)
+        const_res = prog.constant_residual(consts)
+
+        def g0(u):
+            X0 = self.set_stage(X, 0, u)
+            s0 = prog.stage(state, X0, 0, t0, consts)
+            return prog.residual(s0, 0) + const_res
+
+        def eval_rj(u):
+            return g0(u), jax.jacfwd(g0)(u)
+
+        r, J = eval_rj(u_guess)
+
+        def cond(c):
+            u, r, J, it, done = c
+            return (~done) & (it < newton_iters)
+
+        def body(c):
+            u, r, J, it, done = c
+            du = jnp.linalg.solve(J, r)
+            u = u - du
+            r2, J2 = eval_rj(u)
+            small = jnp.max(jnp.abs(du)) <= 1e-13 * (1.0 + jnp.max(jnp.abs(u)))
+            return u, r2, J2, it + 1, small | ~jnp.all(jnp.isfinite(du))
+
+        u, r, J, _, _ = lax.while_loop(cond, body, (u_guess, r, J, 0, False))
+        X = self.set_stage(X, 0, u)
+        state = prog.stage(state, X, 0, t0, consts)
+        lu, piv = jsl.lu_factor(J)
+        diag = jnp.abs(jnp.diag(lu))
+        singular = ~(jnp.min(diag) > 1e-13 * jnp.maximum(jnp.max(diag), 1e-300))
+
+        c = prog.c
+        d = prog.d
+
+        def ratio(k, offs):
+            # Π_{s=1}^{off} (k+s)/s = (k+off)! / (k! off!)
+            out = jnp.ones(offs.shape)
+            for s in range(1, int(offs.max()) + 1 if offs.size else 1):
+                out = out * jnp.where(s <= offs, (k + s) / s, 1.0)
+            return out
+
+        def stage_k(k, carry):
+            X, state = carry
+            s1 = prog.stage(state, X, k, t0, consts)
+            r = prog.residual(s1, k)
+            y = jsl.lu_solve((lu, piv), ratio(k, c) * r)
+            xk = -y / ratio(k, d)
+            X = self.set_stage(X, k, xk)
+            return X, prog.stage(s1, X, k, t0, consts)
+
+        X, state = lax.fori_loop(1, self.p + 1, stage_k, (X, state))
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & jnp.all(jnp.isfinite(u))
+        status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
+        return X, u, status.astype(jnp.int8), J
+
+    # ------------------------------------------------------------- polynomials
+    def _shift(self, X, h, orders):
+        """Normalised derivatives at t+h: out[l] = Σ_r C(r,l) X[r] h^(r-l), l < orders."""
+        K = self.KX
+        r = np.arange(K)
+        out = {}
+        for name, L in orders.items():
+            A = X[name]
+            ls = np.arange(L)
+            binom = np.array([[math.comb(int(rr), int(ll)) if rr >= ll else 0 for rr in r] for ll in ls], dtype=float)
+            expo = np.maximum(r[None, :] - ls[:, None], 0)
+            M = jnp.asarray(binom) * jnp.where(jnp.asarray(r[None, :] >= ls[:, None]), h ** jnp.asarray(expo, dtype=jnp.float64), 0.0)
+            out[name] = jnp.tensordot(M, A, axes=(1, 0))
+        return out
+
+    def advance_state(self, X, h):
+        """State and leading-derivative guess at t + h from the Taylor polynomial."""
+        orders = {v.name: int(self.prog.var_d(v.name).max()) + 1 for v in self.dae.variables}
+        Y = self._shift(X, h, orders)
+        z_parts, u_parts = [], []
+        for v in self.dae.variables:
+            Yf = Y[v.name].reshape(Y[v.name].shape[0], v.size)
+            z_parts.append(Yf[self.state_rows[v.name], self.state_cols[v.name]])
+            u_parts.append(Yf[jnp.asarray(self.prog.d[v.offset : v.offset + v.size]), jnp.arange(v.size)])
+        return jnp.concatenate(z_parts), jnp.concatenate(u_parts)
+
+    def dense(self, X, s):
+        """Values and derivatives ``x^(l)(t_n + s)`` for l < max(d, 1), per variable."""
+        Y = self._shift(X, s, self.out_orders)
+        out = {}
+        for name, L in self.out_orders.items():
+            fact = jnp.asarray([math.factorial(l) for l in range(L)], dtype=jnp.float64)
+            out[name] = Y[name] * fact.reshape((L,) + (1,) * (Y[name].ndim - 1))
+        return out
+
+    def step_size(self, X, tol):
+        """Jorba–Zou step from the last two coefficients (mixed abs/rel tol)."""
+        p = self.p
+
+        def norm_at(k):
+            return jnp.max(jnp.stack([jnp.max(jnp.abs(a[k])) for a in X.values()]))
+
+        scale = jnp.maximum(1.0, norm_at(0))
+        tk = tol * scale
+        hs = []
+        for k in (p - 1, p):
+            nk = norm_at(k)
+            hs.append(jnp.where(nk > 0, (tk / jnp.where(nk > 0, nk, 1.0)) ** (1.0 / k), jnp.inf))
+        rho = math.exp(-0.7 / (p - 1))
+        return rho * jnp.minimum(hs[0], hs[1])
+
+    # ------------------------------------------------------------- projection
+    def project(self, z, t, consts, free=None, iters: int = 3):
+        """Gauss–Newton minimum-norm projection onto the hidden constraints.
+
+        Args:
+            z: flat state.
+            t: time.
+            consts: program constants.
+            free: optional bool mask of entries allowed to move (others fixed).
+            iters: Gauss–Newton iterations.
+
+        Returns:
+            (z_projected, max |constraint|).
+        """
+        if self.n_hidden == 0:
+            return z, jnp.zeros((), dtype=z.dtype)
+        g = lambda zz: self._hidden(zz, t, consts)
+        mask = jnp.ones(z.shape) if free is None else jnp.asarray(free, dtype=z.dtype)
+
+        def body(_, zz):
+            r = g(zz)
+            G = jax.jacfwd(g)(zz) * mask[None, :]
+            A = G @ G.T
+            A = A + 1e-300 * jnp.eye(A.shape[0])
+            lam = jnp.linalg.solve(A + jnp.eye(A.shape[0]) * (1e-14 * jnp.trace(A) / A.shape[0]), r)
+            return zz - G.T @ lam
+
+        z = lax.fori_loop(0, iters, body, z)
+        return z, jnp.max(jnp.abs(g(z)))
+
+    # ------------------------------------------------------------- the loop
+    def run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None):
+        """Integrate from a consistent point (jit-compiled; vmap-safe).
+
+        Args:
+            params: parameter dict (arrays; may be batched under vmap).
+            z0: consistent initial state (flat).
+            u0: guess of the leading derivatives (flat, n).
+            t0, t1: time span (t1 > t0).
+            t_eval: sorted output times within [t0, t1].
+            tol: tolerance.
+            max_steps: step limit.
+            h_max: optional largest step.
+
+        Returns:
+            dict with ``values`` (name -> (n_out, L, *shape)), ``status``
+            (int8), ``steps``, ``rejected``, ``t_final``, ``z_final``,
+            ``u_final``.
+        """
+        h_max = jnp.inf if h_max is None else h_max
+        return self._run_jit(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max)
+
+    def _run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max):
+        consts = self.prog.constants(params)
+        dt = jnp.result_type(float)
+        t0 = jnp.asarray(t0, dt)
+        t1 = jnp.asarray(t1, dt)
+        tol = jnp.asarray(tol, dt)
+        t_eval = jnp.asarray(t_eval, dt)
+        n_out = t_eval.shape[0]
+        outs = {v.name: jnp.full((n_out, self.out_orders[v.name]) + v.shape, jnp.nan) for v in self.dae.variables}
+        span = t1 - t0
+        t_eps = 1e-13 * jnp.maximum(jnp.abs(t1), 1.0)
+
+        def cond(c):
+            return c["status"] < 0
+
+        def body(c):
+            t, z, u = c["t"], c["z"], c["u"]
+            X, u_new, sstat, _ = self.series(z, u, t, consts)
+            h0 = jnp.minimum(jnp.minimum(self.step_size(X, tol), h_max), t1 - t)
+            zscale = jnp.maximum(1.0, jnp.max(jnp.abs(z))) if z.size else 1.0
+
+            def try_cond(tc):
+                h, zn, un, ok, tries = tc
+                return (~ok) & (tries < 12)
+
+            def try_body(tc):
+                h, _, _, _, tries = tc
+                h = jnp.where(tries > 0, 0.5 * h, h)
+                zp, up = self.advance_state(X, h)
+                zq, res = self.project(zp, t + h, consts)
+                corr = jnp.max(jnp.abs(zq - zp)) if zq.size else 0.0
+                ok = jnp.all(jnp.isfinite(zq)) & (corr <= 100.0 * tol * zscale) & (res <= jnp.maximum(1e3 * tol, 1e-10) * zscale)
+                return h, zq, up, ok, tries + 1
+
+            h, zq, uq, ok, _ = lax.while_loop(try_cond, try_body, (h0, z, u_new, False, 0))
+
+            # Dense output for every requested time in (t, t + h].
+            def out_cond(oc):
+                i, _ = oc
+                return (i < n_out) & (t_eval[jnp.minimum(i, n_out - 1)] <= t + h + t_eps)
+
+            def out_body(oc):
+                i, o = oc
+                vals = self.dense(X, t_eval[i] - t)
+                o = {k: o[k].at[i].set(vals[k]) for k in o}
+                return i + 1, o
+
+            good = (sstat == st.SUCCESS) & ok
+            i_out, new_outs = lax.while_loop(out_cond, out_body, (c["i_out"], c["outs"]))
+            outs_ = {k: jnp.where(good, new_outs[k], c["outs"][k]) for k in new_outs}
+            i_out = jnp.where(good, i_out, c["i_out"])
+            t_new = jnp.where(good, t + h, t)
+            steps = c["steps"] + 1
+            status = jnp.where(sstat != st.SUCCESS, sstat,
+                     jnp.where(~ok, jnp.int8(st.STEP_TOO_SMALL),
+                     jnp.where(t_new >= t1 - t_eps, jnp.int8(st.SUCCESS),
+                     jnp.where(steps >= max_steps, jnp.int8(st.MAX_STEPS),
+                     jnp.where(h < 1e-14 * jnp.maximum(jnp.abs(t), 1.0), jnp.int8(st.STEP_TOO_SMALL), jnp.int8(-1))))))
+            return {"t": t_new, "z": jnp.where(good, zq, z), "u": jnp.where(good, uq, u),
+                    "steps": steps, "status": status.astype(jnp.int8), "i_out": i_out, "outs": outs_,
+                    "rejected": c["rejected"]}
+
+        carry = {"t": t0, "z": z0, "u": u0, "steps": jnp.int32(0), "status": jnp.int8(-1),
+                 "i_out": jnp.int32(0), "outs": outs, "rejected": jnp.int32(0)}
+        carry = lax.while_loop(cond, body, carry)
+        return {"values": carry["outs"], "status": carry["status"], "steps": carry["steps"],
+                "t_final": carry["t"], "z_final": carry["z"], "u_final": carry["u"]}
