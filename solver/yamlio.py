@@ -1,0 +1,493 @@
+"""Reading YAML input files with line numbers, and validating what was read.
+
+Every YAML reader of the project (models of all kinds, sweep files, cluster
+files) goes through :func:`load_yaml`, so that they all agree on what a value
+means and can all point at the line of a bad key.
+
+The scalar rules are those of the YAML 1.2 core schema rather than PyYAML's
+YAML 1.1 defaults, because the 1.1 rules surprise people writing numbers:
+
+* ``1e-12``, ``1E5`` and ``2.5e3`` are floats (1.1 reads the first two as
+  strings, since it wants a dot and a signed exponent);
+* only ``true``/``false`` (any case style) are booleans; ``on``, ``off``,
+  ``yes``, ``no``, ``y``, ``n`` stay strings, so a point named ``ON`` is a name;
+* ``010`` is ten (not octal eight), ``0o10`` is octal and ``0x1F`` hex;
+  ``1:20`` is a string, not the sexagesimal number 80;
+* dates stay strings; ``~``, ``null`` and an empty value are ``None``.
+
+Flow mappings with keys only, as in the talk's ``fixedpositions: { Ax, B }``,
+read as ``{"Ax": None, "B": None}``.  Duplicate keys are an error (PyYAML keeps
+the last one silently), and tags other than the core ones are refused, so
+nothing in a file can ask for a Python object to be built.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import yaml
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+
+from solver.errors import InputError
+
+__all__ = [
+    "Locator", "load_yaml", "format_path", "did_you_mean", "describe_value",
+    "require_mapping", "check_keys", "require_number", "require_int",
+    "require_list", "require_str",
+]
+
+Path_ = tuple  # a key path: keys (str, int, ...) and list indices (int)
+
+# The C parser is several times faster on big generated models; both give marks.
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_Base):
+    """Safe loader with the YAML 1.2 core scalar rules (see module docstring)."""
+
+    # Own tables, so that the resolvers below do not leak into yaml.SafeLoader.
+    yaml_implicit_resolvers: dict = {}
+    yaml_constructors = dict(_Base.yaml_constructors)
+
+
+def _int(loader: _Loader, node: ScalarNode) -> int:
+    text = loader.construct_scalar(node)
+    sign = -1 if text.startswith("-") else 1
+    body = text.lstrip("+-")
+    if body[:2] in ("0o", "0O"):
+        return sign * int(body[2:], 8)
+    if body[:2] in ("0x", "0X"):
+        return sign * int(body[2:], 16)
+    return sign * int(body, 10)
+
+
+def _float(loader: _Loader, node: ScalarNode) -> float:
+    text = loader.construct_scalar(node).lower()
+    if text.lstrip("+-") == ".inf":
+        return -math.inf if text.startswith("-") else math.inf
+    if text == ".nan":
+        return math.nan
+    return float(text)
+
+
+def _bool(loader: _Loader, node: ScalarNode) -> bool:
+    return loader.construct_scalar(node).lower() == "true"
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _float)
+_Loader.add_constructor("tag:yaml.org,2002:bool", _bool)
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool",
+                              re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:int",
+                              re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
+                              list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+.0123456789"))
+_Loader.add_implicit_resolver("tag:yaml.org,2002:null",
+                              re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""])
+# Keep '<<' merge keys working for people who share blocks with anchors.
+_Loader.add_implicit_resolver("tag:yaml.org,2002:merge", re.compile(r"^(?:<<)$"), ["<"])
+
+_PLAIN_TAGS = {f"tag:yaml.org,2002:{t}"
+               for t in ("str", "int", "float", "bool", "null", "seq", "map")}
+
+# PyYAML's problems, said in the words of someone writing an input file.
+_HINTS = (
+    ("mapping values are not allowed",
+     "a ':' appears where no 'key: value' can start; check the indentation, "
+     "or quote a value that contains ': '"),
+    ("could not find expected ':'", "a line is missing the ':' of 'key: value'"),
+    ("did not find expected key", "the indentation of this line does not match the lines above"),
+    ("expected <block end>", "the indentation of this line does not match the lines above"),
+    ("did not find expected ',' or ']'", "a '[...]' list is not closed"),
+    ("did not find expected ',' or '}'", "a '{...}' mapping is not closed"),
+    ("found unexpected end of stream", "the file ends inside an unfinished quote or bracket"),
+    ("expected a single document", "the file holds more than one YAML document ('---')"),
+    ("found undefined alias", "an '*alias' refers to an '&anchor' that was not defined"),
+)
+
+
+@dataclass
+class Locator:
+    """Where each key of a loaded YAML file sits.
+
+    Attributes:
+        file: the file name used in messages (``None`` for anonymous text).
+        lines: maps key paths such as ``("PartData", "Springs", "AB")`` (list
+            items by index) to the 1-based line of the key, or of the item.
+        text: the YAML text that was read.
+    """
+
+    file: str | None = None
+    lines: dict[Path_, int] = field(default_factory=dict)
+    text: str = ""
+
+    def line(self, path: Iterable) -> int | None:
+        """The 1-based line of exactly this key path, or ``None`` if absent."""
+        return self.lines.get(tuple(path))
+
+    def nearest(self, path: Iterable) -> int | None:
+        """The line of ``path`` or of its deepest ancestor present in the file."""
+        path = tuple(path)
+        for k in range(len(path), -1, -1):
+            if path[:k] in self.lines:
+                return self.lines[path[:k]]
+        return None
+
+    def error(self, message: str, path: Iterable = ()) -> InputError:
+        """An :class:`InputError` located at ``path`` (nearest known line)."""
+        path = tuple(path)
+        return InputError(message, file=self.file, path=format_path(path) or None,
+                          line=self.nearest(path) if path else None)
+
+
+def format_path(path: Iterable) -> str:
+    """``("Sweep", "zip", "k", 2)`` -> ``"Sweep.zip.k[2]"``."""
+    out = ""
+    for key in path:
+        if isinstance(key, int) and not isinstance(key, bool):
+            out += f"[{key}]"
+        else:
+            out += ("." if out else "") + str(key)
+    return out
+
+
+def _syntax_error(exc: yaml.YAMLError, file: str | None, text: str) -> InputError:
+    problem = getattr(exc, "problem", None) or str(exc)
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    both = problem + " " + (getattr(exc, "context", None) or "")
+    words = next((hint for key, hint in _HINTS if key in both), None)
+    if "cannot start any token" in problem and mark is not None:
+        # libyaml does not say which character; the reader wants to know.
+        lines = text.splitlines()
+        row = lines[mark.line] if mark.line < len(lines) else ""
+        char = row[mark.column] if mark.column < len(row) else "?"
+        words = ("tab characters cannot be used for indentation; use spaces" if char == "\t"
+                 else f"a value cannot start with '{char}'; put the value in quotes")
+    message = f"YAML syntax error: {words} (parser: {problem})" if words else \
+        f"YAML syntax error: {problem}"
+    context = getattr(exc, "context", None)
+    if context:
+        cmark = getattr(exc, "context_mark", None)
+        message += f"; {context}" + (f" at line {cmark.line + 1}" if cmark else "")
+    return InputError(message, file=file, line=mark.line + 1 if mark else None)
+
+
+def _read(path_or_text: Any, file: str | None) -> tuple[str, str | None]:
+    """Decide whether we were given a path or YAML text, and get the text."""
+    if isinstance(path_or_text, os.PathLike) or (
+            isinstance(path_or_text, str) and "\n" not in path_or_text
+            and (os.path.isfile(path_or_text) or path_or_text.endswith((".yaml", ".yml")))):
+        path = Path(path_or_text)
+        file = file or str(path)
+        try:
+            return path.read_text(encoding="utf-8"), file
+        except FileNotFoundError:
+            raise InputError("file not found", file=file) from None
+        except IsADirectoryError:
+            raise InputError("expected a YAML file, found a folder", file=file) from None
+        except UnicodeDecodeError as exc:
+            raise InputError(f"file is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                             file=file) from None
+    if not isinstance(path_or_text, str):
+        raise TypeError(f"load_yaml expects a path or YAML text, got {type(path_or_text).__name__}")
+    return path_or_text, file
+
+
+def load_yaml(path_or_text: str | os.PathLike, file: str | None = None) -> tuple[Any, Locator]:
+    """Read one YAML document into plain Python data, remembering key lines.
+
+    Args:
+        path_or_text: a path (``pathlib.Path``, or a string naming an existing
+            file or ending in ``.yaml``/``.yml``), or the YAML text itself (any
+            other string, in particular one containing a newline).
+        file: name to use in messages; defaults to the path when one is given.
+
+    Returns:
+        ``(data, locator)``: ``data`` is made of dict (file order kept), list,
+        str, int, float, bool and None; ``locator`` gives the line of each
+        key path (see :class:`Locator`).  An empty document gives ``None``.
+
+    Raises:
+        InputError: file missing or unreadable, YAML syntax errors (with the
+            line and the parser's problem in plain words), duplicate keys,
+            keys that are not scalars, recursive aliases, unsupported tags.
+    """
+    text, file = _read(path_or_text, file)
+    loc = Locator(file=file, text=text)
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, loc
+        loc.lines[()] = node.start_mark.line + 1
+        data = _build(loader, node, (), loc, set())
+    except yaml.YAMLError as exc:
+        raise _syntax_error(exc, file, text) from None
+    finally:
+        loader.dispose()
+    return data, loc
+
+
+def _build(loader: _Loader, node, path: Path_, loc: Locator, active: set) -> Any:
+    """Turn a node into plain data, recording lines (walks aliases again)."""
+    if node.tag not in _PLAIN_TAGS:
+        raise InputError(f"the tag '{node.tag}' is not supported; write plain values",
+                         file=loc.file, path=format_path(path) or None,
+                         line=node.start_mark.line + 1)
+    if isinstance(node, ScalarNode):
+        return loader.construct_object(node)
+    if id(node) in active:
+        raise InputError("an alias refers to the block that contains it (recursive alias)",
+                         file=loc.file, path=format_path(path) or None,
+                         line=node.start_mark.line + 1)
+    active.add(id(node))
+    try:
+        if isinstance(node, SequenceNode):
+            out = []
+            for i, child in enumerate(node.value):
+                loc.lines.setdefault(path + (i,), child.start_mark.line + 1)
+                out.append(_build(loader, child, path + (i,), loc, active))
+            return out
+        assert isinstance(node, MappingNode)
+        own = {id(k) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"}
+        # Merged-in keys come first and may be overridden (last wins, as PyYAML
+        # orders them); only a key written twice in this mapping is an error.
+        loader.flatten_mapping(node)
+        out: dict = {}
+        written: set = set()
+        for knode, vnode in node.value:
+            line = knode.start_mark.line + 1
+            if not isinstance(knode, ScalarNode):
+                raise InputError("a key must be a plain name or number, not a list or mapping",
+                                 file=loc.file, path=format_path(path) or None, line=line)
+            key = _build(loader, knode, path, loc, active)
+            if key in written and id(knode) in own:
+                raise InputError(
+                    f"duplicate key '{key}' (first given at line {loc.line(path + (key,))})",
+                    file=loc.file, path=format_path(path) or None, line=line)
+            if id(knode) in own:
+                written.add(key)
+            loc.lines[path + (key,)] = line
+            out.pop(key, None)  # an overriding key takes the place where it is written
+            out[key] = _build(loader, vnode, path + (key,), loc, active)
+        return out
+    finally:
+        active.discard(id(node))
+
+
+# ---------------------------------------------------------------- validation
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """The choice closest to ``word`` (ignoring case), or ``None`` if none is close."""
+    choices = [str(c) for c in choices]
+    lowered = {c.lower(): c for c in choices}
+    match = difflib.get_close_matches(str(word).lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[match[0]] if match else None
+
+
+def describe_value(value: Any) -> str:
+    """Short words for what a value is, for 'expected X, got Y' messages."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the string '{value}'" if len(value) <= 40 else f"the string '{value[:37]}...'"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _fail(loc: Locator | None, message: str, path: Path_) -> InputError:
+    if loc is not None:
+        return loc.error(message, path)
+    return InputError(message, path=format_path(path) or None)
+
+
+def _quoted(names: Iterable) -> str:
+    return ", ".join(str(n) for n in names)
+
+
+def require_mapping(value: Any, path: Path_ = (), loc: Locator | None = None, *,
+                    allow_none: bool = False, what: str = "a mapping (key: value lines)") -> dict:
+    """Check that ``value`` is a mapping.
+
+    Args:
+        value: the value read from the file.
+        path: its key path, for the message.
+        loc: the file's locator (gives file and line).
+        allow_none: accept an empty value and return ``{}`` (``Gravity:``).
+        what: how to name the expectation in the message.
+
+    Returns:
+        The mapping (``{}`` for an allowed ``None``).
+
+    Raises:
+        InputError: ``value`` is not a mapping.
+    """
+    if value is None and allow_none:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _fail(loc, f"expected {what}, got {describe_value(value)}", tuple(path))
+    return value
+
+
+def check_keys(mapping: Mapping, allowed: Iterable[str], required: Iterable[str] = (),
+               path: Path_ = (), loc: Locator | None = None) -> None:
+    """Check a mapping's keys against the allowed and required ones.
+
+    Args:
+        mapping: the mapping read from the file.
+        allowed: every valid key (required ones included or not; both count).
+        required: keys that must be present.
+        path: the mapping's key path.
+        loc: the file's locator.
+
+    Raises:
+        InputError: on the first unknown key (with the valid keys and the
+            closest one), else naming every missing required key.
+    """
+    path = tuple(path)
+    required = list(required)
+    valid = list(dict.fromkeys(list(allowed) + required))
+    for key in mapping:
+        if key not in valid:
+            message = f"unknown key '{key}'; valid keys: {_quoted(valid)}"
+            guess = did_you_mean(str(key), valid)
+            if guess:
+                message += f"; did you mean '{guess}'?"
+            raise _fail(loc, message, path + (key,))
+    missing = [k for k in required if k not in mapping]
+    if missing:
+        names = ", ".join(f"'{k}'" for k in missing)
+        plural = "s" if len(missing) > 1 else ""
+        raise _fail(loc, f"missing required key{plural} {names}; valid keys: {_quoted(valid)}",
+                    path)
+
+
+def require_number(value: Any, path: Path_ = (), loc: Locator | None = None, *,
+                   positive: bool = False, finite: bool = True) -> float:
+    """Check that ``value`` is a real number (not a boolean) and return it as float.
+
+    Args:
+        value: the value read from the file.
+        path: its key path.
+        loc: the file's locator.
+        positive: require ``value > 0``.
+        finite: refuse ``.inf`` and ``.nan``.
+
+    Returns:
+        ``float(value)``.
+
+    Raises:
+        InputError: not a number, not finite, or not positive when asked.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(loc, f"expected a number, got {describe_value(value)}", tuple(path))
+    value = float(value)
+    if finite and not math.isfinite(value):
+        raise _fail(loc, f"expected a finite number, got {value}", tuple(path))
+    if positive and not value > 0:
+        raise _fail(loc, f"expected a positive number, got {value:g}", tuple(path))
+    return value
+
+
+def require_int(value: Any, path: Path_ = (), loc: Locator | None = None, *,
+                minimum: int | None = None) -> int:
+    """Check that ``value`` is a whole number (``1e3`` counts) and return it as int.
+
+    Args:
+        value: the value read from the file.
+        path: its key path.
+        loc: the file's locator.
+        minimum: smallest allowed value, if any.
+
+    Returns:
+        ``int(value)``.
+
+    Raises:
+        InputError: not a whole number, or below ``minimum``.
+    """
+    ok = not isinstance(value, bool) and (
+        isinstance(value, int) or (isinstance(value, float) and value.is_integer()))
+    if not ok:
+        raise _fail(loc, f"expected a whole number, got {describe_value(value)}", tuple(path))
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise _fail(loc, f"expected a whole number >= {minimum}, got {value}", tuple(path))
+    return value
+
+
+def require_list(value: Any, path: Path_ = (), loc: Locator | None = None, *,
+                 nonempty: bool = False, length: int | None = None,
+                 what: str = "a list") -> list:
+    """Check that ``value`` is a list, optionally non-empty or of a given length.
+
+    Args:
+        value: the value read from the file.
+        path: its key path.
+        loc: the file's locator.
+        nonempty: refuse ``[]``.
+        length: exact length required, if any.
+        what: how to name the expectation (e.g. ``"[start, stop, n]"``).
+
+    Returns:
+        The list.
+
+    Raises:
+        InputError: not a list, empty when refused, or of the wrong length.
+    """
+    if not isinstance(value, list):
+        raise _fail(loc, f"expected {what}, got {describe_value(value)}", tuple(path))
+    if length is not None and len(value) != length:
+        raise _fail(loc, f"expected {what} ({length} items), got {len(value)} item"
+                         f"{'' if len(value) == 1 else 's'}", tuple(path))
+    if nonempty and not value:
+        raise _fail(loc, f"expected {what} with at least one item, got an empty list", tuple(path))
+    return value
+
+
+def require_str(value: Any, path: Path_ = (), loc: Locator | None = None, *,
+                choices: Iterable[str] | None = None) -> str:
+    """Check that ``value`` is a non-empty string, optionally one of ``choices``.
+
+    Args:
+        value: the value read from the file.
+        path: its key path.
+        loc: the file's locator.
+        choices: the valid values, if restricted.
+
+    Returns:
+        The string.
+
+    Raises:
+        InputError: not a string, empty, or not among ``choices`` (the
+            message lists them and the closest one).
+    """
+    choices = list(choices) if choices is not None else None
+    if not isinstance(value, str) or not value.strip():
+        expected = f"one of {_quoted(choices)}" if choices else "a non-empty string"
+        raise _fail(loc, f"expected {expected}, got {describe_value(value)}", tuple(path))
+    if choices is not None and value not in choices:
+        message = f"unknown value '{value}'; valid choices: {_quoted(choices)}"
+        guess = did_you_mean(value, choices)
+        if guess:
+            message += f"; did you mean '{guess}'?"
+        raise _fail(loc, message, tuple(path))
+    return value

@@ -1,0 +1,657 @@
+"""Sweep files: read, validate and expand into a flat, deterministic design table.
+
+A sweep file names a model, optional overrides of the model's YAML, and how
+parameters vary (DESIGN.md "Sweep files")::
+
+    Title: RSCR link-length study
+    Model: ../mechanisms/rscr.yaml        # relative to this file; must exist
+    Override: {ProblemData: {tend: 5}}    # deep-merged into the model's data
+    Sweep:
+      product:                            # Cartesian product of axes
+        L1: {linspace: [0.8, 1.2, 21]}
+        gamma: [0.3, 0.6, 0.9]            # a bare list means {values: [...]}
+      zip:                                # varied together (same length)
+        k: {logspace: [2, 4, 5]}          # 10**2 .. 10**4, 5 values
+        c: {values: [1, 2, 3, 4, 5]}
+      sample: {method: lhs, n: 1000, seed: 1, bounds: {L2: [1.5, 2.5]}}
+      constants: {m: 2}                   # the same for every point
+    Outputs:
+      variables: [B, C1]                  # default: all
+      samples: 201                        # or dt: 0.01
+      metrics: {maxB: {of: By, reduce: max}}
+    Batch: 64                             # points per task = Zarr chunk
+
+Axis kinds: ``values`` (a list), ``linspace: [a, b, n]`` and ``logspace: [a, b,
+n]`` as in numpy (logspace in decades: ``10**a .. 10**b``), and ``range:
+[start, stop, step]``: ``start, start+step, ...`` up to ``stop``, *inclusive*
+when ``stop`` is reached within a relative tolerance of 1e-9 of a step (so
+``range: [0, 1, 0.1]`` has 11 values despite rounding); the step may be
+negative but not zero or of the wrong sign.  Values are numbers, or constant
+expression strings such as ``pi/4`` when :mod:`solver.expr` is available.
+
+Expansion order (fixed, so the same file always gives the same table): the
+groups combine by Cartesian product, product axes first in file order, then
+the zip group as one axis, then the sample as one axis, the last varying
+fastest (like ``itertools.product``).  A name may appear in one place only.
+
+Override merge rule (:func:`deep_merge`): where both the model and the
+override hold a mapping, the mappings merge key by key, recursively; anywhere
+else the override's value replaces the model's (lists are replaced whole, and
+an empty override value sets the key to null).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from solver.errors import InputError
+from solver.yamlio import (Locator, check_keys, describe_value, format_path, load_yaml,
+                           require_int, require_list, require_mapping, require_number,
+                           require_str)
+
+__all__ = ["SweepSpec", "Axis", "Metric", "Outputs", "load_sweep", "deep_merge",
+           "AXIS_KINDS", "SAMPLE_METHODS", "REDUCTIONS", "MAX_POINTS"]
+
+TOP_KEYS = ("Title", "Model", "Override", "Sweep", "Outputs", "Batch")
+GROUPS = ("product", "zip", "sample", "constants")
+AXIS_KINDS = ("values", "linspace", "logspace", "range")
+SAMPLE_METHODS = ("random", "lhs", "sobol")
+REDUCTIONS = ("min", "max", "range", "mean", "final", "absmax")
+DEFAULT_BATCH = 64
+# A guard against a typo (an extra zero in a linspace) eating the machine's memory.
+MAX_POINTS = 10_000_000
+# Relative slack (in steps) for counting the stop of a range as reached.
+RANGE_TOL = 1e-9
+HASH_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One swept name and its own values, before the groups are combined.
+
+    Attributes:
+        name: the parameter name.
+        group: ``"product"``, ``"zip"`` or ``"sample"``.
+        kind: ``values``/``linspace``/``logspace``/``range`` or, for samples,
+            the method ``random``/``lhs``/``sobol``.
+        values: float64 values of this axis (for zip and sample axes the
+            column shared with the rest of the group).
+        line: line of the axis in the sweep file, where known.
+    """
+
+    name: str
+    group: str
+    kind: str
+    values: np.ndarray = field(repr=False)
+    line: int | None = None
+
+    @property
+    def length(self) -> int:
+        """Number of values of the axis (of its group, for zip and sample)."""
+        return len(self.values)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A scalar reduction per point, evaluated by the pipeline.
+
+    Attributes:
+        of: a variable or component name (``B``, ``By``, ``q[3]``...).
+        reduce: one of :data:`REDUCTIONS`.
+    """
+
+    of: str
+    reduce: str
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What each point stores (structure checked here; meaning checked by the pipeline).
+
+    Attributes:
+        variables: names to keep, or ``None`` for all.
+        samples: number of output times, or ``None``.
+        dt: output time spacing, or ``None`` (at most one of samples/dt).
+        metrics: metric name -> :class:`Metric`, in file order.
+    """
+
+    variables: tuple[str, ...] | None = None
+    samples: int | None = None
+    dt: float | None = None
+    metrics: dict[str, Metric] = field(default_factory=dict)
+
+    def as_json(self) -> dict:
+        """Plain-data form, used for hashing and dataset attrs."""
+        return {"variables": list(self.variables) if self.variables is not None else None,
+                "samples": self.samples, "dt": self.dt,
+                "metrics": {k: {"of": m.of, "reduce": m.reduce} for k, m in self.metrics.items()}}
+
+
+@dataclass
+class SweepSpec:
+    """A validated, expanded sweep file.
+
+    Attributes:
+        path: the sweep file.
+        title: its Title (the file name's stem when absent).
+        model_path: the model file, resolved.
+        model_text: the model file's text when the sweep was read.
+        override: the Override mapping (``{}`` when absent).
+        axes: the swept axes in expansion order (product axes, zip axes,
+            sample axes).
+        constants: name -> value applied to every point.
+        points: name -> float64 array of length ``n_points`` (swept names only).
+        n_points: number of points.
+        batch: points per task (= Zarr chunk along ``point``).
+        outputs: the Outputs settings.
+        sample: ``{"method", "n", "seed"}`` of the sample group, or ``None``.
+        hash: sha256 hex digest identifying the sweep (see :meth:`compute_hash`).
+    """
+
+    path: Path
+    title: str
+    model_path: Path
+    model_text: str
+    override: dict
+    axes: list[Axis]
+    constants: dict[str, float]
+    points: dict[str, np.ndarray]
+    n_points: int
+    batch: int
+    outputs: Outputs
+    sample: dict | None = None
+    hash: str = ""
+
+    @property
+    def n_batches(self) -> int:
+        """Number of batches, ``ceil(n_points / batch)``."""
+        return -(-self.n_points // self.batch)
+
+    @property
+    def names(self) -> list[str]:
+        """Swept names in expansion order."""
+        return list(self.points)
+
+    def batches(self) -> list[range]:
+        """Point index ranges of the batches, in order; the last may be short.
+
+        Returns:
+            ``[range(0, batch), range(batch, 2*batch), ...]`` covering every point once.
+        """
+        return [range(s, min(s + self.batch, self.n_points))
+                for s in range(0, self.n_points, self.batch)]
+
+    def point_params(self, i: int) -> dict[str, float]:
+        """Parameter values of point ``i``: the constants, then the swept names.
+
+        Args:
+            i: point index, ``0 <= i < n_points`` (negative counts from the end).
+
+        Returns:
+            name -> float.
+
+        Raises:
+            IndexError: ``i`` out of range.
+        """
+        if not -self.n_points <= i < self.n_points:
+            raise IndexError(f"point {i} out of range (sweep has {self.n_points} points)")
+        out = dict(self.constants)
+        out.update({name: float(col[i]) for name, col in self.points.items()})
+        return out
+
+    def model_data(self) -> tuple[Any, Locator]:
+        """The model's YAML data with the Override deep-merged in.
+
+        Returns:
+            ``(data, locator)`` of the model file (lines refer to the model
+            file; overridden keys keep the line of the key they replace).
+
+        Raises:
+            InputError: the model file is not valid YAML, or is not a mapping
+                while an Override is given.
+        """
+        data, loc = load_yaml(self.model_text, file=str(self.model_path))
+        if self.override:
+            require_mapping(data, (), loc)
+            data = deep_merge(data, self.override)
+        return data, loc
+
+    def compute_hash(self) -> str:
+        """sha256 of a canonical JSON of everything that defines the results.
+
+        The JSON holds the model file's text, the Override, the constants, the
+        number of points and, per swept name, the sha256 of its float64
+        little-endian values (exact and fast for large sweeps), the Outputs
+        settings and the Batch size (it fixes the store's chunking, so a
+        resume with another Batch must not match).  Keys are sorted, so the
+        order of mappings in the files does not matter; the order of points
+        does.
+
+        Returns:
+            64 hex digits.
+        """
+        payload = {
+            "format": HASH_FORMAT,
+            "model_text": self.model_text,
+            "override": _jsonable(self.override),
+            "constants": {k: float(v) for k, v in self.constants.items()},
+            "n_points": self.n_points,
+            "points": {name: hashlib.sha256(np.ascontiguousarray(col, dtype="<f8").tobytes())
+                       .hexdigest() for name, col in self.points.items()},
+            "outputs": self.outputs.as_json(),
+            "batch": self.batch,
+        }
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def describe(self) -> str:
+        """The ``--dry-run`` report: title, model, counts, axes, constants, outputs.
+
+        Returns:
+            Several lines of text, no trailing newline.
+        """
+        lines = [f"Sweep: {self.title}",
+                 f"  file:      {self.path}",
+                 f"  model:     {self.model_path}"]
+        if self.override:
+            flat = ", ".join(f"{k}={_short(v)}" for k, v in _flatten(self.override))
+            lines.append(f"  override:  {flat}")
+        last = self.n_points - (self.n_batches - 1) * self.batch if self.n_points else 0
+        tail = f" (last has {last})" if self.n_batches and last != self.batch else ""
+        lines.append(f"  points:    {self.n_points} in {self.n_batches} batch"
+                     f"{'es' if self.n_batches != 1 else ''} of {self.batch}{tail}")
+        if self.axes:
+            lines.append("  axes (combined in this order, the last varying fastest):")
+            kinds = [f"{a.kind} n={self.sample['n']} seed={self.sample['seed']}"
+                     if a.group == "sample" and self.sample else a.kind for a in self.axes]
+            width = max(len(a.name) for a in self.axes)
+            kwidth = max(len(k) for k in kinds)
+            for a, kind in zip(self.axes, kinds):
+                lines.append(f"    {a.name:<{width}}  {a.group:<7}  {kind:<{kwidth}}  "
+                             f"{a.length:>6} values  {_range_text(a.values)}")
+            if self.sample and self.sample["method"] == "sobol" and \
+                    self.sample["n"] & (self.sample["n"] - 1):
+                lines.append("    note: Sobol' n is not a power of 2, so the sample loses "
+                             "its balance properties")
+        else:
+            lines.append("  axes:      none (a single point)")
+        if self.constants:
+            lines.append("  constants: "
+                         + ", ".join(f"{k}={v:g}" for k, v in self.constants.items()))
+        o = self.outputs
+        parts = [f"variables {', '.join(o.variables)}" if o.variables is not None
+                 else "variables all"]
+        if o.samples is not None:
+            parts.append(f"samples {o.samples}")
+        if o.dt is not None:
+            parts.append(f"dt {o.dt:g}")
+        if o.metrics:
+            parts.append("metrics " + ", ".join(f"{k}={m.reduce}({m.of})"
+                                                 for k, m in o.metrics.items()))
+        lines.append("  outputs:   " + "; ".join(parts))
+        lines.append(f"  hash:      {self.hash}")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ helpers
+
+def deep_merge(base: Any, override: Any) -> Any:
+    """Merge ``override`` into ``base`` without changing either.
+
+    Args:
+        base: the model's data.
+        override: the Override data.
+
+    Returns:
+        Where both are mappings, a new mapping with ``base``'s keys in order
+        (then new keys of ``override``), each merged recursively; otherwise
+        ``override`` itself (lists and scalars replace whole; ``None`` sets null).
+    """
+    if isinstance(base, Mapping) and isinstance(override, Mapping):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = deep_merge(base[key], value) if key in base else _copy(value)
+        return out
+    return _copy(override)
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    """YAML data as JSON data (keys as strings; floats kept exactly by repr)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    return value
+
+
+def _flatten(data: Mapping, prefix: tuple = ()) -> list[tuple[str, Any]]:
+    out = []
+    for k, v in data.items():
+        if isinstance(v, Mapping) and v:
+            out.extend(_flatten(v, prefix + (k,)))
+        else:
+            out.append((format_path(prefix + (k,)), v))
+    return out
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(_jsonable(value)) if not isinstance(value, str) else value
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _range_text(values: np.ndarray) -> str:
+    if len(values) <= 4:
+        return ", ".join(f"{v:g}" for v in values)
+    return (f"{values[0]:g}, {values[1]:g}, ..., {values[-1]:g}  "
+            f"(min {values.min():g}, max {values.max():g})")
+
+
+class _Reader:
+    """Validation of one sweep file's data against its locator."""
+
+    def __init__(self, loc: Locator):
+        self.loc = loc
+
+    def fail(self, message: str, path: tuple) -> InputError:
+        return self.loc.error(message, path)
+
+    def constant(self, value: Any, path: tuple) -> float:
+        """A number, or a constant expression string evaluated by solver.expr."""
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise self.fail(f"expected a number or a constant expression such as 'pi/4', "
+                            f"got {describe_value(value)}", path)
+        if isinstance(value, str):
+            try:
+                from solver.expr import evaluate_constant
+            except ImportError:
+                raise self.fail(f"expected a number, got {describe_value(value)} (constant "
+                                f"expressions need solver.expr, which is not installed)",
+                                path) from None
+            text = value
+            # No names: sweep values are constants of their own, not model params.
+            value = evaluate_constant(text, {}, file=self.loc.file, path=format_path(path),
+                                      line=self.loc.nearest(path))
+            if not isinstance(value, float):
+                raise self.fail(f"expected a single number, but '{text}' is a vector", path)
+        value = float(value)
+        if not math.isfinite(value):
+            raise self.fail(f"expected a finite number, got {value}", path)
+        return value
+
+    def name(self, key: Any, path: tuple) -> str:
+        if not isinstance(key, str) or not key.strip():
+            raise self.fail(f"a parameter name must be a non-empty string, got "
+                            f"{describe_value(key)}", path)
+        return key
+
+    def axis(self, spec: Any, path: tuple) -> tuple[str, np.ndarray]:
+        """One axis definition -> (kind, float64 values)."""
+        if isinstance(spec, list):
+            return "values", self.values(spec, path)
+        if not isinstance(spec, Mapping):
+            raise self.fail(f"expected an axis: a list of values or a mapping with one of "
+                            f"{', '.join(AXIS_KINDS)}; got {describe_value(spec)} (for a fixed "
+                            f"value use Sweep.constants)", path)
+        check_keys(spec, AXIS_KINDS, (), path, self.loc)
+        if len(spec) != 1:
+            raise self.fail(f"an axis needs exactly one of {', '.join(AXIS_KINDS)}, got "
+                            f"{len(spec)}" + (f" ({', '.join(spec)})" if spec else ""), path)
+        kind, arg = next(iter(spec.items()))
+        sub = path + (kind,)
+        if kind == "values":
+            values = self.values(require_list(arg, sub, self.loc, what="a list of values"), sub)
+        elif kind in ("linspace", "logspace"):
+            a, b, n = self.triple(arg, sub, "[start, stop, n]")
+            n = require_int(n, sub + (2,), self.loc, minimum=1)
+            self.check_count(n, sub + (2,))
+            with np.errstate(over="ignore"):  # reported below as not finite
+                values = np.linspace(a, b, n) if kind == "linspace" else np.logspace(a, b, n)
+        else:
+            values = self.range(arg, sub)
+        if not np.all(np.isfinite(values)):
+            raise self.fail(f"the {kind} gives values too large to represent "
+                            f"({_range_text(values)})", sub)
+        return kind, values.astype(np.float64)
+
+    def triple(self, arg: Any, path: tuple, what: str) -> tuple:
+        arg = require_list(arg, path, self.loc, length=3, what=what)
+        return self.constant(arg[0], path + (0,)), self.constant(arg[1], path + (1,)), arg[2]
+
+    def values(self, items: list, path: tuple) -> np.ndarray:
+        if not items:
+            raise self.fail("empty axis: give at least one value", path)
+        return np.array([self.constant(v, path + (i,)) for i, v in enumerate(items)],
+                        dtype=np.float64)
+
+    def range(self, arg: Any, path: tuple) -> np.ndarray:
+        arg = require_list(arg, path, self.loc, length=3, what="[start, stop, step]")
+        start, stop, step = (self.constant(v, path + (i,)) for i, v in enumerate(arg))
+        if step == 0:
+            raise self.fail("the step of a range must not be zero", path + (2,))
+        steps = (stop - start) / step
+        if steps < -RANGE_TOL:
+            raise self.fail(f"empty axis: a range from {start:g} to {stop:g} needs a "
+                            f"{'negative' if step > 0 else 'positive'} step, got {step:g}",
+                            path + (2,))
+        count = math.floor(steps + RANGE_TOL * max(1.0, abs(steps))) + 1
+        self.check_count(count, path)
+        return start + step * np.arange(count, dtype=np.float64)
+
+    def check_count(self, count: int, path: tuple) -> None:
+        if count > MAX_POINTS:
+            raise self.fail(f"{count} values is more than the limit of {MAX_POINTS} points "
+                            f"per sweep", path)
+
+
+def _sample_unit(method: str, n: int, d: int, seed: int) -> np.ndarray:
+    """``n x d`` points in the unit cube, reproducible from ``seed``."""
+    if method == "random":
+        return np.random.default_rng(seed).random((n, d))
+    from scipy.stats import qmc
+    cls = qmc.LatinHypercube if method == "lhs" else qmc.Sobol
+    try:
+        engine = cls(d, rng=np.random.default_rng(seed))
+    except TypeError:  # scipy < 1.15 calls it seed
+        engine = cls(d, seed=np.random.default_rng(seed))
+    with warnings.catch_warnings():
+        # Sobol' warns when n is not a power of 2; describe() says so instead.
+        warnings.simplefilter("ignore", UserWarning)
+        return engine.random(n)
+
+
+# ------------------------------------------------------------------ reader
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read, validate and expand a sweep file.
+
+    Args:
+        path: the sweep YAML file.
+
+    Returns:
+        The :class:`SweepSpec`, points expanded and hash computed.
+
+    Raises:
+        InputError: for any malformed content, naming the file, the key path,
+            the line, what was expected and the valid choices; also when the
+            model file does not exist or the sweep exceeds :data:`MAX_POINTS`.
+    """
+    path = Path(path)
+    data, loc = load_yaml(path)
+    r = _Reader(loc)
+    top = require_mapping(data, (), loc, what="a sweep file: a mapping with keys "
+                                               + ", ".join(TOP_KEYS))
+    check_keys(top, TOP_KEYS, ("Model", "Sweep"), (), loc)
+
+    title = require_str(top["Title"], ("Title",), loc) if "Title" in top else path.stem
+    model_rel = require_str(top["Model"], ("Model",), loc)
+    model_path = (path.parent / model_rel).resolve()
+    if not model_path.is_file():
+        raise r.fail(f"model file not found: {model_path} (Model is relative to the sweep "
+                     f"file's folder {path.parent.resolve()})", ("Model",))
+    try:
+        model_text = model_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise r.fail(f"cannot read model file {model_path}: {exc}", ("Model",)) from None
+    override = _copy(require_mapping(top.get("Override"), ("Override",), loc, allow_none=True))
+
+    sweep = require_mapping(top["Sweep"], ("Sweep",), loc, allow_none=True,
+                            what="a mapping with groups " + ", ".join(GROUPS))
+    check_keys(sweep, GROUPS, (), ("Sweep",), loc)
+    seen: dict[str, str] = {}  # name -> where it was first given
+
+    def claim(name: Any, where: tuple) -> str:
+        name = r.name(name, where)
+        if name in seen:
+            raise r.fail(f"'{name}' is already given in {seen[name]}; a name may appear in "
+                         f"only one place of Sweep", where)
+        seen[name] = format_path(where[:-1])
+        return name
+
+    axes: list[Axis] = []
+    factors: list[int] = []  # length of each combined factor, in order
+    groups: list[list[Axis]] = []
+
+    if "product" in sweep:
+        gpath = ("Sweep", "product")
+        prod = require_mapping(sweep["product"], gpath, loc, what="a mapping of axes")
+        if not prod:
+            raise r.fail("empty group: give at least one axis or remove the group", gpath)
+        for key, spec in prod.items():
+            name = claim(key, gpath + (key,))
+            kind, values = r.axis(spec, gpath + (key,))
+            axis = Axis(name, "product", kind, values, loc.line(gpath + (key,)))
+            axes.append(axis)
+            groups.append([axis])
+            factors.append(len(values))
+
+    if "zip" in sweep:
+        gpath = ("Sweep", "zip")
+        zipped = require_mapping(sweep["zip"], gpath, loc, what="a mapping of axes")
+        if not zipped:
+            raise r.fail("empty group: give at least one axis or remove the group", gpath)
+        zaxes = []
+        for key, spec in zipped.items():
+            name = claim(key, gpath + (key,))
+            kind, values = r.axis(spec, gpath + (key,))
+            zaxes.append(Axis(name, "zip", kind, values, loc.line(gpath + (key,))))
+        lengths = {a.length for a in zaxes}
+        if len(lengths) > 1:
+            listing = ", ".join(f"{a.name} has {a.length}" for a in zaxes)
+            raise r.fail(f"zip axes must have the same length: {listing}", gpath)
+        axes.extend(zaxes)
+        groups.append(zaxes)
+        factors.append(zaxes[0].length)
+
+    sample_info = None
+    if "sample" in sweep:
+        gpath = ("Sweep", "sample")
+        smp = require_mapping(sweep["sample"], gpath, loc,
+                              what="a mapping with method, n, seed, bounds")
+        check_keys(smp, ("method", "n", "seed", "bounds"), ("method", "n", "bounds"), gpath, loc)
+        method = require_str(smp["method"], gpath + ("method",), loc, choices=SAMPLE_METHODS)
+        n = require_int(smp["n"], gpath + ("n",), loc, minimum=1)
+        r.check_count(n, gpath + ("n",))
+        seed = require_int(smp.get("seed", 0), gpath + ("seed",), loc, minimum=0)
+        bpath = gpath + ("bounds",)
+        bounds = require_mapping(smp["bounds"], bpath, loc, what="a mapping name: [lo, hi]")
+        if not bounds:
+            raise r.fail("empty bounds: give at least one name: [lo, hi]", bpath)
+        names, lows, highs = [], [], []
+        for key, pair in bounds.items():
+            name = claim(key, bpath + (key,))
+            pair = require_list(pair, bpath + (key,), loc, length=2, what="[lo, hi]")
+            lo = r.constant(pair[0], bpath + (key, 0))
+            hi = r.constant(pair[1], bpath + (key, 1))
+            if not lo < hi:
+                raise r.fail(f"bounds must have lo < hi, got [{lo:g}, {hi:g}]", bpath + (key,))
+            names.append(name), lows.append(lo), highs.append(hi)
+        unit = _sample_unit(method, n, len(names), seed)
+        cols = np.asarray(lows) + unit * (np.asarray(highs) - np.asarray(lows))
+        saxes = [Axis(nm, "sample", method, np.ascontiguousarray(cols[:, j], dtype=np.float64),
+                      loc.line(bpath + (nm,))) for j, nm in enumerate(names)]
+        axes.extend(saxes)
+        groups.append(saxes)
+        factors.append(n)
+        sample_info = {"method": method, "n": n, "seed": seed}
+
+    constants: dict[str, float] = {}
+    if "constants" in sweep:
+        gpath = ("Sweep", "constants")
+        consts = require_mapping(sweep["constants"], gpath, loc, allow_none=True,
+                                 what="a mapping name: value")
+        for key, value in consts.items():
+            name = claim(key, gpath + (key,))
+            constants[name] = r.constant(value, gpath + (key,))
+
+    n_points = math.prod(factors)
+    if n_points > MAX_POINTS:
+        sizes = " x ".join(str(f) for f in factors)
+        raise r.fail(f"the sweep has {sizes} = {n_points} points, more than the limit of "
+                     f"{MAX_POINTS}", ("Sweep",))
+    # C order: the last factor varies fastest, as itertools.product does.
+    index = np.unravel_index(np.arange(n_points), factors) if factors else ()
+    points = {a.name: a.values[index[g]] for g, group in enumerate(groups) for a in group}
+
+    batch = require_int(top.get("Batch", DEFAULT_BATCH), ("Batch",), loc, minimum=1)
+    outputs = _outputs(top.get("Outputs"), loc)
+
+    spec = SweepSpec(path=path, title=title, model_path=model_path, model_text=model_text,
+                     override=override, axes=axes, constants=constants, points=points,
+                     n_points=n_points, batch=batch, outputs=outputs, sample=sample_info)
+    spec.hash = spec.compute_hash()
+    return spec
+
+
+def _outputs(value: Any, loc: Locator) -> Outputs:
+    """Validate the structure of the Outputs mapping."""
+    path = ("Outputs",)
+    out = require_mapping(value, path, loc, allow_none=True,
+                          what="a mapping with variables, samples or dt, metrics")
+    check_keys(out, ("variables", "samples", "dt", "metrics"), (), path, loc)
+    variables = None
+    if out.get("variables") is not None:
+        vs = require_list(out["variables"], path + ("variables",), loc, nonempty=True,
+                          what="a list of variable names")
+        variables = tuple(require_str(v, path + ("variables", i), loc) for i, v in enumerate(vs))
+        dup = next((v for i, v in enumerate(variables) if v in variables[:i]), None)
+        if dup is not None:
+            raise loc.error(f"variable '{dup}' is listed twice", path + ("variables",))
+    if "samples" in out and "dt" in out:
+        raise loc.error("give either samples or dt, not both", path + ("dt",))
+    samples = require_int(out["samples"], path + ("samples",), loc, minimum=2) \
+        if "samples" in out else None
+    dt = None
+    if "dt" in out:
+        dt = require_number(out["dt"], path + ("dt",), loc, positive=True)
+    metrics: dict[str, Metric] = {}
+    mpath = path + ("metrics",)
+    for name, m in require_mapping(out.get("metrics"), mpath, loc, allow_none=True,
+                                   what="a mapping name: {of, reduce}").items():
+        sub = mpath + (name,)
+        require_str(name, sub, loc)
+        m = require_mapping(m, sub, loc, what="a mapping {of: VARIABLE, reduce: "
+                                              + "|".join(REDUCTIONS) + "}")
+        check_keys(m, ("of", "reduce"), ("of", "reduce"), sub, loc)
+        metrics[name] = Metric(of=require_str(m["of"], sub + ("of",), loc),
+                               reduce=require_str(m["reduce"], sub + ("reduce",), loc,
+                                                  choices=REDUCTIONS))
+    return Outputs(variables=variables, samples=samples, dt=dt, metrics=metrics)
