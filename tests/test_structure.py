@@ -1,0 +1,452 @@
+"""Σ-method structural analysis: signature matrices, HVT, offsets, index, DOF.
+
+References: Pryce, "A simple structural analysis method for DAEs", BIT 41
+(2001); Nedialkov & Pryce, "Solving DAEs by Taylor series (I)", BIT 45 (2005);
+METHOD.md §2 (the pendulum's published offsets).  Signature matrices of
+vectorised residuals are checked against the sparsity of a numeric Jacobian
+computed here by jax.jacfwd (the analysis itself never evaluates one).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import scipy.sparse as sp
+
+from solver.dae import DAE, ddt, ddt_p
+from solver import structure
+from solver.structure import (NEG_INF, SparseSignature, StructurallySingularError, analyse,
+                              analyse_dae, signature, signature_matrix)
+from solver.sparsity import UnsupportedPrimitiveError, jaxpr_dependencies
+
+N = NEG_INF
+
+
+# ----------------------------------------------------------------- pendulums
+def pendulum_residual(t, v, p):
+    x, y, lam = v["x"], v["y"], v["lam"]
+    return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], x[0] ** 2 + y[0] ** 2 - p["L"] ** 2]
+
+
+def pendulum():
+    return DAE(pendulum_residual, ["x", "y", "lam"], {"g": 9.81, "L": 1.0})
+
+
+def test_pendulum_matches_published_offsets():
+    """METHOD.md §2 / Pryce 2001: c = (0,0,2), d = (2,2,0), ν = 3, DOF = 2."""
+    s = pendulum().structure
+    np.testing.assert_array_equal(s.sigma, [[2, N, 0], [N, 2, 0], [0, 0, N]])
+    np.testing.assert_array_equal(s.c, [0, 0, 2])
+    np.testing.assert_array_equal(s.d, [2, 2, 0])
+    assert (s.index, s.dof, s.hvt_value) == (3, 2, 2)
+    # The HVT uses only finite entries on which d_j - c_i = σ_ij.
+    for i, j in enumerate(s.transversal):
+        assert s.d[j] - s.c[i] == s.sigma[i, j]
+    # System Jacobian pattern [[1,0,x],[0,1,y],[2x,2y,0]] (METHOD.md §2).
+    np.testing.assert_array_equal(s.jacobian_pattern().toarray(),
+                                  [[1, 0, 1], [0, 1, 1], [1, 1, 0]])
+    assert s.equation_names == ["f0", "f1", "f2"] and s.variable_names == ["x", "y", "lam"]
+
+
+def test_pendulum_stage_plan():
+    """METHOD.md §3: stage k solves f_i, k + c_i >= 0, for X[j, k + d_j]."""
+    plan = pendulum().structure.stage_plan()
+    assert plan == [
+        (-2, [2], [(0, 0), (1, 0)]),
+        (-1, [2], [(0, 1), (1, 1)]),
+        (0, [0, 1, 2], [(0, 2), (1, 2), (2, 0)]),
+    ]
+
+
+def test_vector_pendulum_equals_scalar_pendulum():
+    """q = (x, y) declared as one vector variable gives the same analysis."""
+    def residual(t, v, p):
+        q, lam = v["q"], v["lam"]
+        return [q[2] + lam[0] * q[0] - jnp.array([0.0, p["g"]]), jnp.dot(q[0], q[0]) - p["L"] ** 2]
+
+    vec = DAE(residual, {"q": 2, "lam": 1}, {"g": 9.81, "L": 1.0}).structure
+    ref = pendulum().structure
+    np.testing.assert_array_equal(vec.sigma, ref.sigma)
+    np.testing.assert_array_equal(vec.c, ref.c)
+    np.testing.assert_array_equal(vec.d, ref.d)
+    assert (vec.index, vec.dof) == (ref.index, ref.dof)
+    assert vec.variable_names == ["q[0]", "q[1]", "lam[0]"]
+    assert vec.equation_names == ["f0[0]", "f0[1]", "f1"]
+
+
+def test_double_pendulum_cartesian():
+    """Two point masses on rods, Cartesian coordinates with two multipliers.
+
+    Standard index-3 formulation (e.g. Nedialkov & Pryce's examples): the
+    four positions have d = 2, the multipliers d = 0, the two length
+    constraints c = 2; 4 DOF (two angles and their rates).
+    """
+    def residual(t, v, p):
+        x1, y1, x2, y2 = (v[k][0] for k in ("x1", "y1", "x2", "y2"))
+        l1, l2 = v["l1"][0], v["l2"][0]
+        return [v["x1"][2] + l1 * x1 - l2 * (x2 - x1),
+                v["y1"][2] + l1 * y1 - l2 * (y2 - y1) + p["g"],
+                v["x2"][2] + l2 * (x2 - x1),
+                v["y2"][2] + l2 * (y2 - y1) + p["g"],
+                x1 ** 2 + y1 ** 2 - p["L1"] ** 2,
+                (x2 - x1) ** 2 + (y2 - y1) ** 2 - p["L2"] ** 2]
+
+    s = DAE(residual, ["x1", "y1", "x2", "y2", "l1", "l2"], {"g": 9.81, "L1": 1.0, "L2": 0.5}).structure
+    np.testing.assert_array_equal(s.c, [0, 0, 0, 0, 2, 2])
+    np.testing.assert_array_equal(s.d, [2, 2, 2, 2, 0, 0])
+    assert (s.index, s.dof) == (3, 4)
+
+
+def test_talk_implicit_example_with_ddt():
+    """f0 = ((x1' sin t)')² / (1 + x2'²) + t² cos x2, f1 = x1 x2 − t.
+
+    By hand: ddt raises x1' to x1'' so σ00 = 2; x2' and x2 give σ01 = 1;
+    f1 has both unknowns undifferentiated: Σ = [[2, 1], [0, 0]].
+    Transversals: (0,0)+(1,1) = 2 > (0,1)+(1,0) = 1, so the HVT is the
+    diagonal.  Iteration: c = (0,0) → d = (2,1) → c = (2−2, 1−0) = (0,1)
+    → d = (max(2, 0+1), max(1, 0+1)) = (2,1), stable.  DOF = 3 − 1 = 2,
+    ν = max c = 1 (no d_j = 0).
+    """
+    def residual(t, v, p):
+        x1, x2 = v["x1"], v["x2"]
+        return [ddt(x1[1] * jnp.sin(t)) ** 2 / (1 + x2[1] ** 2) + t ** 2 * jnp.cos(x2[0]),
+                x1[0] * x2[0] - t]
+
+    s = DAE(residual, ["x1", "x2"]).structure
+    np.testing.assert_array_equal(s.sigma, [[2, 1], [0, 0]])
+    np.testing.assert_array_equal(s.transversal, [0, 1])
+    np.testing.assert_array_equal(s.c, [0, 1])
+    np.testing.assert_array_equal(s.d, [2, 1])
+    assert (s.index, s.dof) == (1, 2)
+
+
+def test_nested_ddt_raises_orders_twice():
+    """ddt(ddt(x) * y) has x'' and y' (and ddt of a parameter/time term adds nothing)."""
+    def residual(t, v, p):
+        x, y = v["x"], v["y"]
+        return [ddt(ddt(x[0]) * y[0]) + ddt(p["a"] * t), y[0] - x[0]]
+
+    sig = signature_matrix(DAE(residual, ["x", "y"], {"a": 2.0}))
+    np.testing.assert_array_equal(sig, [[2, 1], [0, 0]])
+
+
+@pytest.mark.parametrize("n", [5, 8])
+def test_linear_chain_has_index_n(n):
+    """x_i' = x_{i+1} (i < n−1), x_0 = sin t: structural index n.
+
+    The only transversal is f_i ↔ x_{i+1}, f_{n−1} ↔ x_0 (x_0 is the only
+    unknown of the last equation), all with σ = 0.  Equality on it gives
+    d_{i+1} = c_i and d_0 = c_{n−1}; the inequalities d_i ≥ c_i + 1 (from
+    σ_ii = 1) and d ≥ 0 are tightest at d_{n−1} = 0, so the smallest offsets
+    are d_j = n−1−j, c_i = n−2−i (i < n−1), c_{n−1} = n−1.  Then
+    DOF = Σd − Σc = 0 and ν = max c + 1 = n (d_{n−1} = 0).
+    """
+    names = [f"x{k}" for k in range(n)]
+
+    def residual(t, v, p):
+        return [v[names[i]][1] - v[names[i + 1]][0] for i in range(n - 1)] + [v["x0"][0] - jnp.sin(t)]
+
+    s = DAE(residual, names).structure
+    np.testing.assert_array_equal(s.d, [n - 1 - j for j in range(n)])
+    np.testing.assert_array_equal(s.c, [n - 2 - i for i in range(n - 1)] + [n - 1])
+    assert (s.index, s.dof) == (n, 0)
+
+
+# ------------------------------------------------------------------ singular
+def test_structurally_singular_dae_names_the_culprits():
+    """f1 and f2 only involve x; y and z only occur in f0."""
+    def residual(t, v, p):
+        x, y, z = v["x"], v["y"], v["z"]
+        return [x[2] + y[0] + z[0], x[0] - jnp.cos(t), x[1] + jnp.sin(x[0])]
+
+    with pytest.raises(StructurallySingularError) as err:
+        analyse_dae(DAE(residual, ["x", "y", "z"]))
+    assert str(err.value) == (
+        "structurally singular DAE: the 2 equations f1, f2 involve only the variable x, "
+        "and the 2 variables y, z occur in only the equation f0, so no transversal "
+        "(a distinct variable for every equation) exists. Look for a missing, duplicated "
+        "or dependent equation.")
+    assert isinstance(err.value, ValueError)
+
+
+def test_structurally_singular_matrix_with_an_empty_row():
+    with pytest.raises(StructurallySingularError, match="the equation b involves no variable at all"):
+        analyse(np.array([[1, 0], [N, N]]), ["a", "b"], ["u", "v"])
+
+
+def test_analyse_rejects_bad_matrices():
+    with pytest.raises(ValueError, match="square"):
+        analyse(np.zeros((2, 3), int))
+    with pytest.raises(ValueError, match=r"entry \(0, 1\) is -3"):
+        analyse(np.array([[0, -3], [0, 0]]))
+
+
+# --------------------------------------------------------- property tests
+@st.composite
+def signature_matrices(draw, max_n=6, max_order=4):
+    """Random Σ with a planted finite transversal (so it is not singular)."""
+    n = draw(st.integers(1, max_n))
+    entries = st.one_of(st.just(N), st.integers(0, max_order))
+    sigma = np.array(draw(st.lists(st.lists(entries, min_size=n, max_size=n),
+                                   min_size=n, max_size=n)), dtype=np.int64)
+    perm = draw(st.permutations(range(n)))
+    for i, j in enumerate(perm):
+        if sigma[i, j] == N:
+            sigma[i, j] = draw(st.integers(0, max_order))
+    return sigma
+
+
+def brute_force_hvt_value(sigma):
+    n = len(sigma)
+    best = None
+    for perm in itertools.permutations(range(n)):
+        vals = sigma[np.arange(n), perm]
+        if np.all(vals != N):
+            best = vals.sum() if best is None else max(best, vals.sum())
+    return best
+
+
+@settings(max_examples=150, deadline=None)
+@given(signature_matrices())
+def test_offsets_satisfy_pryce_conditions(sigma):
+    s = analyse(sigma)
+    finite = sigma != N
+    gap = s.d[None, :] - s.c[:, None]
+    assert np.all(gap[finite] >= sigma[finite])
+    rows = np.arange(len(sigma))
+    np.testing.assert_array_equal(gap[rows, s.transversal], sigma[rows, s.transversal])
+    assert sorted(s.transversal) == list(rows)
+    assert s.c.min() == 0 and s.d.min() >= 0
+    assert s.hvt_value == brute_force_hvt_value(sigma)
+    assert s.dof == s.d.sum() - s.c.sum() == s.hvt_value  # Σd − Σc = val(HVT)
+    assert s.index == s.c.max() + (1 if np.any(s.d == 0) else 0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(signature_matrices(max_n=4, max_order=2))
+def test_offsets_are_the_smallest(sigma):
+    """No valid offsets c' ≤ c other than c itself (valid offsets form a lattice,
+    so any valid c' ≱ c would give a valid min(c, c') ≤ c)."""
+    s = analyse(sigma)
+    rows = np.arange(len(sigma))
+    finite = sigma != N
+    for c2 in itertools.product(*(range(ci + 1) for ci in s.c)):
+        c2 = np.array(c2)
+        d2 = np.where(finite, sigma + c2[:, None], N).max(axis=0).clip(min=0)
+        valid = np.array_equal(d2[s.transversal] - c2, sigma[rows, s.transversal])
+        assert valid == np.array_equal(c2, s.c)
+
+
+@settings(max_examples=60, deadline=None)
+@given(signature_matrices(max_n=7))
+def test_sparse_and_dense_assignment_give_the_same_offsets(sigma):
+    """Canonical offsets do not depend on which HVT is found (Pryce 2001)."""
+    dense = analyse(sigma)
+    old = structure.DENSE_LAP_LIMIT
+    structure.DENSE_LAP_LIMIT = 0
+    try:
+        sparse = analyse(SparseSignature.from_dense(sigma))
+    finally:
+        structure.DENSE_LAP_LIMIT = old
+    np.testing.assert_array_equal(dense.c, sparse.c)
+    np.testing.assert_array_equal(dense.d, sparse.d)
+    assert dense.hvt_value == sparse.hvt_value
+
+
+# ------------------------------------------------- the jaxpr interpreter
+def numeric_sigma(f, n_in=6, levels=3, seed=0):
+    """σ from the nonzeros of jacfwd at a random point (reference only)."""
+    rng = np.random.default_rng(seed)
+    args = [jnp.asarray(rng.uniform(0.3, 1.7, n_in)) for _ in range(levels)]
+    out = f(*args)
+    sig = np.full((out.size, n_in), N, dtype=np.int64)
+    for lvl in range(levels):
+        jac = np.asarray(jax.jacfwd(f, argnums=lvl)(*args)).reshape(out.size, n_in)
+        sig[jac != 0] = lvl
+    return sig
+
+
+def structural_sigma(f, n_in=6, levels=3):
+    args = [jnp.zeros(n_in) for _ in range(levels)]
+    closed = jax.make_jaxpr(f)(*args)
+    deps = [sp.csr_array((np.full(n_in, lvl + 1), np.arange(n_in), np.arange(n_in + 1)),
+                         shape=(n_in, n_in)) for lvl in range(levels)]
+    (out,) = jaxpr_dependencies(closed, deps, n_in, ddt_p)
+    sig = np.full((closed.out_avals[0].size, n_in), N, dtype=np.int64)
+    if out is not None:
+        sig[out.toarray() > 0] = out.toarray()[out.toarray() > 0] - 1
+    return sig
+
+
+_A = np.array([[1.0, 0, 0, 2, 0, 0], [0, 0, 0, 0, 0, 3], [0, 4, 5, 0, 0, 0]])
+VECTORISED = {
+    "cross": lambda x, v, a: jnp.cross(x[:3], a[3:]),
+    "constant sparse matvec": lambda x, v, a: jnp.asarray(_A) @ v + x[:3],
+    "cumsum and reverse": lambda x, v, a: jnp.cumsum(v) * x[::-1],
+    "roll": lambda x, v, a: jnp.roll(x, 2) + a,
+    "gather with index array": lambda x, v, a: x[jnp.array([5, 0, 0, -3])] * v[jnp.array([1, 2, 3, 4])],
+    "scatter-add with duplicates": lambda x, v, a: jnp.zeros(6).at[jnp.array([0, 3, 3])].add(v[:3]) + x,
+    "scatter set overwrites": lambda x, v, a: (x * 2.0).at[2].set(a[0]),
+    "norm with keepdims": lambda x, v, a: (x.reshape(2, 3) / jnp.linalg.norm(x.reshape(2, 3), axis=1,
+                                                                                 keepdims=True)).ravel(),
+    "batched einsum": lambda x, v, a: jnp.einsum("bi,bi->b", x.reshape(2, 3), a.reshape(2, 3)),
+    "outer": lambda x, v, a: jnp.outer(x[:2], v[4:]).ravel(),
+    "transpose and flip": lambda x, v, a: jnp.flip(x.reshape(2, 3).T, axis=0).ravel() * v[0],
+    "concatenate and stack": lambda x, v, a: jnp.concatenate([x[:2], jnp.stack([v[3], a[5]])]),
+    "tile and diff": lambda x, v, a: jnp.diff(jnp.tile(x[:2], 3)),
+    "dynamic slices": lambda x, v, a: lax.dynamic_slice(x, (2,), (3,))
+    + lax.dynamic_update_slice(v, a[:2], (1,))[:3],
+    "custom_jvp softplus": lambda x, v, a: jax.nn.softplus(x) * v,
+    "pow atan2 exp": lambda x, v, a: jnp.sin(x) ** v + jnp.arctan2(x, a) + jnp.exp(-x ** 2),
+    "interior padding": lambda x, v, a: lax.pad(x[:3], 0.0, [(1, 1, 1)]) + v[0],
+    "sum and prod": lambda x, v, a: jnp.sum(x[:4]) * jnp.prod(v[:2]) + a[1:4],
+    "dense linear solve": lambda x, v, a: jnp.linalg.solve(jnp.outer(x[:3], x[3:]) + jnp.eye(3), v[:3]),
+    "matrix product": lambda x, v, a: (x.reshape(2, 3) @ v.reshape(3, 2)).ravel(),
+    "split": lambda x, v, a: jnp.split(x, 3)[1] * v[:2],
+    "unstack": lambda x, v, a: jnp.unstack(x.reshape(2, 3))[1] + a[:3],
+    "gather filling out of bounds": lambda x, v, a: x.at[jnp.array([1, 9])].get(mode="fill", fill_value=0.0)
+    + v[:2],
+    "checkpoint": lambda x, v, a: jax.checkpoint(lambda y: jnp.sin(y) * v)(x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VECTORISED))
+def test_vectorised_ops_match_jacobian_sparsity(name):
+    f = VECTORISED[name]
+    np.testing.assert_array_equal(structural_sigma(f), numeric_sigma(f))
+
+
+def test_select_and_clamp_keep_every_branch_and_sign_drops_out():
+    """where/clip depend on all branches; sign(x) is piecewise constant."""
+    sig = structural_sigma(lambda x, v, a: jnp.concatenate([
+        jnp.where(x[:2] > 0, v[:2], a[:2]),
+        jnp.clip(x[2:4], v[0], 1.0),
+        jnp.sign(v[4:6]) + x[4:6]]))
+    expect = np.full((6, 6), N)
+    expect[0, 0], expect[1, 1] = 2, 2          # a_i (x only in the predicate)
+    expect[2, 2], expect[3, 3] = 0, 0
+    expect[2, 0] = expect[3, 0] = 1            # the clip bound v_0
+    expect[4, 4], expect[5, 5] = 0, 0          # x, not sign(v)
+    np.testing.assert_array_equal(sig, expect)
+
+
+@jax.custom_vjp
+def _square(x):
+    return x ** 2
+
+
+_square.defvjp(lambda x: (x ** 2, x), lambda x, g: (2 * x * g,))
+
+
+def test_cond_custom_vjp_and_parameter_indices():
+    """cond joins its branches; custom_vjp is read through; an index that
+    depends on a parameter may pick any element (conservative)."""
+    def residual(t, v, p):
+        x, y, q = v["x"], v["y"], v["q"]
+        branch = lax.cond(t > 1.0, lambda a, b: a, lambda a, b: 2.0 * b, y[0], x[0])
+        pick = q[0][p["k"].astype(int)]
+        return [x[1] - branch, _square(y[0]) * q[2][0] - t, q[1] - pick]
+
+    sig = signature_matrix(DAE(residual, {"x": None, "y": None, "q": 2}, {"k": 1.0}))
+    np.testing.assert_array_equal(sig, [[1, 0, N, N], [N, 0, 2, N], [N, N, 1, 0], [N, N, 0, 1]])
+
+
+def test_unsupported_primitive_is_named():
+    def residual(t, v, p):
+        x = v["x"]
+        y = lax.while_loop(lambda c: c[1] < 3, lambda c: (c[0] * 2.0, c[1] + 1), (x[0], 0))[0]
+        return [x[1] - y]
+
+    with pytest.raises(UnsupportedPrimitiveError, match="'while'"):
+        signature(DAE(residual, ["x"]))
+
+
+# ----------------------------------------------------------- large systems
+def spring_grid(m, n):
+    """Point masses on an m×n grid, linear springs to the 4 neighbours."""
+    def residual(t, v, p):
+        x = v["x"][0].reshape(m, n, 3)
+        acc = v["x"][2].reshape(m, n, 3)
+
+        def tension(d):
+            length = jnp.sqrt(jnp.sum(d * d, axis=-1, keepdims=True))
+            return p["k"] * (length - p["L"]) * d / length
+
+        fr = tension(x[1:] - x[:-1])
+        fc = tension(x[:, 1:] - x[:, :-1])
+        force = (jnp.pad(fr, ((0, 1), (0, 0), (0, 0))) - jnp.pad(fr, ((1, 0), (0, 0), (0, 0)))
+                 + jnp.pad(fc, ((0, 0), (0, 1), (0, 0))) - jnp.pad(fc, ((0, 0), (1, 0), (0, 0))))
+        return [(p["mass"] * (acc - jnp.array([0.0, 0.0, -p["g"]])) - force).ravel()]
+
+    return DAE(residual, {"x": m * n * 3}, {"k": 100.0, "L": 0.1, "g": 9.81, "mass": 0.01})
+
+
+def test_spring_grid_signature_is_exact_and_fast():
+    m = n = 30
+    dae = spring_grid(m, n)
+    start = time.perf_counter()
+    s = analyse_dae(dae)
+    elapsed = time.perf_counter() - start
+    # Reference by loops: particle (a, b) couples to itself and its grid
+    # neighbours, all three coordinates at order 0; its own coordinate at 2.
+    rows, cols, orders = [], [], []
+    for a in range(m):
+        for b in range(n):
+            near = [(a, b)] + [(a + da, b + db) for da, db in ((1, 0), (-1, 0), (0, 1), (0, -1))
+                               if 0 <= a + da < m and 0 <= b + db < n]
+            for k in range(3):
+                i = (a * n + b) * 3 + k
+                for a2, b2 in near:
+                    for k2 in range(3):
+                        j = (a2 * n + b2) * 3 + k2
+                        rows.append(i), cols.append(j), orders.append(2 if i == j else 0)
+    ref = sp.csr_array((np.array(orders) + 1, (rows, cols)), shape=(dae.n, dae.n))
+    got = sp.csr_array((s.signature.orders + 1, (s.signature.rows, s.signature.cols)), shape=(dae.n, dae.n))
+    assert (ref != got).nnz == 0
+    assert np.all(s.c == 0) and np.all(s.d == 2)
+    assert (s.index, s.dof) == (0, 2 * dae.n)
+    assert elapsed < 10.0, f"structural analysis of {dae.n} unknowns took {elapsed:.1f} s"
+
+
+def test_cloth_scale_grid_is_analysed_in_seconds():
+    """90×90×3 = 24,300 unknowns: every particle couples to itself and its
+    grid neighbours (3×3 coordinates each), so Σ has 9·(mn + 2·#springs)
+    finite entries; the sparse LAP path is used above DENSE_LAP_LIMIT."""
+    m = n = 90
+    dae = spring_grid(m, n)
+    start = time.perf_counter()
+    s = analyse_dae(dae)
+    elapsed = time.perf_counter() - start
+    springs = m * (n - 1) + n * (m - 1)
+    assert len(s.signature.orders) == 9 * (m * n + 2 * springs)
+    assert np.all(s.signature.value(np.arange(dae.n), np.arange(dae.n)) == 2)
+    assert np.all(s.c == 0) and np.all(s.d == 2) and s.dof == 2 * dae.n
+    assert elapsed < 30.0, f"structural analysis of {dae.n} unknowns took {elapsed:.1f} s"
+
+
+def test_sparse_signature_validates_and_sorts():
+    s = SparseSignature((2, 2), [1, 0], [0, 1], [3, 0])
+    np.testing.assert_array_equal(s.todense(), [[N, 0], [3, N]])
+    np.testing.assert_array_equal(s.value([0, 1, 1], [1, 0, 1]), [0, 3, N])
+    with pytest.raises(ValueError, match="given twice"):
+        SparseSignature((2, 2), [0, 0], [1, 1], [0, 2])
+    with pytest.raises(ValueError, match="outside the shape"):
+        SparseSignature((2, 2), [2], [0], [0])
+
+
+def test_str_shows_table_offsets_index_and_dof():
+    text = str(pendulum().structure)
+    lines = text.splitlines()
+    assert any(line.split()[:2] == ["2", "f2"] and "0*" in line for line in lines)  # c=2 row, HVT mark
+    assert "d=2" in text and "d=0" in text
+    assert "structural index 3, DOF 2" in text
+    big = str(analyse(np.diag(np.full(50, 1))))
+    assert "table omitted" in big and "structural index 0, DOF 50" in big
