@@ -197,9 +197,12 @@ class _Interpreter:
                 if folded is not None:
                     return [(None, c) for c in folded]
             return [(None, None)] * n_outs
+        name = prim.name
+        if name in _CALL_PARAM:  # constants computed inside stay known
+            outs = _call(self, eqn, deps, consts)
+            return [(d if _is_float(v.aval) else None, c) for v, (d, c) in zip(eqn.outvars, outs)]
         if not any(_is_float(v.aval) for v in eqn.outvars):
             return [(None, None)] * n_outs
-        name = prim.name
         rule = _RULES.get(name)
         if rule is None:
             if name in _ELEMENTWISE:
@@ -216,8 +219,6 @@ class _Interpreter:
                 rule = _scatter
             elif name in _DENSE:
                 rule = _dense_rule
-            elif name in _CALL_PARAM:
-                rule = _call
             else:
                 raise UnsupportedPrimitiveError(
                     f"structural analysis: no rule for the JAX primitive {name!r} "
@@ -391,8 +392,7 @@ def _dense_rule(it, eqn, deps, consts):
 def _call(it, eqn, deps, consts):
     sub = eqn.params[_CALL_PARAM[eqn.primitive.name]]
     jaxpr, sub_consts = (sub.jaxpr, sub.consts) if isinstance(sub, jex_core.ClosedJaxpr) else (sub, [])
-    outs = it.run(jaxpr, sub_consts, deps, consts)
-    return [d for d, _ in outs]
+    return it.run(jaxpr, sub_consts, deps, consts)
 
 
 def _cond(it, eqn, deps, consts):

@@ -286,6 +286,13 @@ def structural_sigma(f, n_in=6, levels=3):
     return sig
 
 
+@jax.jit
+def _pick(x):
+    """A jitted helper that also returns the (constant) index array it used."""
+    idx = jnp.array([2, 0])
+    return x[idx], idx
+
+
 _A = np.array([[1.0, 0, 0, 2, 0, 0], [0, 0, 0, 0, 0, 3], [0, 4, 5, 0, 0, 0]])
 VECTORISED = {
     "cross": lambda x, v, a: jnp.cross(x[:3], a[3:]),
@@ -314,6 +321,9 @@ VECTORISED = {
     "unstack": lambda x, v, a: jnp.unstack(x.reshape(2, 3))[1] + a[:3],
     "gather filling out of bounds": lambda x, v, a: x.at[jnp.array([1, 9])].get(mode="fill", fill_value=0.0)
     + v[:2],
+    "where with a constant mask": lambda x, v, a: jnp.where(jnp.arange(6) > 2, x, a) * jnp.linalg.norm(v[:2]),
+    "fractional power": lambda x, v, a: x ** 1.5 + jnp.abs(v - 3.0),
+    "index array returned by a jitted helper": lambda x, v, a: _pick(x)[0] + a[_pick(x)[1]],
     "checkpoint": lambda x, v, a: jax.checkpoint(lambda y: jnp.sin(y) * v)(x),
 }
 
