@@ -1,0 +1,35 @@
+"""mechsweep's solver: a JAX Taylor-series DAE integrator in the style of DAETS.
+
+Front door::
+
+    import solver
+    dae = solver.DAE(residual, variables=["x", "y", "lam"], params={"g": 9.81, "L": 1.0})
+    dae.structure            # Σ-method analysis
+    ds = solver.solve(dae, t_span=(0, 10), values={...}, fixed=[...], tol=1e-10)
+"""
+
+import jax as _jax
+
+_jax.config.update("jax_enable_x64", True)
+
+from .dae import DAE, ddt, DAEDefinitionError  # noqa: E402
+from .errors import InputError  # noqa: E402
+from .api import solve, integrator_for, consistent_point  # noqa: E402
+from . import status  # noqa: E402
+
+__all__ = ["DAE", "ddt", "solve", "integrator_for", "consistent_point", "InputError",
+           "DAEDefinitionError", "status", "lagrangian", "load"]
+
+
+def __getattr__(name):
+    # Facilities written on top of the core load lazily (and may be absent
+    # while they are being built).
+    if name == "lagrangian":
+        from .lagrangian import lagrangian
+
+        return lagrangian
+    if name == "load":
+        from .spec import load
+
+        return load
+    raise AttributeError(f"module 'solver' has no attribute {name!r}")

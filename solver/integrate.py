@@ -329,7 +329,7 @@ class Integrator:
         return z, jnp.max(jnp.abs(g(z)))
 
     # ------------------------------------------------------------- the loop
-    def run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None):
+    def run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None, fixed_step=None):
         """Integrate from a consistent point (jit-compiled; vmap-safe).
 
         Args:
@@ -341,6 +341,8 @@ class Integrator:
             tol: tolerance.
             max_steps: step limit.
             h_max: optional largest step.
+            fixed_step: optional constant step (no error control; for
+                convergence studies).
 
         Returns:
             dict with ``values`` (name -> (n_out, L, *shape)), ``status``
@@ -348,9 +350,10 @@ class Integrator:
             ``u_final``.
         """
         h_max = jnp.inf if h_max is None else h_max
-        return self._run_jit(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max)
+        fixed_step = 0.0 if fixed_step is None else fixed_step
+        return self._run_jit(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step)
 
-    def _run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max):
+    def _run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step):
         consts = self.prog.constants(params)
         dt = jnp.result_type(float)
         t0 = jnp.asarray(t0, dt)
@@ -368,7 +371,9 @@ class Integrator:
         def body(c):
             t, z, u = c["t"], c["z"], c["u"]
             X, u_new, sstat, _ = self.series(z, u, t, consts)
-            h0 = jnp.minimum(jnp.minimum(self.step_size(X, tol), h_max), t1 - t)
+            fixed = fixed_step > 0
+            h0 = jnp.where(fixed, fixed_step, jnp.minimum(self.step_size(X, tol), h_max))
+            h0 = jnp.minimum(h0, t1 - t)
             zscale = jnp.maximum(1.0, jnp.max(jnp.abs(z))) if z.size else 1.0
 
             def try_cond(tc):
@@ -381,7 +386,8 @@ class Integrator:
                 zp, up = self.advance_state(X, h)
                 zq, res = self.project(zp, t + h, consts)
                 corr = jnp.max(jnp.abs(zq - zp)) if zq.size else 0.0
-                ok = jnp.all(jnp.isfinite(zq)) & (corr <= 100.0 * tol * zscale) & (res <= jnp.maximum(1e3 * tol, 1e-10) * zscale)
+                ok = jnp.all(jnp.isfinite(zq)) & (fixed | ((corr <= 100.0 * tol * zscale)
+                                                     & (res <= jnp.maximum(1e3 * tol, 1e-10) * zscale)))
                 return h, zq, up, ok, tries + 1
 
             h, zq, uq, ok, _ = lax.while_loop(try_cond, try_body, (h0, z, u_new, False, 0))

@@ -1,0 +1,184 @@
+"""The integrator against exact solutions, convergence order and batching."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.special as sps
+
+import jax
+import jax.numpy as jnp
+
+import solver
+from solver import status
+from solver.api import integrator_for
+from solver.initialize import parse_values
+
+
+def pendulum(t, v, p):
+    x, y, lam = v["x"], v["y"], v["lam"]
+    return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], x[0] ** 2 + y[0] ** 2 - p["L"] ** 2]
+
+
+PEND = solver.DAE(pendulum, variables=["x", "y", "lam"], params={"g": 9.81, "L": 1.0})
+
+
+def exact_pendulum(t, theta0, g, L):
+    """Released from rest at angle theta0 (from the downward vertical).
+
+    sin(θ/2) = k sn(K(k) − ω t; k), k = sin(θ0/2), ω = sqrt(g/L)
+    (Jacobi elliptic functions; scipy.special.ellipj takes m = k²).
+    """
+    k = math.sin(theta0 / 2)
+    m = k * k
+    sn, cn, dn, _ = sps.ellipj(sps.ellipk(m) - math.sqrt(g / L) * np.asarray(t), m)
+    theta = 2 * np.arcsin(k * sn)
+    return L * np.sin(theta), L * np.cos(theta)
+
+
+def test_pendulum_index3_matches_elliptic_solution_over_10s():
+    theta0 = 1.2
+    t = np.linspace(0, 10, 501)
+    ds = solver.solve(PEND, (0.0, 10.0), values={"x": math.sin(theta0), "y": 0.5, "x'": 0.0, "y'": 0.0},
+                      fixed=["x", "x'"], tol=1e-11, t_eval=t)
+    assert int(ds.status) == status.SUCCESS
+    xe, ye = exact_pendulum(t, theta0, 9.81, 1.0)
+    assert np.max(np.abs(ds.x.values - xe)) <= 1e-10
+    assert np.max(np.abs(ds.y.values - ye)) <= 1e-10
+    # The fixed initial x is kept and the guessed y lands on the circle's lower branch.
+    assert ds.x.values[0] == pytest.approx(math.sin(theta0), abs=0)
+    assert ds.y.values[0] == pytest.approx(math.cos(theta0), abs=1e-13)
+    assert np.max(ds.constraint_residual.values) <= 1e-12
+    # The multiplier is the rod tension per unit mass and length: λ = (v² + g y)/L².
+    v2 = ds.x_d1.values ** 2 + ds.y_d1.values ** 2
+    assert np.max(np.abs(ds.lam.values - (v2 + 9.81 * ds.y.values))) <= 1e-8
+
+
+def constrained_oscillators(t, v, p):
+    # x1'' = -x1 + λ, x2'' = -4 x2 + λ, x1 + x2 = 0 (linear, index 3):
+    # then λ = -1.5 x1 and x1'' = -2.5 x1.
+    x1, x2, lam = v["x1"], v["x2"], v["lam"]
+    return [x1[2] + x1[0] - lam[0], x2[2] + 4 * x2[0] - lam[0], x1[0] + x2[0]]
+
+
+LIN = solver.DAE(constrained_oscillators, ["x1", "x2", "lam"])
+
+
+def test_linear_constant_coefficient_dae_closed_form():
+    w = math.sqrt(2.5)
+    t = np.linspace(0, 8, 161)
+    ds = solver.solve(LIN, (0, 8), values={"x1": 0.7, "x1'": 0.3}, fixed=["x1", "x1'"], tol=1e-12, t_eval=t)
+    x1 = 0.7 * np.cos(w * t) + 0.3 / w * np.sin(w * t)
+    assert np.max(np.abs(ds.x1.values - x1)) < 1e-11
+    assert np.max(np.abs(ds.x2.values + x1)) < 1e-11
+    assert np.max(np.abs(ds.lam.values + 1.5 * x1)) < 1e-10
+    assert np.max(np.abs(ds.x1_d1.values - (-0.7 * w * np.sin(w * t) + 0.3 * np.cos(w * t)))) < 1e-10
+
+
+OSC = solver.DAE(lambda t, v, p: [v["u"][2] + 2.5 * v["u"][0]], ["u"])
+
+
+@pytest.mark.parametrize("order", [3, 5])
+def test_convergence_order_with_fixed_steps(order):
+    """With p stages the series of u (d = 2) has degree p + 2, so the global
+    error with fixed steps falls like h^(p+2)."""
+    integ = integrator_for(OSC, order)
+    z0 = jnp.array([1.0, 0.0])
+    T, w = 2.0, math.sqrt(2.5)
+    hs = [0.2, 0.1, 0.05]
+    errs = []
+    for h in hs:
+        r = integ.run({}, z0, jnp.zeros(1), 0.0, T, np.array([T]), 0.5, fixed_step=h)
+        errs.append(abs(float(r["values"]["u"][0, 0]) - math.cos(w * T)))
+    slopes = [math.log(errs[i] / errs[i + 1]) / math.log(2.0) for i in range(2)]
+    assert all(order + 2 - 0.3 <= s <= order + 2 + 0.5 for s in slopes), (errs, slopes)
+
+
+def test_linear_dae_with_projection_converges_at_least_at_order_p_plus_2():
+    integ = integrator_for(LIN, 3)
+    spec = parse_values(integ, {"x1": 1.0, "x1'": 0.0}, ["x1", "x1'"])
+    z0 = jnp.asarray(solver.consistent_point(integ, {}, 0.0, spec))
+    T, w = 2.0, math.sqrt(2.5)
+    errs = []
+    for h in [0.1, 0.05, 0.025]:
+        r = integ.run({}, z0, jnp.zeros(3), 0.0, T, np.array([T]), 0.5, fixed_step=h)
+        errs.append(abs(float(r["values"]["x1"][0, 0]) - math.cos(w * T)))
+    slopes = [math.log(errs[i] / errs[i + 1]) / math.log(2.0) for i in range(2)]
+    assert min(slopes) >= 5 - 0.3, (errs, slopes)
+
+
+def index5_chain(t, v, p):
+    # x1 = sin t, x_{k+1} = x_k': structural index 5, x5 = sin^(4) t = sin t.
+    x = [v[f"x{i}"] for i in range(1, 6)]
+    return [x[0][0] - jnp.sin(t)] + [x[i + 1][0] - x[i][1] for i in range(4)]
+
+
+def test_index5_dae_follows_the_derivatives_of_its_forcing():
+    dae = solver.DAE(index5_chain, [f"x{i}" for i in range(1, 6)])
+    assert dae.structure.index == 5 and dae.structure.dof == 0
+    t = np.linspace(0, 3, 31)
+    ds = solver.solve(dae, (0, 3), tol=1e-10, t_eval=t)
+    assert int(ds.status) == 0
+    for i, f in enumerate([np.sin, np.cos, lambda s: -np.sin(s), lambda s: -np.cos(s), np.sin], start=1):
+        assert np.max(np.abs(ds[f"x{i}"].values - f(t))) < 1e-9
+
+
+def test_ddt_of_a_subexpression_talk_example():
+    """((x1' sin t)')^2 / (1 + x2'^2) + t^2 cos x2 = 0 with x1 = t^2 prescribed.
+
+    Then ((x1' sin t)')² = (2 sin t + 2 t cos t)², so x2 solves the implicit ODE
+    cos x2 = -(2 sin t + 2t cos t)² / (t² (1 + x2'²)).  We check the residual
+    of the computed solution with finite differences of the dense output.
+    """
+
+    def talk(t, v, p):
+        x1, x2 = v["x1"], v["x2"]
+        return [solver.ddt(x1[1] * jnp.sin(t)) ** 2 / (1 + x2[1] ** 2) + t**2 * jnp.cos(x2[0]),
+                x1[0] - t**2]
+
+    dae = solver.DAE(talk, ["x1", "x2"])
+    s = dae.structure
+    assert list(s.c) == [0, 2] and list(s.d) == [2, 1]
+    t0 = 1.0
+    a = (2 * math.sin(t0) + 2 * t0 * math.cos(t0)) ** 2
+    # pick x2(1) = 2.0 and the x2' > 0 root of cos x2 = -a / (1 + x2'^2)
+    x2p = math.sqrt(-a / math.cos(2.0) - 1)
+    t = np.linspace(1.0, 1.2, 201)
+    # x2' is not state (d = 1): its value is the guess that picks the root.
+    ds = solver.solve(dae, (1.0, 1.2), values={"x2": 2.0, "x2'": x2p, "x1''": 2.0}, fixed=["x2"], tol=1e-12, t_eval=t)
+    assert ds.x2.values[1] > 2.0
+    assert int(ds.status) == 0
+    x2 = ds.x2.values
+    dx2 = np.gradient(x2, t, edge_order=2)
+    res = (2 * np.sin(t) + 2 * t * np.cos(t)) ** 2 / (1 + dx2**2) + t**2 * np.cos(x2)
+    assert np.max(np.abs(res[2:-2])) < 1e-4  # limited by the finite differences
+    assert np.max(np.abs(ds.x1.values - t**2)) < 1e-12
+
+
+def test_vmapped_batch_equals_single_runs():
+    integ = integrator_for(PEND, 12)
+    lengths = np.array([0.5, 1.0, 1.7])
+    t_eval = np.linspace(0, 2, 21)
+
+    def one(L):
+        # Consistent start: at angle 0.4 from rest on a rod of length L.
+        z0 = jnp.stack([L * jnp.sin(0.4), 0.0, L * jnp.cos(0.4), 0.0])
+        params = {"g": jnp.asarray(9.81), "L": L}
+        return integ.run(params, z0, jnp.zeros(3), 0.0, 2.0, t_eval, 1e-10)
+
+    batch = jax.vmap(one)(jnp.asarray(lengths))
+    for i, L in enumerate(lengths):
+        single = one(jnp.asarray(L))
+        assert int(batch["status"][i]) == int(single["status"]) == 0
+        assert int(batch["steps"][i]) == int(single["steps"])
+        np.testing.assert_allclose(batch["values"]["x"][i], single["values"]["x"], rtol=0, atol=1e-13)
+        np.testing.assert_allclose(batch["values"]["lam"][i], single["values"]["lam"], rtol=0, atol=1e-11)
+
+
+def test_singular_system_jacobian_is_a_status_not_an_exception():
+    # x'^2 + x^2 - 1 = 0 at x = 1 forces x' = 0 where J = 2 x' vanishes.
+    dae = solver.DAE(lambda t, v, p: [v["x"][1] ** 2 + v["x"][0] ** 2 - 1.0], ["x"])
+    integ = integrator_for(dae, 8)
+    r = integ.run({}, jnp.array([1.0]), jnp.zeros(1), 0.0, 1.0, np.array([0.5, 1.0]), 1e-8)
+    assert int(r["status"]) in (status.SINGULAR_JACOBIAN, status.NONFINITE)
+    assert int(r["status"]) == status.SINGULAR_JACOBIAN
