@@ -1,0 +1,320 @@
+"""Example mechanical models built with the Lagrangian facility.
+
+Each builder returns a :class:`solver.lagrangian.LagrangianDAE`; physical
+constants are DAE parameters (so sweeps can vary them).  Most come from the
+talk (``shared/seeds/000_8ef9bbbd8e3e220d.txt``); the car is the "rigid frame
+on four springs" of the vehicle-dynamics article.  Helpers give consistent
+initial values where they are not obvious.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from .errors import InputError
+from .lagrangian import LagrangianDAE, lagrangian, point_force
+
+jax.config.update("jax_enable_x64", True)
+
+__all__ = [
+    "pendulum_cartesian", "pendulum_angle", "pendulum_chain", "two_particles_spring",
+    "rigid_body_euler", "euler_zxz", "cloth", "cloth_rest_positions", "car",
+    "rotation_zyx", "body_angular_velocity", "omega_zxz", "omega_zyx",
+]
+
+
+def _sq(v):
+    return jnp.sum(v * v, axis=-1)
+
+
+# ------------------------------------------------------------------ pendulum
+def pendulum_cartesian(m=1.0, g=9.81, l=1.0) -> LagrangianDAE:
+    """Simple pendulum in Cartesians (index 3), y downward (talk eq. 3).
+
+    ``L = ½ m (x'² + y'²) + m g y``, ``C = x² + y² − ℓ²``; the facility
+    produces ``m x'' + 2xλ = 0``, ``m y'' + 2yλ − mg = 0``, ``C = 0``.
+    """
+    def L(t, q, qd, p):
+        return 0.5 * p["m"] * (qd["x"] ** 2 + qd["y"] ** 2) + p["m"] * p["g"] * q["y"]
+
+    def C(t, q, p):
+        return [q["x"] ** 2 + q["y"] ** 2 - p["l"] ** 2]
+
+    return lagrangian(L, ["x", "y"], constraints=C, params={"m": m, "g": g, "l": l},
+                      name="pendulum (Cartesian)", mass_blocks="diagonal")
+
+
+def pendulum_angle(m=1.0, g=9.81, l=1.0) -> LagrangianDAE:
+    """Simple pendulum by its angle θ from the downward vertical (an ODE).
+
+    ``L = ½ m ℓ² θ'² + m g ℓ cos θ`` gives ``θ'' = −(g/ℓ) sin θ``.
+    """
+    def L(t, q, qd, p):
+        return 0.5 * p["m"] * (p["l"] * qd["theta"]) ** 2 + p["m"] * p["g"] * p["l"] * jnp.cos(q["theta"])
+
+    return lagrangian(L, ["theta"], params={"m": m, "g": g, "l": l}, name="pendulum (angle)")
+
+
+def pendulum_chain(n: int, m=1.0, g=9.81, l=1.0) -> LagrangianDAE:
+    """Chain of n pendula in 3-D Cartesians, z downward (talk eq. 4).
+
+    Coordinate ``r`` (3n: bob i at r[3i:3i+3]), multipliers ``lam`` (n):
+    ``L = ½ m Σ|r_i'|² + m g Σ z_i``, ``C_j = |r_j − r_{j−1}|² − ℓ²``, r_0 = 0.
+    """
+    if not isinstance(n, (int, np.integer)) or n < 1:
+        raise InputError(f"pendulum_chain: n must be a positive integer, got {n!r}")
+
+    def L(t, q, qd, p):
+        r, rd = q["r"].reshape(n, 3), qd["r"].reshape(n, 3)
+        return 0.5 * p["m"] * jnp.sum(rd * rd) + p["m"] * p["g"] * jnp.sum(r[:, 2])
+
+    def C(t, q, p):
+        r = q["r"].reshape(n, 3)
+        prev = jnp.concatenate([jnp.zeros((1, 3)), r[:-1]], axis=0)
+        return _sq(r - prev) - p["l"] ** 2
+
+    return lagrangian(L, {"r": 3 * n}, constraints=C, params={"m": m, "g": g, "l": l},
+                      name=f"chain of {n} pendula", mass_blocks="diagonal")
+
+
+# ------------------------------------------------------------------ particles
+def two_particles_spring(m1=1.0, m2=2.0, k=10.0, l0=1.0) -> LagrangianDAE:
+    """Two particles in 3-D joined by a spring (seed 001), no gravity.
+
+    ``V = ½ k (|x2 − x1| − l0)²``.  Along the line of centres the separation
+    oscillates about l0 at ω = sqrt(k (m1 + m2) / (m1 m2)).
+    """
+    def L(t, q, qd, p):
+        T = 0.5 * p["m1"] * _sq(qd["x1"]) + 0.5 * p["m2"] * _sq(qd["x2"])
+        d = q["x2"] - q["x1"]
+        return T - 0.5 * p["k"] * (jnp.sqrt(_sq(d)) - p["l0"]) ** 2
+
+    return lagrangian(L, {"x1": 3, "x2": 3}, params={"m1": m1, "m2": m2, "k": k, "l0": l0},
+                      name="two particles and a spring", mass_blocks={"x1": 1, "x2": 1})
+
+
+# ------------------------------------------------------------------ rotations
+def _rx(a):
+    c, s = jnp.cos(a), jnp.sin(a)
+    return jnp.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
+
+
+def _ry(a):
+    c, s = jnp.cos(a), jnp.sin(a)
+    return jnp.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+
+def _rz(a):
+    c, s = jnp.cos(a), jnp.sin(a)
+    return jnp.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def euler_zxz(phi, theta, psi):
+    """Rotation ``R = Rz(φ) Rx(θ) Rz(ψ)`` (classical Euler angles, body -> world)."""
+    return _rz(phi) @ _rx(theta) @ _rz(psi)
+
+
+def rotation_zyx(roll, pitch, yaw):
+    """Rotation ``R = Rz(yaw) Ry(pitch) Rx(roll)`` (Tait–Bryan, body -> world).
+
+    Entries written out (the product of the three factors), which keeps the
+    traced residual of models using it small.
+    """
+    cf, sf = jnp.cos(roll), jnp.sin(roll)
+    ct, st = jnp.cos(pitch), jnp.sin(pitch)
+    cp, sp = jnp.cos(yaw), jnp.sin(yaw)
+    return jnp.stack([
+        jnp.stack([cp * ct, cp * st * sf - sp * cf, cp * st * cf + sp * sf]),
+        jnp.stack([sp * ct, sp * st * sf + cp * cf, sp * st * cf - cp * sf]),
+        jnp.stack([-st, ct * sf, ct * cf]),
+    ])
+
+
+def body_angular_velocity(rotation, angles, rates):
+    """Body-frame angular velocity ω with ω̂ = Rᵀ Ṙ, Ṙ by a jvp of ``rotation``.
+
+    Args:
+        rotation: callable (a, b, c) -> 3×3 rotation.
+        angles, rates: the three angles and their time derivatives.
+
+    Returns:
+        ω (3,) in body axes.
+    """
+    R, Rd = jax.jvp(lambda a: rotation(a[0], a[1], a[2]), (jnp.asarray(angles),), (jnp.asarray(rates),))
+    W = R.T @ Rd
+    return jnp.stack([W[2, 1], W[0, 2], W[1, 0]])
+
+
+def omega_zxz(phi, theta, psi, phid, thetad, psid):
+    """Body angular velocity of ``euler_zxz`` (Goldstein's kinematic equations).
+
+    Written out rather than taken from ``body_angular_velocity`` so that the
+    Lagrangian's jaxpr stays small (it is differentiated twice more).
+    """
+    return (phid * jnp.sin(theta) * jnp.sin(psi) + thetad * jnp.cos(psi),
+            phid * jnp.sin(theta) * jnp.cos(psi) - thetad * jnp.sin(psi),
+            phid * jnp.cos(theta) + psid)
+
+
+def omega_zyx(roll, pitch, yaw, rolld, pitchd, yawd):
+    """Body angular velocity of ``rotation_zyx`` (Tait–Bryan kinematics)."""
+    return (rolld - yawd * jnp.sin(pitch),
+            pitchd * jnp.cos(roll) + yawd * jnp.cos(pitch) * jnp.sin(roll),
+            yawd * jnp.cos(pitch) * jnp.cos(roll) - pitchd * jnp.sin(roll))
+
+
+# ------------------------------------------------------------------ rigid body
+def rigid_body_euler(m=1.0, I1=1.0, I2=2.0, I3=3.0) -> LagrangianDAE:
+    """Free rigid body: centre of mass ``x`` (3) and Euler angles φ, θ, ψ (ZXZ).
+
+    ``L = ½ m|x'|² + ½ Σ I_k ω_k²`` with ω the body angular velocity of
+    ``R = Rz(φ)Rx(θ)Rz(ψ)`` (principal axes; singular at sin θ = 0).
+    """
+    def L(t, q, qd, p):
+        w1, w2, w3 = omega_zxz(q["phi"], q["theta"], q["psi"], qd["phi"], qd["theta"], qd["psi"])
+        rot = p["I1"] * w1 ** 2 + p["I2"] * w2 ** 2 + p["I3"] * w3 ** 2
+        return 0.5 * p["m"] * _sq(qd["x"]) + 0.5 * rot
+
+    return lagrangian(L, {"x": 3, "phi": None, "theta": None, "psi": None},
+                      params={"m": m, "I1": I1, "I2": I2, "I3": I3},
+                      name="free rigid body (Euler angles)", mass_blocks={"x": 1})
+
+
+# ------------------------------------------------------------------ cloth
+def _spring_energy(a, b, p):
+    """Σ ½ k (|b − a| − l)² over springs between arrays of end points (…, 3)."""
+    length = jnp.sqrt(_sq(b - a))
+    return 0.5 * p["k"] * jnp.sum((length - p["l"]) ** 2)
+
+
+def cloth_rest_positions(m: int, n: int, dx=1.0, dy=1.0, z=0.0) -> np.ndarray:
+    """Grid positions (m, n, 3) of particles (i, j), i = 1..m, j = 1..n: (i·dx, j·dy, z)."""
+    i, j = np.meshgrid(np.arange(1, m + 1), np.arange(1, n + 1), indexing="ij")
+    return np.stack([i * dx, j * dy, np.full(i.shape, float(z))], axis=-1)
+
+
+def cloth(m: int, n: int, M=1.0, k=100.0, l=1.0, kd=1.0, g=9.81, dx=1.0, dy=1.0,
+          fixed: str = "edges") -> LagrangianDAE:
+    """Damped particle–spring cloth of m×n particles (talk), vectorised.
+
+    Coordinate ``r`` of size 3mn (particle (i, j) at ``r.reshape(m, n, 3)[i-1, j-1]``),
+    z upward.  Each particle has mass M and energy M g z; each spring
+    ``½ k (|Δr| − l)²`` and, between two moving particles, dissipation
+    ``½ kd |Δr'|²`` (the talk's table; boundary springs undamped).
+
+    Args:
+        m, n: grid size.
+        fixed: ``"edges"``: as in the talk, indices 0 and m+1 (n+1) are fixed
+            positions (i·dx, j·dy, 0) joined by springs to the border
+            particles (an ODE of size 3mn).  ``"corners"``: no fixed ring;
+            the four corner particles are held at their rest positions by 12
+            constraints (an index-3 DAE).
+
+    Raises:
+        InputError: bad sizes or ``fixed``.
+    """
+    for nm, v in (("m", m), ("n", n)):
+        if not isinstance(v, (int, np.integer)) or v < 2:
+            raise InputError(f"cloth: {nm} must be an integer >= 2, got {v!r}")
+    if fixed not in ("edges", "corners"):
+        raise InputError(f"cloth: fixed must be 'edges' or 'corners', got {fixed!r}")
+    gi, gj = np.meshgrid(np.arange(m + 2), np.arange(n + 2), indexing="ij")
+    ring = np.ones((m + 2, n + 2, 1))
+    ring[1:-1, 1:-1] = 0.0
+    unit_i = (gi[..., None] * np.array([1.0, 0.0, 0.0])) * ring
+    unit_j = (gj[..., None] * np.array([0.0, 1.0, 0.0])) * ring
+
+    def L(t, q, qd, p):
+        r, rd = q["r"].reshape(m, n, 3), qd["r"].reshape(m, n, 3)
+        T = 0.5 * p["M"] * jnp.sum(rd * rd)
+        V = p["M"] * p["g"] * jnp.sum(r[..., 2])
+        if fixed == "edges":
+            # Padded (m+2)x(n+2) grid: the ring holds the fixed positions.
+            # Horizontal springs (i, j)-(i, j+1), i = 1..m, j = 0..n; vertical
+            # (i, j)-(i+1, j), i = 0..m, j = 1..n (ring corners are unused).
+            P = jnp.pad(r, ((1, 1), (1, 1), (0, 0))) + p["dx"] * unit_i + p["dy"] * unit_j
+            V = V + _spring_energy(P[1:-1, :-1], P[1:-1, 1:], p) \
+                  + _spring_energy(P[:-1, 1:-1], P[1:, 1:-1], p)
+        else:
+            V = V + _spring_energy(r[:, :-1], r[:, 1:], p) + _spring_energy(r[:-1], r[1:], p)
+        return T - V
+
+    def R(t, q, qd, p):
+        rd = qd["r"].reshape(m, n, 3)
+        return 0.5 * p["kd"] * (jnp.sum((rd[:, 1:] - rd[:, :-1]) ** 2)
+                                + jnp.sum((rd[1:] - rd[:-1]) ** 2))
+
+    constraints = None
+    if fixed == "corners":
+        ci = np.array([1, 1, m, m], dtype=float)
+        cj = np.array([1, n, 1, n], dtype=float)
+        rest_i = np.ravel(np.stack([ci, 0 * ci, 0 * ci], axis=-1))
+        rest_j = np.ravel(np.stack([0 * cj, cj, 0 * cj], axis=-1))
+
+        def constraints(t, q, p):
+            r = q["r"].reshape(m, n, 3)
+            # Static slices (not a gather) keep the jaxpr simple for the Taylor engine.
+            held = jnp.concatenate([r[0, 0], r[0, n - 1], r[m - 1, 0], r[m - 1, n - 1]])
+            return held - (p["dx"] * rest_i + p["dy"] * rest_j)
+
+    return lagrangian(L, {"r": 3 * m * n}, constraints=constraints, dissipation=R,
+                      params={"M": M, "k": k, "l": l, "kd": kd, "g": g, "dx": dx, "dy": dy},
+                      name=f"cloth {m}x{n} ({fixed} fixed)", mass_blocks="diagonal")
+
+
+# ------------------------------------------------------------------ car
+def car(m=300.0, Ixx=60.0, Iyy=120.0, Izz=150.0, k=3.0e4, c=0.0, h0=0.5, a=1.2, b=0.7,
+        g=9.81, forces=None) -> LagrangianDAE:
+    """A rigid frame on four vertical springs (simplified car, seed 004).
+
+    Coordinates: ``x`` (3, centre of mass, z up) and ``ang`` (roll, pitch,
+    yaw; ``R = Rz(yaw)Ry(pitch)Rx(roll)``).  Corner i sits at body point
+    s_i = (±a, ±b, 0); its spring to the ground plane has energy
+    ``½ k (z_i − h0)²`` (the contact point slides freely) and dissipation
+    ``½ c z_i'²``.  External inputs: parameter ``F`` (4×3), the force on
+    each corner in body axes (tyre longitudinal/lateral/vertical), applied
+    through :func:`point_force`.
+
+    Args:
+        forces: initial value of the parameter F (default zeros).
+    """
+    s = np.array([[a, b, 0.0], [a, -b, 0.0], [-a, b, 0.0], [-a, -b, 0.0]])
+
+    def R_of(q):
+        return rotation_zyx(q["ang"][0], q["ang"][1], q["ang"][2])
+
+    def corners(q):
+        return q["x"] + s @ R_of(q).T  # (4, 3)
+
+    def heights(q):
+        # Third row of R = (−sin pitch, cos pitch sin roll, cos pitch cos roll);
+        # the corners have s_z = 0.
+        roll, pitch = q["ang"][0], q["ang"][1]
+        return q["x"][2] - jnp.sin(pitch) * s[:, 0] + jnp.cos(pitch) * jnp.sin(roll) * s[:, 1]
+
+    def L(t, q, qd, p):
+        w1, w2, w3 = omega_zyx(q["ang"][0], q["ang"][1], q["ang"][2],
+                               qd["ang"][0], qd["ang"][1], qd["ang"][2])
+        T = 0.5 * p["m"] * _sq(qd["x"]) + 0.5 * (p["Ixx"] * w1 ** 2 + p["Iyy"] * w2 ** 2
+                                                 + p["Izz"] * w3 ** 2)
+        V = p["m"] * p["g"] * q["x"][2] + 0.5 * p["k"] * jnp.sum((heights(q) - p["h0"]) ** 2)
+        return T - V
+
+    def Rd(t, q, qd, p):
+        zd = jax.jvp(heights, (q,), (qd,))[1]
+        return 0.5 * p["c"] * jnp.sum(zd * zd)
+
+    def corner_force(i):
+        return point_force(lambda t, q, p: corners(q)[i], lambda t, q, qd, p: R_of(q) @ p["F"][i])
+
+    F0 = np.zeros((4, 3)) if forces is None else np.asarray(forces, dtype=float)
+    if F0.shape != (4, 3):
+        raise InputError(f"car: forces must have shape (4, 3) (corner, body axis), got {F0.shape}")
+    return lagrangian(L, {"x": 3, "ang": 3}, dissipation=Rd,
+                      forces=[corner_force(i) for i in range(4)],
+                      params={"m": m, "Ixx": Ixx, "Iyy": Iyy, "Izz": Izz, "k": k, "c": c,
+                              "h0": h0, "g": g, "F": F0},
+                      name="car: rigid frame on four springs", mass_blocks={"x": 1})
