@@ -1,0 +1,550 @@
+"""Run a sweep on Dask: one task per batch, results written by the driver.
+
+The runtime knows nothing about the solver. It is given a *batch function*,
+a picklable module-level callable ::
+
+    batch_fn(points: dict[str, np.ndarray (B,)], context) -> BatchResult
+
+and a *context* carrying what stays fixed across points (model, outputs, time
+grid) plus, as attributes, the store :class:`~sweep.store.Schema` (``schema``)
+and the dataset attributes (``attrs``) unless those are passed explicitly.
+
+Flow: prepare the store (template, or resume / retry / overwrite), start or
+connect to a Dask cluster, submit one task per batch to run, and as each one
+completes write it into the store from the driver. Only the driver writes, so
+the Zarr store stays consistent without locks, and a batch counts as done only
+once its ``status`` is written (see :mod:`sweep.store`).
+
+Failures never end a sweep: an exception in the batch function becomes status
+``error`` for its points with the message kept in ``batch_message``; a task
+whose workers died too often (``KilledWorker``) becomes ``worker_lost``; a
+result that does not match the schema becomes ``error``. Tasks cancelled
+because the scheduler went away are left pending for a later resume.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+import time
+import traceback
+import uuid
+from concurrent.futures import CancelledError
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import yaml
+
+from solver.errors import InputError
+from sweep import status as st
+from sweep.store import (BatchResult, Schema, batch_slices, prepare_store, read_status,
+                         write_batch)
+
+__all__ = [
+    "BatchResult", "SweepSummary", "run_sweep", "run_batch", "check_result", "configure_jax",
+    "JaxSetup", "load_cluster_config", "make_cluster", "default_jax_cache_dir",
+]
+
+CLUSTER_KEYS = {
+    "module": "Python module that defines the cluster class, e.g. dask_jobqueue",
+    "class": "the cluster class, e.g. SLURMCluster",
+    "kwargs": "mapping of keyword arguments for the class (optional)",
+    "scale": "number of workers, or a mapping for cluster.scale(), e.g. {jobs: 4} (optional)",
+    "adapt": "mapping for cluster.adapt(), e.g. {minimum: 1, maximum: 20} (optional)",
+}
+
+
+# ---------------------------------------------------------------- worker side
+
+def default_jax_cache_dir() -> str:
+    """The persistent JAX compilation cache used by workers.
+
+    Returns:
+        ``$MECHSWEEP_JAX_CACHE`` if set, else ``~/.cache/mechsweep/jax``.
+    """
+    return os.environ.get("MECHSWEEP_JAX_CACHE",
+                          os.path.join(os.path.expanduser("~"), ".cache", "mechsweep", "jax"))
+
+
+_configured: str | None = None
+
+
+def configure_jax(cache_dir: str) -> None:
+    """Set float64 and the persistent compilation cache for this process, once.
+
+    Works whether or not JAX is already imported: the environment variables
+    cover a later import (so a worker that never touches JAX never pays for
+    importing it), ``jax.config.update`` covers an earlier one.
+
+    Args:
+        cache_dir: directory of the persistent compilation cache (created).
+    """
+    global _configured
+    if _configured == cache_dir:
+        return
+    os.makedirs(cache_dir, exist_ok=True)
+    os.environ["JAX_ENABLE_X64"] = "1"
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache_dir
+    if "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        jax.config.update("jax_enable_x64", True)
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+    _configured = cache_dir
+
+
+try:
+    from distributed import WorkerPlugin as _WorkerPlugin
+except ImportError:  # pragma: no cover - distributed is a dependency
+    _WorkerPlugin = object
+
+
+class JaxSetup(_WorkerPlugin):
+    """Worker plugin: :func:`configure_jax` on every worker, also ones joining later.
+
+    Args:
+        cache_dir: the persistent compilation cache directory.
+    """
+
+    name = "mechsweep-jax-setup"
+
+    def __init__(self, cache_dir: str):
+        self.cache_dir = cache_dir
+
+    def setup(self, worker) -> None:
+        """Called by Dask when the plugin reaches a worker."""
+        configure_jax(self.cache_dir)
+
+
+def run_batch(batch_fn: Callable, points: dict, context: Any, cache_dir: str) -> BatchResult:
+    """The Dask task: run the batch function, never raise.
+
+    Args:
+        batch_fn: ``batch_fn(points, context) -> BatchResult``.
+        points: parameter -> values of this batch's points.
+        context: passed through.
+        cache_dir: JAX compilation cache (set up here too, idempotently, in
+            case the worker plugin has not run).
+
+    Returns:
+        The batch function's result with ``seconds`` set, or, if it raised,
+        a result with status ``error`` for every point and the exception in
+        ``message``.
+    """
+    configure_jax(cache_dir)
+    n = len(next(iter(points.values())))
+    start = time.perf_counter()
+    try:
+        result = batch_fn(points, context)
+        if not isinstance(result, BatchResult):
+            raise TypeError(f"batch function returned {type(result).__name__}, "
+                            "expected sweep.store.BatchResult")
+    except Exception as exc:  # noqa: BLE001 - any failure of one batch is data, not a crash
+        tb = traceback.format_exception(exc)
+        result = BatchResult.failed(n, st.ERROR, f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:]))
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def check_result(result: BatchResult, schema: Schema, n: int) -> BatchResult:
+    """Check a batch result against the schema before it is written.
+
+    Args:
+        result: what the batch function returned.
+        schema: the store's schema.
+        n: number of points in the batch.
+
+    Returns:
+        The result with arrays converted (status int8, steps int64, data float64).
+
+    Raises:
+        ValueError: wrong shapes, missing outputs of a successful point, or
+            status codes that are unknown or pending.
+    """
+    codes = np.asarray(result.status)
+    if codes.shape != (n,):
+        raise ValueError(f"status has shape {codes.shape}, expected ({n},)")
+    known = np.isin(codes, [c for c in st.CODES.values() if c != st.PENDING])
+    if not known.all():
+        raise ValueError(f"status codes {sorted(set(codes[~known].tolist()))} are not valid "
+                         f"results; valid: {st.MEANINGS}")
+    steps = np.asarray(result.steps)
+    if steps.shape != (n,):
+        raise ValueError(f"steps has shape {steps.shape}, expected ({n},)")
+    data = {}
+    for name in schema.variables:
+        expected = (n,) + schema.shape(name)
+        if name not in result.data:
+            if (codes == st.SUCCESS).any():
+                raise ValueError(f"output {name!r} missing from the batch result")
+            continue
+        value = np.asarray(result.data[name], dtype=np.float64)
+        if value.shape != expected:
+            raise ValueError(f"output {name!r} has shape {value.shape}, expected {expected}")
+        data[name] = value
+    return BatchResult(codes.astype(np.int8), steps.astype(np.int64), data, result.message,
+                       result.seconds)
+
+
+# ----------------------------------------------------------------- clusters
+
+def load_cluster_config(path) -> dict:
+    """Read and check a cluster YAML file.
+
+    The file names a cluster class and how to size it, e.g. ::
+
+        module: dask_jobqueue
+        class: SLURMCluster
+        kwargs: {cores: 8, memory: 16GB, walltime: "01:00:00"}
+        scale: {jobs: 4}
+
+    Args:
+        path: the YAML file.
+
+    Returns:
+        The checked mapping (keys of :data:`CLUSTER_KEYS`).
+
+    Raises:
+        InputError: unreadable file, unknown or missing keys, wrong types.
+    """
+    valid = "; ".join(f"{k}: {v}" for k, v in CLUSTER_KEYS.items())
+    try:
+        with open(path) as f:
+            config = yaml.safe_load(f)
+    except OSError as exc:
+        raise InputError(f"cannot read the cluster file: {exc.strerror}", file=str(path)) from exc
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
+                         line=None if line is None else line + 1) from exc
+    if not isinstance(config, dict):
+        raise InputError(f"expected a mapping with keys {valid}", file=str(path))
+    unknown = sorted(set(config) - set(CLUSTER_KEYS))
+    if unknown:
+        raise InputError(f"unknown key(s) {', '.join(map(str, unknown))}; valid keys: {valid}",
+                         file=str(path), path=str(unknown[0]))
+    for key in ("module", "class"):
+        value = config.get(key)
+        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][\w.]*", value):
+            raise InputError(f"expected {CLUSTER_KEYS[key]} (a dotted Python name), "
+                             f"got {value!r}; valid keys: {valid}", file=str(path), path=key)
+    for key in ("kwargs", "adapt"):
+        if key in config and not isinstance(config[key], dict):
+            raise InputError(f"expected a mapping, got {config[key]!r}", file=str(path), path=key)
+    scale = config.get("scale")
+    if scale is not None and not (isinstance(scale, dict)
+                                  or (isinstance(scale, int) and not isinstance(scale, bool)
+                                      and scale >= 0)):
+        raise InputError(f"expected a number of workers or a mapping like {{jobs: 4}}, "
+                         f"got {scale!r}", file=str(path), path="scale")
+    return config
+
+
+def make_cluster(config: Mapping, path=None, workers: int | None = None):
+    """Start the cluster a checked cluster config describes.
+
+    Args:
+        config: from :func:`load_cluster_config`.
+        path: the file it came from (for messages).
+        workers: worker count used when the config has neither ``scale`` nor
+            ``adapt``.
+
+    Returns:
+        The started ``distributed`` cluster.
+
+    Raises:
+        InputError: the module cannot be imported, or the class is missing or
+            not a ``distributed`` cluster class.
+    """
+    from distributed.deploy import Cluster
+
+    file = None if path is None else str(path)
+    try:
+        module = importlib.import_module(config["module"])
+    except ImportError as exc:
+        hint = " (pip install 'mechsweep[cluster]')" if "jobqueue" in config["module"] else ""
+        raise InputError(f"cannot import module {config['module']!r}: {exc}{hint}",
+                         file=file, path="module") from exc
+    cls = getattr(module, config["class"], None)
+    if not (isinstance(cls, type) and issubclass(cls, Cluster)):
+        raise InputError(f"{config['module']}.{config['class']} is not a Dask cluster class "
+                         f"(a subclass of distributed.deploy.Cluster)", file=file, path="class")
+    cluster = cls(**config.get("kwargs", {}))
+    scale = config.get("scale")
+    if isinstance(scale, dict):
+        cluster.scale(**scale)
+    elif scale is not None:
+        cluster.scale(scale)
+    elif "adapt" not in config and workers:
+        cluster.scale(workers)
+    if "adapt" in config:
+        cluster.adapt(**config["adapt"])
+    return cluster
+
+
+# ----------------------------------------------------------------- driver
+
+@dataclass
+class SweepSummary:
+    """What a call of :func:`run_sweep` did.
+
+    Attributes:
+        store: the store path.
+        n_points, n_batches: size of the whole sweep.
+        batches_run: batch indices written by this run, in completion order.
+        batches_left: batch indices this run meant to run but left pending
+            (cancelled because the scheduler went away).
+        points_run: points written by this run.
+        by_status: status name -> points of this run.
+        store_by_status: status name -> points in the whole store afterwards.
+        batch_seconds: batch index -> compute time on its worker.
+        wall_seconds: from the first submission to the last write.
+        startup_seconds: store preparation and cluster start.
+        threads: worker threads seen (for the overhead).
+        overhead_fraction: ``1 - sum(batch_seconds) / (wall_seconds * threads)``,
+            the share of the workers' time not spent inside batch functions
+            (scheduling, transfer, writing, idle workers at the end).
+    """
+
+    store: str
+    n_points: int
+    n_batches: int
+    batches_run: list[int] = field(default_factory=list)
+    batches_left: list[int] = field(default_factory=list)
+    points_run: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    store_by_status: dict[str, int] = field(default_factory=dict)
+    batch_seconds: dict[int, float] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    startup_seconds: float = 0.0
+    threads: int = 1
+    overhead_fraction: float = 0.0
+
+    def __str__(self) -> str:
+        counts = ", ".join(f"{k} {v}" for k, v in self.store_by_status.items())
+        per = (f"{np.mean(list(self.batch_seconds.values())):.3g} s/batch"
+               if self.batch_seconds else "no batches run")
+        lines = [f"{self.store}: {self.n_points} points in {self.n_batches} batches; "
+                 f"this run wrote {len(self.batches_run)} batches ({self.points_run} points)",
+                 f"store status: {counts}",
+                 f"wall {self.wall_seconds:.3g} s (+{self.startup_seconds:.3g} s start-up), "
+                 f"{per}, {self.threads} worker threads, overhead {100 * self.overhead_fraction:.0f}%"]
+        if self.batches_left:
+            lines.append(f"{len(self.batches_left)} batches left pending; run again to resume")
+        return "\n".join(lines)
+
+
+def _spec_fields(spec) -> tuple[dict, int, str, str]:
+    """points, batch, hash, title of a spec-like object."""
+    try:
+        points = {k: np.asarray(v) for k, v in dict(spec.points).items()}
+        return points, int(spec.batch), str(spec.hash), str(getattr(spec, "title", "") or "")
+    except AttributeError as exc:
+        raise TypeError("run_sweep needs a spec with .points, .batch and .hash "
+                        f"(a sweep.spec.SweepSpec): {exc}") from exc
+
+
+def _counts(codes: np.ndarray) -> dict[str, int]:
+    values, counts = np.unique(codes, return_counts=True)
+    return {st.meaning(v): int(c) for v, c in zip(values, counts)}
+
+
+def _check_target(scheduler, scheduler_file, cluster):
+    """Check the scheduler options before anything is written; (cluster config, its file)."""
+    chosen = [name for name, v in (("scheduler", scheduler), ("scheduler_file", scheduler_file),
+                                   ("cluster", cluster)) if v]
+    if len(chosen) > 1:
+        raise InputError(f"give at most one of --scheduler, --scheduler-file, --cluster "
+                         f"(got {', '.join(chosen)})")
+    if scheduler_file and not Path(scheduler_file).is_file():
+        raise InputError("scheduler file not found", file=str(scheduler_file))
+    if isinstance(cluster, (str, os.PathLike)):
+        return load_cluster_config(cluster), str(cluster)
+    return cluster, None
+
+
+def _client(workers, scheduler, scheduler_file, cluster, cluster_file):
+    """(client, cluster we own or None)."""
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        return Client(scheduler), None
+    if scheduler_file:
+        return Client(scheduler_file=str(scheduler_file)), None
+    if cluster:
+        own = make_cluster(cluster, cluster_file, workers)
+        return Client(own), own
+    n = workers or os.cpu_count() or 1
+    own = LocalCluster(n_workers=n, threads_per_worker=1, processes=True)
+    return Client(own), own
+
+
+def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: int | None = None,
+              scheduler: str | None = None, scheduler_file=None, cluster=None,
+              mode: str = "resume", progress: bool = True, *, schema: Schema | None = None,
+              attrs: Mapping | None = None, jax_cache_dir: str | None = None) -> SweepSummary:
+    """Run (or resume) a sweep into a Zarr store.
+
+    Args:
+        spec_like: the sweep: ``.points`` (name -> ``(n_points,)`` values),
+            ``.batch``, ``.hash``, optionally ``.title`` (a ``SweepSpec``).
+        batch_fn: picklable module-level ``batch_fn(points, context) -> BatchResult``.
+        context: what stays fixed; sent with every task.
+        store_path: the Zarr store directory.
+        workers: LocalCluster worker processes (default: CPU count), or the
+            workers to scale a cluster file without ``scale``; ``0`` runs the
+            batches serially in this process without Dask (for debugging).
+        scheduler: address of a running Dask scheduler.
+        scheduler_file: a scheduler's JSON file.
+        cluster: a cluster YAML path (see :func:`load_cluster_config`) or a
+            checked mapping.
+        mode: ``resume`` (default), ``overwrite`` or ``retry-failed``
+            (see :func:`sweep.store.prepare_store`).
+        progress: show a progress bar (only when stderr is a terminal).
+        schema: the outputs; default ``context.schema``.
+        attrs: dataset attributes (model YAML text, solver settings...);
+            default ``context.attrs`` or none. ``title`` defaults to the spec's.
+        jax_cache_dir: persistent compilation cache for the workers; default
+            :func:`default_jax_cache_dir`.
+
+    Returns:
+        A :class:`SweepSummary`.
+
+    Raises:
+        InputError: hash mismatch or another unusable store, conflicting
+            scheduler options, a bad cluster file.
+        TypeError: no schema given or found on the context.
+    """
+    from tqdm import tqdm
+
+    t_start = time.perf_counter()
+    points, batch, spec_hash, title = _spec_fields(spec_like)
+    schema = schema if schema is not None else getattr(context, "schema", None)
+    if not isinstance(schema, Schema):
+        raise TypeError("run_sweep needs a sweep.store.Schema (schema= or context.schema)")
+    attrs = dict(attrs if attrs is not None else getattr(context, "attrs", None) or {})
+    attrs.setdefault("title", title)
+    cache_dir = jax_cache_dir or default_jax_cache_dir()
+    store_path = str(store_path)
+    if workers != 0:
+        cluster, cluster_file = _check_target(scheduler, scheduler_file, cluster)
+
+    todo = prepare_store(store_path, spec_hash, points, schema, attrs, batch, mode)
+    n_points = len(next(iter(points.values())))
+    slices = batch_slices(n_points, batch)
+    if getattr(spec_like, "n_batches", len(slices)) != len(slices):
+        raise ValueError(f"the spec has {spec_like.n_batches} batches, but {n_points} points in "
+                         f"batches of {batch} make {len(slices)}")
+    summary = SweepSummary(store_path, n_points, len(slices))
+    run_codes: list[np.ndarray] = []
+
+    def finish(index: int, result: BatchResult) -> None:
+        sl = slices[index]
+        try:
+            result = check_result(result, schema, sl.stop - sl.start)
+        except ValueError as exc:
+            seconds = result.seconds
+            result = BatchResult.failed(sl.stop - sl.start, st.ERROR, f"bad batch result: {exc}")
+            result.seconds = seconds
+        write_batch(group, sl, result)
+        summary.batches_run.append(index)
+        summary.batch_seconds[index] = float(result.seconds)
+        run_codes.append(result.status)
+        bar.update(1)
+        failed = int(sum((c > st.SUCCESS).sum() for c in run_codes))
+        if failed:
+            bar.set_postfix(failed=failed)
+
+    import zarr
+
+    group = zarr.open_group(store_path, mode="r+")
+    bar = tqdm(total=len(todo), unit="batch", desc=title or "sweep",
+               disable=not progress or not sys.stderr.isatty())
+    try:
+        if not todo:
+            pass
+        elif workers == 0:
+            configure_jax(cache_dir)
+            summary.startup_seconds = time.perf_counter() - t_start
+            t0 = time.perf_counter()
+            for index in todo:
+                sl = slices[index]
+                finish(index, run_batch(batch_fn, {k: v[sl] for k, v in points.items()},
+                                        context, cache_dir))
+            summary.wall_seconds = time.perf_counter() - t0
+        else:
+            summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
+                todo, slices, points, batch_fn, context, cache_dir, finish, summary,
+                workers, scheduler, scheduler_file, cluster, cluster_file, t_start)
+    finally:
+        bar.close()
+
+    if run_codes:
+        summary.by_status = _counts(np.concatenate(run_codes))
+        summary.points_run = int(sum(len(c) for c in run_codes))
+    summary.store_by_status = _counts(read_status(store_path))
+    busy = sum(summary.batch_seconds.values())
+    if summary.wall_seconds > 0:
+        summary.overhead_fraction = max(0.0, 1.0 - busy / (summary.wall_seconds * summary.threads))
+    return summary
+
+
+def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary,
+              workers, scheduler, scheduler_file, cluster, cluster_file, t_start):
+    """Submit the batches and write them as they complete; (startup, wall, threads)."""
+    from distributed import KilledWorker, as_completed
+
+    client, own = _client(workers, scheduler, scheduler_file, cluster, cluster_file)
+    futures = {}
+    try:
+        try:
+            print(f"mechsweep: Dask dashboard at {client.dashboard_link}", file=sys.stderr)
+        except Exception:  # noqa: BLE001 - a missing dashboard must not stop a sweep
+            pass
+        client.register_plugin(JaxSetup(cache_dir))
+        startup = time.perf_counter() - t_start
+        t0 = time.perf_counter()
+        run_id = uuid.uuid4().hex[:8]
+        for index in todo:
+            sl = slices[index]
+            fut = client.submit(run_batch, batch_fn, {k: v[sl] for k, v in points.items()},
+                                context, cache_dir, key=f"mechsweep-batch-{index}-{run_id}",
+                                pure=False)
+            futures[fut.key] = (index, fut)
+        threads = _threads(client)
+        for fut in as_completed([f for _, f in futures.values()]):
+            index = futures.pop(fut.key)[0]
+            n = slices[index].stop - slices[index].start
+            try:
+                result = fut.result()
+            except KilledWorker as exc:
+                result = BatchResult.failed(n, st.WORKER_LOST, f"KilledWorker: {exc}")
+            except CancelledError:
+                summary.batches_left.append(index)
+                continue
+            except Exception as exc:  # noqa: BLE001 - infrastructure errors become data
+                result = BatchResult.failed(n, st.ERROR, f"{type(exc).__name__}: {exc}")
+            finally:
+                fut.release()
+            finish(index, result)
+        wall = time.perf_counter() - t0
+        return startup, wall, max(threads, _threads(client))
+    except BaseException:
+        # Interrupted: drop the queued tasks; written batches stay, the rest stay pending.
+        client.cancel([fut for _, fut in futures.values()])
+        raise
+    finally:
+        client.close()
+        if own is not None:
+            own.close()
+
+
+def _threads(client) -> int:
+    try:
+        return max(1, sum(w.get("nthreads", 1)
+                          for w in client.scheduler_info()["workers"].values()))
+    except Exception:  # noqa: BLE001 - only used for the overhead estimate
+        return 1

@@ -1,0 +1,100 @@
+"""Per-point status codes of a sweep store.
+
+Every point of a sweep carries one ``int8`` code in the ``status(point)``
+variable. The codes are fixed here once, because they are written into stores
+that outlive any one version of the program; new codes may be appended, never
+renumbered. The variable carries the CF ``flag_values``/``flag_meanings``
+attributes so that generic tools (ncdump, xarray's CF decoders, Panoply) can
+name them.
+
+``PENDING`` (-1) is the template's value: a point whose batch has not been
+written yet. Any code above ``SUCCESS`` is a failed point whose data are NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "PENDING", "SUCCESS", "MAX_STEPS", "STEP_TOO_SMALL", "SINGULAR_JACOBIAN",
+    "NONFINITE", "NO_ASSEMBLY", "WORKER_LOST", "ERROR",
+    "CODES", "MEANINGS", "DESCRIPTIONS", "meaning", "is_failure", "cf_attrs",
+]
+
+PENDING = -1
+SUCCESS = 0
+MAX_STEPS = 1
+STEP_TOO_SMALL = 2
+SINGULAR_JACOBIAN = 3
+NONFINITE = 4
+NO_ASSEMBLY = 5
+WORKER_LOST = 6
+ERROR = 7
+
+#: name -> code, in code order (the order of ``flag_values``).
+CODES: dict[str, int] = {
+    "pending": PENDING,
+    "success": SUCCESS,
+    "max_steps": MAX_STEPS,
+    "step_too_small": STEP_TOO_SMALL,
+    "singular_jacobian": SINGULAR_JACOBIAN,
+    "nonfinite": NONFINITE,
+    "no_assembly": NO_ASSEMBLY,
+    "worker_lost": WORKER_LOST,
+    "error": ERROR,
+}
+
+#: code -> name (a CF flag meaning: one word, no spaces).
+MEANINGS: dict[int, str] = {code: name for name, code in CODES.items()}
+
+#: code -> one sentence for reports.
+DESCRIPTIONS: dict[int, str] = {
+    PENDING: "not run yet",
+    SUCCESS: "integrated to the end time",
+    MAX_STEPS: "stopped at the maximum number of steps",
+    STEP_TOO_SMALL: "step size fell below its minimum",
+    SINGULAR_JACOBIAN: "system Jacobian singular (structural analysis or projection failed)",
+    NONFINITE: "a non-finite value appeared",
+    NO_ASSEMBLY: "no consistent initial point (initialisation failed)",
+    WORKER_LOST: "the Dask worker running the batch died repeatedly",
+    ERROR: "unexpected exception in the batch (see batch_message)",
+}
+
+
+def meaning(code: int) -> str:
+    """The flag name of a status code.
+
+    Args:
+        code: a status code.
+
+    Returns:
+        Its name, e.g. ``"max_steps"``; ``"unknown(12)"`` for a code this
+        version does not know (a store written by a newer version).
+    """
+    return MEANINGS.get(int(code), f"unknown({int(code)})")
+
+
+def is_failure(code) -> np.ndarray | bool:
+    """Whether status code(s) mark a failed point (neither success nor pending).
+
+    Args:
+        code: a code or an array of codes.
+
+    Returns:
+        A bool, or a bool array of the same shape.
+    """
+    return np.asarray(code) > SUCCESS if np.ndim(code) else int(code) > SUCCESS
+
+
+def cf_attrs() -> dict:
+    """CF attributes of the ``status`` variable.
+
+    Returns:
+        ``long_name``, ``flag_values`` (int8 array) and ``flag_meanings``
+        (space-separated names in the same order).
+    """
+    return {
+        "long_name": "integration status of the point",
+        "flag_values": np.array(list(CODES.values()), dtype=np.int8),
+        "flag_meanings": " ".join(CODES),
+    }

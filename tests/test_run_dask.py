@@ -1,0 +1,322 @@
+"""The sweep runtime on real Dask processes.
+
+A real ``dask scheduler`` and ``dask worker`` processes (``--nthreads 1``,
+no nanny, so that killing one kills the worker itself) are started on
+127.0.0.1 with free ports. The toy batch function (``tests/toybatch.py``)
+appends ``tag omega zeta pid`` to a log file each time a batch starts, which
+tells the tests which batches ran, in which run, and in which worker.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client
+
+from solver.errors import InputError
+from sweep import status as st
+from sweep import store
+from sweep.run import load_cluster_config, make_cluster, run_sweep
+from toybatch import ToyContext, grid_spec, read_log, serial_reference, toy_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+DASK = str(Path(sys.executable).parent / "dask")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(**extra) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), str(ROOT)]
+                                        + [p for p in [env.get("PYTHONPATH")] if p])
+    env.update(extra)
+    return env
+
+
+class DaskProcesses:
+    """A scheduler and workers as subprocesses; ``stop()`` ends them all."""
+
+    def __init__(self, tmp: Path, n_workers: int = 2, **env):
+        self.tmp, self.procs, self.workers = tmp, [], []
+        self.env = child_env(**env)
+        port = free_port()
+        self.address = f"tcp://127.0.0.1:{port}"
+        self.scheduler_file = str(tmp / "scheduler.json")
+        self._start("scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                  "--no-dashboard", "--scheduler-file", self.scheduler_file])
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.scheduler_file):
+            assert time.monotonic() < deadline, "scheduler did not start"
+            assert self.procs[0].poll() is None, (tmp / "scheduler.log").read_text()
+            time.sleep(0.1)
+        for i in range(n_workers):
+            self.workers.append(self._start(
+                f"worker{i}", [DASK, "worker", self.address, "--nthreads", "1", "--no-nanny",
+                               "--no-dashboard", "--host", "127.0.0.1", "--death-timeout", "60",
+                               "--name", f"w{i}"]))
+        with Client(self.address) as client:
+            client.wait_for_workers(n_workers, timeout=60)
+
+    def _start(self, name, cmd):
+        log = open(self.tmp / f"{name}.log", "w")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def stop(self):
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    """Scheduler + two workers shared by the tests that kill no worker."""
+    procs = None
+    try:
+        procs = DaskProcesses(tmp_path_factory.mktemp("healthy"))
+        yield procs
+    finally:
+        if procs is not None:
+            procs.stop()
+
+
+@pytest.fixture
+def fresh(tmp_path):
+    """A factory of scheduler + workers for tests that kill a worker."""
+    started = []
+
+    def start(**env):
+        started.append(DaskProcesses(tmp_path, **env))
+        return started[-1]
+
+    try:
+        yield start
+    finally:
+        for procs in started:
+            procs.stop()
+
+
+def assert_store_equals(path, ref):
+    ds = store.open_store(path)
+    np.testing.assert_array_equal(ds.status.values, ref["status"])
+    np.testing.assert_array_equal(ds.steps.values, ref["steps"])
+    for name in ("x", "pos", "x_end"):
+        np.testing.assert_array_equal(ds[name].values, ref[name])
+
+
+def kill_when(log, spec, condition, timeout=60.0):
+    """Start a thread that SIGKILLs the pid ``condition(log lines)`` returns (once)."""
+    killed = []
+
+    def watch():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = condition(read_log(log, spec))
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, killed
+
+
+def test_sweep_on_scheduler_and_two_workers_equals_a_serial_loop(healthy, tmp_path):
+    # 6 x 3 = 18 points in 5 batches (the last one of 2); every failure kind the toy has:
+    # zeta 1.2 -> no_assembly, omega 6 -> max_steps, omega 3 raises -> error.
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5, 1.2], batch=4)
+    ctx = ToyContext(sleep=0.1, omega_max=5.5, raise_at=3.0, log=str(tmp_path / "log"))
+    path = tmp_path / "s.zarr"
+    cache = str(tmp_path / "jax-cache")
+    summary = run_sweep(spec, toy_batch, ctx, path, scheduler_file=healthy.scheduler_file,
+                        progress=False, jax_cache_dir=cache)
+    ref = serial_reference(spec, ctx)
+    assert_store_equals(path, ref)
+    assert sorted(summary.batches_run) == [0, 1, 2, 3, 4]
+    assert summary.points_run == 18 and summary.threads == 2
+    assert summary.store_by_status == {
+        st.meaning(c): int((ref["status"] == c).sum()) for c in np.unique(ref["status"])}
+    assert all(s >= 0.1 for s in summary.batch_seconds.values())
+    assert 0.0 <= summary.overhead_fraction < 1.0
+    assert store.pending_batches(path) == []
+    # The worker plugin set JAX up on every worker before first use.
+    with Client(healthy.address) as client:
+        env = client.run(lambda: (os.environ.get("JAX_ENABLE_X64"),
+                                  os.environ.get("JAX_COMPILATION_CACHE_DIR")))
+    assert len(env) == 2
+    assert list(env.values()) == [("1", cache)] * 2
+    assert os.path.isdir(cache)
+
+
+DRIVER = textwrap.dedent("""
+    import sys
+    from sweep.run import run_sweep
+    from toybatch import ToyContext, grid_spec, toy_batch
+    store, address, log = sys.argv[1:]
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)
+    run_sweep(spec, toy_batch, ToyContext(sleep=0.3, log=log, tag="first"), store,
+              scheduler=address, progress=False)
+""")
+
+
+def test_driver_killed_mid_sweep_resumes_only_unfinished_batches(healthy, tmp_path):
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)      # 12 batches of 1 point
+    path, log = tmp_path / "s.zarr", str(tmp_path / "log")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(path), healthy.address, log],
+                              env=child_env(), stdout=subprocess.DEVNULL,
+                              stderr=open(tmp_path / "driver.log", "w"))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline and driver.poll() is None, \
+                (tmp_path / "driver.log").read_text()
+            if (path / "zarr.json").exists() and (store.read_status(path) >= 0).sum() >= 3:
+                break
+            time.sleep(0.02)
+        driver.send_signal(signal.SIGKILL)
+    finally:
+        driver.kill()
+        driver.wait()
+
+    pending = store.pending_batches(path)
+    assert 0 < len(pending) < 12
+    ctx = ToyContext(log=log, tag="second")
+    summary = run_sweep(spec, toy_batch, ctx, path, scheduler=healthy.address, progress=False)
+    assert sorted(b for tag, b, _ in read_log(log, spec) if tag == "second") == pending
+    assert sorted(summary.batches_run) == pending
+    assert_store_equals(path, serial_reference(spec, ctx))
+
+
+def test_a_worker_killed_mid_sweep_loses_and_duplicates_no_point(fresh, tmp_path):
+    procs = fresh()
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)      # 12 batches
+    ctx = ToyContext(sleep=0.25, log=str(tmp_path / "log"))
+    worker_pids = {p.pid for p in procs.workers}
+
+    def third_start(lines):   # kill the worker that just started the third batch, mid-task
+        return lines[2][2] if len(lines) >= 3 and lines[2][2] in worker_pids else None
+
+    watcher, killed = kill_when(ctx.log, spec, third_start)
+    path = tmp_path / "s.zarr"
+    summary = run_sweep(spec, toy_batch, ctx, path, scheduler=procs.address, progress=False)
+    watcher.join()
+    assert len(killed) == 1
+    assert sorted(summary.batches_run) == list(range(12))         # each batch written once
+    assert_store_equals(path, serial_reference(spec, ctx))
+    runs = [b for _, b, _ in read_log(ctx.log, spec)]
+    assert len(runs) > 12 and set(runs) == set(range(12))       # the killed task ran again
+
+
+def test_a_task_whose_worker_dies_is_worker_lost_then_retried(fresh, tmp_path):
+    # With no allowed failures the scheduler gives up on a task at its first dead worker.
+    procs = fresh(DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES="0")
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=2)      # 6 batches
+    ctx = ToyContext(sleep=0.25, log=str(tmp_path / "log"))
+    watcher, killed = kill_when(ctx.log, spec, lambda lines: lines[1][2] if len(lines) >= 2
+                                else None)
+    path = tmp_path / "s.zarr"
+    summary = run_sweep(spec, toy_batch, ctx, path, scheduler=procs.address, progress=False)
+    watcher.join()
+    assert len(killed) == 1
+    ds = store.open_store(path)
+    codes = ds.status.values
+    lost = store.failed_batches(path)
+    assert lost and set(codes[codes != st.SUCCESS]) == {st.WORKER_LOST}
+    assert all("KilledWorker" in str(ds.batch_message.values[i]) for i in lost)
+    assert np.isnan(ds.x.values[codes == st.WORKER_LOST]).all()
+    assert summary.by_status["worker_lost"] == 2 * len(lost)
+
+    retry = ToyContext(log=ctx.log, tag="retry")
+    run_sweep(spec, toy_batch, retry, path, scheduler=procs.address, progress=False,
+              mode="retry-failed")
+    assert sorted(b for tag, b, _ in read_log(ctx.log, spec) if tag == "retry") == lost
+    assert_store_equals(path, serial_reference(spec, ctx))
+
+
+def test_default_local_cluster(tmp_path):
+    spec = grid_spec([1, 2, 3], [0.1, 0.5], batch=2)
+    ctx = ToyContext()
+    summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", workers=1, progress=False)
+    assert summary.threads == 1 and sorted(summary.batches_run) == [0, 1, 2]
+    assert_store_equals(tmp_path / "s.zarr", serial_reference(spec, ctx))
+
+
+def test_cluster_file_starts_the_named_cluster(tmp_path):
+    config = tmp_path / "cluster.yaml"
+    config.write_text("module: distributed\nclass: LocalCluster\n"
+                      "kwargs: {n_workers: 0, processes: false, threads_per_worker: 1,"
+                      " dashboard_address: null}\nscale: 2\n")
+    spec = grid_spec([1, 2, 3], [0.1, 0.5], batch=2)
+    ctx = ToyContext(sleep=0.05)
+    summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", cluster=str(config),
+                        progress=False)
+    assert summary.threads == 2
+    assert_store_equals(tmp_path / "s.zarr", serial_reference(spec, ctx))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("module: dask_jobqueue\nclass: SLURMCluster\nworkers: 4\n",
+     "cluster.yaml: workers: unknown key(s) workers; valid keys: module: "),
+    ("class: SLURMCluster\n", "cluster.yaml: module: expected Python module that defines"),
+    ("module: distributed\nclass: LocalCluster\nscale: many\n",
+     "cluster.yaml: scale: expected a number of workers or a mapping like {jobs: 4}"),
+    ("- module\n", "cluster.yaml: expected a mapping with keys module: "),
+])
+def test_bad_cluster_files_name_the_key_and_the_valid_keys(tmp_path, text, message):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        load_cluster_config(path)
+    assert str(err.value).startswith(str(tmp_path) + "/" + message)
+    if "unknown" in message:
+        for key in ("module", "class", "kwargs", "scale", "adapt"):
+            assert f"{key}: " in str(err.value)
+
+
+def test_cluster_class_must_be_importable_and_a_dask_cluster(tmp_path):
+    with pytest.raises(InputError, match=r"cannot import module 'dask_jobqueue_missing'"):
+        make_cluster({"module": "dask_jobqueue_missing", "class": "SLURMCluster"})
+    with pytest.raises(InputError, match=r"os.path is not a Dask cluster class"):
+        make_cluster({"module": "os", "class": "path"})
+
+
+def test_only_one_way_to_reach_a_scheduler(tmp_path):
+    spec = grid_spec([1, 2], [0.1], batch=1)
+    with pytest.raises(InputError, match="give at most one of --scheduler, --scheduler-file, "
+                                         r"--cluster \(got scheduler, cluster\)"):
+        run_sweep(spec, toy_batch, ToyContext(), tmp_path / "s.zarr", scheduler="tcp://x:1",
+                  cluster="c.yaml", progress=False)
+
+
+def test_configure_jax_sets_x64_and_the_cache_before_jax_is_imported(tmp_path):
+    code = ("from sweep.run import configure_jax; import sys; configure_jax(sys.argv[1]);"
+            "import jax, jax.numpy as jnp;"
+            "print(jax.config.jax_enable_x64, jax.config.jax_compilation_cache_dir,"
+            " jnp.ones(1).dtype)")
+    env = child_env()
+    env.pop("JAX_ENABLE_X64", None)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], env=env,
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.split() == ["True", str(tmp_path / "cache"), "float64"]
