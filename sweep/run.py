@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import yaml
+import zarr
 
 from solver.errors import InputError
 from sweep import status as st
@@ -377,7 +378,9 @@ def _client(workers, scheduler, scheduler_file, cluster, cluster_file):
     if cluster:
         own = make_cluster(cluster, cluster_file, workers)
         return Client(own), own
-    n = workers or os.cpu_count() or 1
+    # The cores this process may use (a batch-system allocation), not the whole node's.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = workers or cores or 1
     own = LocalCluster(n_workers=n, threads_per_worker=1, processes=True)
     return Client(own), own
 
@@ -429,15 +432,16 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     attrs.setdefault("title", title)
     cache_dir = jax_cache_dir or default_jax_cache_dir()
     store_path = str(store_path)
+    cluster_file = None
     if workers != 0:
         cluster, cluster_file = _check_target(scheduler, scheduler_file, cluster)
 
-    todo = prepare_store(store_path, spec_hash, points, schema, attrs, batch, mode)
     n_points = len(next(iter(points.values())))
     slices = batch_slices(n_points, batch)
     if getattr(spec_like, "n_batches", len(slices)) != len(slices):
         raise ValueError(f"the spec has {spec_like.n_batches} batches, but {n_points} points in "
                          f"batches of {batch} make {len(slices)}")
+    todo = prepare_store(store_path, spec_hash, points, schema, attrs, batch, mode)
     summary = SweepSummary(store_path, n_points, len(slices))
     run_codes: list[np.ndarray] = []
 
@@ -457,8 +461,6 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         failed = int(sum((c > st.SUCCESS).sum() for c in run_codes))
         if failed:
             bar.set_postfix(failed=failed)
-
-    import zarr
 
     group = zarr.open_group(store_path, mode="r+")
     bar = tqdm(total=len(todo), unit="batch", desc=title or "sweep",

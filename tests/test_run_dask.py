@@ -255,6 +255,7 @@ def test_a_task_whose_worker_dies_is_worker_lost_then_retried(fresh, tmp_path):
     assert_store_equals(path, serial_reference(spec, ctx))
 
 
+@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")   # another cluster has it
 def test_default_local_cluster(tmp_path):
     spec = grid_spec([1, 2, 3], [0.1, 0.5], batch=2)
     ctx = ToyContext()
@@ -267,7 +268,7 @@ def test_cluster_file_starts_the_named_cluster(tmp_path):
     config = tmp_path / "cluster.yaml"
     config.write_text("module: distributed\nclass: LocalCluster\n"
                       "kwargs: {n_workers: 0, processes: false, threads_per_worker: 1,"
-                      " dashboard_address: null}\nscale: 2\n")
+                      " dashboard_address: ':0'}\nscale: 2\n")
     spec = grid_spec([1, 2, 3], [0.1, 0.5], batch=2)
     ctx = ToyContext(sleep=0.05)
     summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", cluster=str(config),
