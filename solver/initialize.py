@@ -25,7 +25,8 @@ from jax import lax
 from .errors import InputError
 from .integrate import Integrator
 
-__all__ = ["parse_values", "batched_newton", "InitialValueError", "StateSpec"]
+__all__ = ["parse_values", "batched_newton", "InitialValueError", "StateSpec", "ipopt_point",
+           "batched_consistent_points", "hidden_jacobian_pattern", "IPOPT_DEFAULTS"]
 
 _KEY = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[\s*(\d+)\s*\])?\s*('*)\s*$")
 
@@ -41,10 +42,15 @@ class StateSpec:
         z_hat: flat state guess/fixed values (normalised: x^(l)/l!).
         free: bool mask, True where the entry may move.
         u_guess: flat guess of the leading derivatives X[j, d_j] (normalised).
+        weights: per-entry weights of the distance to the guesses that
+            :func:`ipopt_point` minimises (None = all 1).
+        given: bool mask of the entries the user gave a value for (None =
+            unknown); used only to word error messages.
     """
 
-    def __init__(self, z_hat, free, u_guess):
+    def __init__(self, z_hat, free, u_guess, weights=None, given=None):
         self.z_hat, self.free, self.u_guess = z_hat, free, u_guess
+        self.weights, self.given = weights, given
 
 
 def _parse_key(key: str, integ: Integrator):
@@ -130,7 +136,10 @@ def parse_values(integ: Integrator, values: Mapping | None, fixed: Sequence[str]
                     f"{var.component_names()[e]} below order {dj}); the equations determine it"
                 )
             free[pos[(var.name, e, l)]] = False
-    return StateSpec(z_hat, free, u_guess)
+    given_mask = np.zeros(integ.n_state, dtype=bool)
+    for (name, e, l) in given:
+        given_mask[pos[(name, e, l)]] = True
+    return StateSpec(z_hat, free, u_guess, given=given_mask)
 
 
 def batched_newton(integ: Integrator, params, t0, z_hat, free, iters: int = 40, tol: float = 1e-13):
@@ -178,3 +187,427 @@ def batched_newton(integ: Integrator, params, t0, z_hat, free, iters: int = 40, 
 
     z, _, _ = lax.while_loop(cond, body, (z_hat, 0, jnp.inf))
     return z, jnp.max(jnp.abs(g(z)))
+
+
+# --------------------------------------------------------------------- sparsity
+def hidden_jacobian_pattern(integ: Integrator) -> np.ndarray:
+    """Structural nonzeros of ∂(hidden constraints)/∂(state), from Σ.
+
+    Hidden constraint (i, r) is Taylor coefficient r of f_i; it depends on the
+    coefficient ``X[j, l]`` only if ``σ_ij`` is finite and ``l <= σ_ij + r``
+    (differentiating f_i r times raises every order in it by at most r).  No
+    numeric Jacobian is sampled, so a zero that happens to hold at one point
+    (a guess on an axis) cannot hide an entry.
+
+    Args:
+        integ: the integrator.
+
+    Returns:
+        bool array (n_hidden, n_state).
+    """
+    dae = integ.dae
+    sig = dae.structure.signature
+    sigma = {}
+    for i, j, o in zip(sig.rows, sig.cols, sig.orders):
+        sigma.setdefault(int(i), []).append((int(j), int(o)))
+    state_pos = {}
+    for v in dae.variables:
+        a, _ = integ.state_slices[v.name]
+        for k, (r, c) in enumerate(zip(integ.state_rows[v.name], integ.state_cols[v.name])):
+            state_pos[(v.offset + int(c), int(r))] = a + k
+    pat = np.zeros((integ.n_hidden, integ.n_state), dtype=bool)
+    for h, (b, r, e) in enumerate(integ.hidden_index):
+        i = dae.equation_blocks[b][0] + e
+        for j, o in sigma.get(i, []):
+            for l in range(o + r + 1):
+                s = state_pos.get((j, l))
+                if s is not None:
+                    pat[h, s] = True
+    return pat
+
+
+def _greedy_colouring(pattern: np.ndarray) -> np.ndarray:
+    """Colours of the columns such that no row has two nonzeros of one colour.
+
+    Then one directional derivative per colour recovers every structural
+    nonzero (Curtis–Powell–Reid compression).
+    """
+    n = pattern.shape[1]
+    colour = np.full(n, -1, dtype=int)
+    conflict = (pattern.T.astype(np.int64) @ pattern.astype(np.int64)) > 0
+    for j in range(n):
+        used = set(colour[np.nonzero(conflict[j])[0]].tolist())
+        k = 0
+        while k in used:
+            k += 1
+        colour[j] = k
+    return colour
+
+
+class _Derivatives:
+    """Jitted hidden constraints, sparse Jacobian and Lagrangian Hessian.
+
+    Built once per integrator (cached on it): all three act on the full state
+    so that one compilation serves every choice of fixed entries; the caller
+    keeps the free columns.
+    """
+
+    def __init__(self, integ: Integrator):
+        self.jac_pattern = hidden_jacobian_pattern(integ)
+        self.jac_rows, self.jac_cols = np.nonzero(self.jac_pattern)
+        jcol = _greedy_colouring(self.jac_pattern)
+        # The Hessian of constraint h lives on (its columns) x (its columns).
+        P = self.jac_pattern.astype(np.int64)
+        hpat = ((P.T @ P) > 0) | np.eye(integ.n_state, dtype=bool)
+        self.hess_pattern = hpat
+        self.hess_rows, self.hess_cols = np.nonzero(np.tril(hpat))
+        hcol = _greedy_colouring(hpat)
+        n = integ.n_state
+        jseed = np.zeros((n, max(int(jcol.max(initial=-1)) + 1, 1)))
+        jseed[np.arange(n), jcol] = 1.0
+        hseed = np.zeros((n, max(int(hcol.max(initial=-1)) + 1, 1)))
+        hseed[np.arange(n), hcol] = 1.0
+        jr, jc, jk = self.jac_rows, self.jac_cols, jcol[self.jac_cols]
+        hr, hc, hk = self.hess_rows, self.hess_cols, hcol[self.hess_cols]
+
+        def g(params, t0, z):
+            return integ._hidden(z, t0, integ.prog.constants(params))
+
+        def jac(params, t0, z):
+            f = lambda y: g(params, t0, y)
+            JS = jax.vmap(lambda s: jax.jvp(f, (z,), (s,))[1], in_axes=1, out_axes=1)(jnp.asarray(jseed))
+            return JS[jr, jk]
+
+        def hess(params, t0, z, lam):
+            grad = jax.grad(lambda y: jnp.dot(lam, g(params, t0, y)))
+            HS = jax.vmap(lambda s: jax.jvp(grad, (z,), (s,))[1], in_axes=1, out_axes=1)(jnp.asarray(hseed))
+            return HS[hr, hk]
+
+        self.g = jax.jit(g)
+        self.jac = jax.jit(jac)
+        self.hess = jax.jit(hess)
+        self.n_colours = (jseed.shape[1], hseed.shape[1])
+
+
+def _gauss_newton(der: _Derivatives, params, t0, z, free_idx, rows, iters: int, tol: float):
+    """Minimum-norm (least-squares when over-determined) Gauss–Newton in the free entries.
+
+    Runs on the host with the already-compiled residual and sparse Jacobian,
+    so polishing IPOPT's answer costs no further compilation.
+    """
+    z = np.array(z, dtype=float)
+    col_of = np.full(len(z), -1)
+    col_of[free_idx] = np.arange(len(free_idx))
+    row_of = np.full(der.jac_pattern.shape[0], -1)
+    row_of[rows] = np.arange(len(rows))
+    keep = (col_of[der.jac_cols] >= 0) & (row_of[der.jac_rows] >= 0)
+    jr, jc = row_of[der.jac_rows[keep]], col_of[der.jac_cols[keep]]
+    for _ in range(iters):
+        g = np.asarray(der.g(params, t0, z))[rows]
+        if not np.all(np.isfinite(g)) or np.max(np.abs(g), initial=0.0) <= 1e-3 * tol:
+            break
+        G = np.zeros((len(rows), len(free_idx)))
+        G[jr, jc] = np.asarray(der.jac(params, t0, z))[keep]
+        dz = np.linalg.lstsq(G, -g, rcond=None)[0]
+        if not np.all(np.isfinite(dz)):
+            break
+        # Damp wild steps from rough starts, as batched_newton does.
+        lim = 0.5 * (1.0 + np.max(np.abs(z)))
+        nrm = np.max(np.abs(dz), initial=0.0)
+        z[free_idx] += dz * (lim / nrm if nrm > lim else 1.0)
+    return z
+
+
+def _derivatives(integ: Integrator) -> _Derivatives:
+    d = getattr(integ, "_ipopt_derivatives", None)
+    if d is None:
+        d = _Derivatives(integ)
+        integ._ipopt_derivatives = d
+    return d
+
+
+# ------------------------------------------------------------------------ IPOPT
+IPOPT_DEFAULTS = {"print_level": 0, "sb": "yes", "tol": 1e-12, "acceptable_tol": 1e-9,
+                  "constr_viol_tol": 1e-12, "max_iter": 200}
+"""IPOPT options used unless overridden (quiet, tight, bounded iterations)."""
+
+# IPOPT statuses meaning "a point was found" (the residual is then checked).
+_IPOPT_OK = (0, 1)
+
+
+def _assembly_tol() -> float:
+    from .api import ASSEMBLY_TOL  # api imports this module: import late
+
+    return ASSEMBLY_TOL
+
+
+def _scale(z_hat) -> float:
+    return max(1.0, float(np.max(np.abs(z_hat)))) if np.size(z_hat) else 1.0
+
+
+def _residual_list(integ: Integrator, g: np.ndarray, tol: float, limit: int = 8) -> str:
+    """``label = value`` for the largest residuals above tol (worst first)."""
+    order = np.argsort(-np.abs(g))
+    items = [f"{integ.hidden_labels[i]} = {g[i]:.3g}" for i in order[:limit] if abs(g[i]) > tol]
+    more = int(np.sum(np.abs(g) > tol)) - len(items)
+    return ", ".join(items) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _point_text(integ: Integrator, z: np.ndarray, limit: int = 12) -> str:
+    # Show derivatives, not normalised coefficients: what the user typed.
+    parts = []
+    for label, val in list(zip(integ.state_labels, z))[:limit]:
+        l = len(label) - len(label.rstrip("'"))
+        parts.append(f"{label} = {val * math.factorial(l):.6g}")
+    return ", ".join(parts) + (", ..." if len(z) > limit else "")
+
+
+def _dof_hint(integ: Integrator, spec: StateSpec) -> str:
+    given = spec.given
+    if given is None or given.any() or not np.all(spec.free):
+        return ""
+    dof = integ.dae.structure.dof
+    if dof <= 0:
+        return ""
+    return (f" No initial values were given: this DAE has {dof} degree(s) of freedom, so give values "
+            f"(fixed or guesses) for {dof} independent state entries among {integ.state_labels}.")
+
+
+def _params_np(params) -> dict:
+    return {k: jnp.asarray(v, dtype=jnp.float64) for k, v in params.items()}
+
+
+class _Problem:
+    """cyipopt problem object: free entries, distance objective, active constraints."""
+
+    def __init__(self, der, params, t0, z_full, free_idx, rows, w, z_hat):
+        self.der, self.params, self.t0 = der, params, t0
+        self.z_full = np.array(z_full, dtype=float)
+        self.free_idx, self.rows = free_idx, rows
+        self.w, self.target = w, z_hat[free_idx]
+        col_of = np.full(len(z_full), -1)
+        col_of[free_idx] = np.arange(len(free_idx))
+        row_of = np.full(der.jac_pattern.shape[0], -1)
+        row_of[rows] = np.arange(len(rows))
+        keep = (col_of[der.jac_cols] >= 0) & (row_of[der.jac_rows] >= 0)
+        self.jkeep = np.nonzero(keep)[0]
+        self.jstruct = (row_of[der.jac_rows[keep]], col_of[der.jac_cols[keep]])
+        hkeep = (col_of[der.hess_rows] >= 0) & (col_of[der.hess_cols] >= 0)
+        self.hkeep = np.nonzero(hkeep)[0]
+        hr, hc = col_of[der.hess_rows[hkeep]], col_of[der.hess_cols[hkeep]]
+        self.hstruct = (hr, hc)
+        self.hdiag = np.nonzero(hr == hc)[0]
+        self.hdiag_col = hr[self.hdiag]
+        self.n_lam = der.jac_pattern.shape[0]
+
+    def full(self, x):
+        z = self.z_full.copy()
+        z[self.free_idx] = x
+        return z
+
+    def objective(self, x):
+        return float(np.sum(self.w * (x - self.target) ** 2))
+
+    def gradient(self, x):
+        return 2.0 * self.w * (x - self.target)
+
+    def constraints(self, x):
+        return np.asarray(self.der.g(self.params, self.t0, self.full(x)))[self.rows]
+
+    def jacobianstructure(self):
+        return self.jstruct
+
+    def jacobian(self, x):
+        return np.asarray(self.der.jac(self.params, self.t0, self.full(x)))[self.jkeep]
+
+    def hessianstructure(self):
+        return self.hstruct
+
+    def hessian(self, x, lagrange, obj_factor):
+        lam = np.zeros(self.n_lam)
+        lam[self.rows] = lagrange
+        vals = np.asarray(self.der.hess(self.params, self.t0, self.full(x), lam))[self.hkeep].copy()
+        vals[self.hdiag] += 2.0 * obj_factor * self.w[self.hdiag_col]
+        return vals
+
+
+def _run_ipopt(problem: _Problem, n: int, m: int, x0, options: Mapping):
+    import cyipopt
+
+    nlp = cyipopt.Problem(n=n, m=m, problem_obj=problem, lb=np.full(n, -1e20), ub=np.full(n, 1e20),
+                          cl=np.zeros(m), cu=np.zeros(m))
+    for key, val in options.items():
+        try:
+            nlp.add_option(str(key), val)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"IPOPT option {key!r} = {val!r} was refused ({exc}); see the IPOPT "
+                             "options reference (https://coin-or.github.io/Ipopt/OPTIONS.html)") from None
+    x, info = nlp.solve(np.asarray(x0, dtype=float))
+    msg = info.get("status_msg", b"")
+    msg = msg.decode(errors="replace") if isinstance(msg, bytes) else str(msg)
+    return np.asarray(x, dtype=float), int(info["status"]), msg.strip()
+
+
+def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping | None = None) -> np.ndarray:
+    """The consistent state nearest to the guesses, keeping fixed entries (IPOPT).
+
+    Solves ``min Σ_free w (z − ẑ)²`` subject to every hidden constraint = 0,
+    with the fixed entries substituted, exact first and second derivatives
+    from JAX (jitted once per integrator) and the Jacobian/Hessian sparsity
+    taken from Σ (:func:`hidden_jacobian_pattern`).  The IPOPT result is
+    polished by a few minimum-norm Gauss–Newton steps (on the host, with the
+    same compiled functions) so that it is consistent to rounding.
+
+    Special cases, decided before IPOPT runs:
+
+    * constraints that involve only fixed entries are checked, not solved:
+      a complete consistent state given as fixed is returned as it is;
+    * more remaining constraints than free entries (over-determined) are
+      solved by Gauss–Newton alone (IPOPT refuses such problems) and
+      accepted when consistent.
+
+    Args:
+        integ: the integrator.
+        params: parameter dict (arrays).
+        t0: initial time.
+        spec: guesses, fixed mask and optional weights (:func:`parse_values`).
+        options: IPOPT options overriding :data:`IPOPT_DEFAULTS` (for
+            example ``{"print_level": 5}`` to see IPOPT's log).
+
+    Returns:
+        flat consistent state (numpy), fixed entries exactly as given.
+
+    Raises:
+        InitialValueError: the message starts with
+            ``"the fixed initial values are inconsistent"`` when constraints
+            on fixed entries alone are violated, or an over-determined set
+            cannot be met (it lists the violated constraints), and with
+            ``"no consistent initial point found"`` when IPOPT (or
+            Gauss–Newton) ends away from the constraint manifold (it gives
+            IPOPT's status, the closest point and the largest residuals).
+        InputError: an IPOPT option is refused.
+    """
+    params = _params_np(params)
+    t0 = float(t0)
+    z_hat = np.asarray(spec.z_hat, dtype=float)
+    free = np.asarray(spec.free, dtype=bool)
+    tol = _assembly_tol() * _scale(z_hat)
+    if integ.n_hidden == 0:
+        return z_hat.copy()
+    der = _derivatives(integ)
+    free_idx = np.nonzero(free)[0]
+    depends = der.jac_pattern[:, free_idx].any(axis=1)
+    g0 = np.asarray(der.g(params, t0, z_hat))
+    bad_fixed = (~depends) & ~(np.abs(g0) <= tol)
+    if bad_fixed.any():
+        gf = np.where(bad_fixed, g0, 0.0)
+        raise InitialValueError(
+            "the fixed initial values are inconsistent: these constraints involve only fixed entries and "
+            f"are violated: {_residual_list(integ, gf, tol)}. Free (unfix) some of "
+            f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values")
+    rows = np.nonzero(depends)[0]
+    if len(rows) == 0:
+        return z_hat.copy()
+    w = np.ones(len(free_idx)) if spec.weights is None else np.asarray(spec.weights, dtype=float)[free_idx]
+    opts = dict(IPOPT_DEFAULTS)
+    opts.update(dict(options or {}))
+    over = len(rows) > len(free_idx)
+    if over:
+        # IPOPT refuses more equalities than unknowns; a consistent
+        # over-specified set is still a Gauss-Newton (least-squares) fixed point.
+        status, msg = None, ""
+        z = _gauss_newton(der, params, t0, z_hat, free_idx, rows, 40, tol)
+    else:
+        prob = _Problem(der, params, t0, z_hat, free_idx, rows, w, z_hat)
+        x, status, msg = _run_ipopt(prob, len(free_idx), len(rows), z_hat[free_idx], opts)
+        z = prob.full(x) if np.all(np.isfinite(x)) else z_hat
+        if status in _IPOPT_OK:
+            # IPOPT stops at its own scaled tolerance: finish to rounding.
+            z = _gauss_newton(der, params, t0, z, free_idx, rows, 4, tol)
+    g = np.asarray(der.g(params, t0, z))
+    res = float(np.max(np.abs(g))) if np.all(np.isfinite(g)) else np.inf
+    if (status is None or status in _IPOPT_OK) and res <= tol:
+        z = np.where(free, z, z_hat)  # fixed entries bit-for-bit as given
+        return z
+    if over:
+        raise InitialValueError(
+            f"the fixed initial values are inconsistent: they leave {len(free_idx)} free entr"
+            f"{'y' if len(free_idx) == 1 else 'ies'} for {len(rows)} constraints (over-determined) and "
+            f"no point satisfies them all; closest point found [{_point_text(integ, z)}]; violated: "
+            f"{_residual_list(integ, g, tol)}. Free (unfix) some of "
+            f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values")
+    raise InitialValueError(
+        f"no consistent initial point found (IPOPT status {status}: {msg}); largest constraint residual {res:.3g} "
+        f"(tolerance {tol:.3g}) at the closest point found [{_point_text(integ, z)}]; violated: "
+        f"{_residual_list(integ, g, tol)}. Check the fixed values and the parameters (can the mechanism "
+        "assemble?), or give better guesses." + _dof_hint(integ, spec))
+
+
+# ---------------------------------------------------------------------- batches
+def _newton_vmap(integ: Integrator):
+    fn = getattr(integ, "_newton_vmap_jit", None)
+    if fn is None:
+        # The iteration limit is traced: changing it does not recompile.
+        fn = jax.jit(jax.vmap(lambda p, t0, z, free, iters: batched_newton(integ, p, t0, z, free, iters=iters),
+                              in_axes=(0, None, 0, 0, None)))
+        integ._newton_vmap_jit = fn
+    return fn
+
+
+def batched_consistent_points(integ: Integrator, params_batch, t0, z_hat_batch, free,
+                              options: Mapping | None = None, fallback: bool = True, newton_iters: int = 40):
+    """Consistent points for a batch of designs: vmapped Newton, IPOPT where it fails.
+
+    Every point is first solved by :func:`batched_newton` (one jit+vmap call
+    for the whole batch).  A point whose residual stays above
+    ``solver.api.ASSEMBLY_TOL`` times its scale is retried by
+    :func:`ipopt_point`; a point IPOPT cannot assemble either gets
+    ``ok = False`` (no exception: one bad design never stops a sweep).
+
+    Args:
+        integ: the integrator.
+        params_batch: dict name -> array with a leading batch axis (every
+            parameter of the DAE).
+        t0: initial time (shared).
+        z_hat_batch: (batch, n_state) guesses/fixed values.
+        free: (n_state,) or (batch, n_state) bool mask of entries that may move.
+        options: IPOPT options for the fallback.
+        fallback: False to skip IPOPT (Newton only).
+        newton_iters: Gauss–Newton iteration limit.
+
+    Returns:
+        (z_batch, ok_mask): numpy (batch, n_state) and (batch,) bool; rows
+        with ok False hold the closest point Newton found.
+
+    Raises:
+        InputError: shapes that do not match the integrator or each other.
+    """
+    z_hat_batch = np.asarray(z_hat_batch, dtype=float)
+    if z_hat_batch.ndim != 2 or z_hat_batch.shape[1] != integ.n_state:
+        raise InputError(f"z_hat_batch must have shape (batch, {integ.n_state}); got {z_hat_batch.shape}")
+    nb = z_hat_batch.shape[0]
+    free_b = np.asarray(free, dtype=bool)
+    if free_b.shape not in ((integ.n_state,), (nb, integ.n_state)):
+        raise InputError(f"free must have shape ({integ.n_state},) or ({nb}, {integ.n_state}); got {free_b.shape}")
+    free_b = np.broadcast_to(free_b, (nb, integ.n_state))
+    params = {}
+    for k, v in params_batch.items():
+        a = np.asarray(v, dtype=float)
+        if a.ndim == 0 or a.shape[0] != nb:
+            raise InputError(f"parameter {k!r}: expected a leading batch axis of length {nb}, got shape {a.shape}")
+        params[k] = jnp.asarray(a)
+    z, res = _newton_vmap(integ)(params, float(t0), jnp.asarray(z_hat_batch), jnp.asarray(free_b),
+                                 jnp.asarray(int(newton_iters)))
+    z, res = np.array(z), np.asarray(res)
+    scale = np.maximum(1.0, np.max(np.abs(z_hat_batch), axis=1)) if integ.n_state else np.ones(nb)
+    ok = (res <= _assembly_tol() * scale) & np.all(np.isfinite(z), axis=1)
+    if fallback:
+        for i in np.nonzero(~ok)[0]:
+            p_i = {k: v[i] for k, v in params.items()}
+            spec = StateSpec(z_hat_batch[i], free_b[i], np.zeros(integ.dae.n))
+            try:
+                z[i] = ipopt_point(integ, p_i, t0, spec, options=options)
+                ok[i] = True
+            except InitialValueError:
+                pass
+    return z, ok

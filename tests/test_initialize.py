@@ -1,0 +1,227 @@
+"""Consistent initial values (METHOD.md §6): IPOPT nearest point, diagnostics, batches.
+
+References are closed forms worked out by hand: the nearest point of a circle
+and the tangent projection for the pendulum, the intersection of two circles
+for the four-bar linkage (:func:`solver.examples_linkages.four_bar_assembly`).
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import solver
+from solver.api import integrator_for
+from solver.examples_linkages import four_bar, four_bar_assembly
+from solver.initialize import (InitialValueError, StateSpec, batched_consistent_points,
+                               hidden_jacobian_pattern, ipopt_point, parse_values)
+
+ORDER = 4  # the hidden constraints do not depend on the Taylor order: keep compiles small
+
+
+def pendulum(t, v, p):
+    x, y, lam = v["x"], v["y"], v["lam"]
+    return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], x[0] ** 2 + y[0] ** 2 - p["L"] ** 2]
+
+
+PEND = solver.DAE(pendulum, variables=["x", "y", "lam"], params={"g": 9.81, "L": 1.0})
+PEND_P = {k: jnp.asarray(v) for k, v in PEND.params.items()}
+LINK = four_bar(a=1.0, b=3.0, c=2.5, d=3.0)
+LINK_P = {k: jnp.asarray(v) for k, v in LINK.params.items()}
+
+
+@pytest.fixture(scope="module")
+def pend():
+    return integrator_for(PEND, ORDER)
+
+
+@pytest.fixture(scope="module")
+def link():
+    return integrator_for(LINK, ORDER)
+
+
+def state(integ, values):
+    """Flat state from derivative values keyed by state label (x, x', ...)."""
+    return np.array([values[label] for label in integ.state_labels], dtype=float)
+
+
+def link_state(integ, s):
+    vals = {}
+    for name, key in (("B", "B"), ("C", "C"), ("B", "Bd"), ("C", "Cd")):
+        primes = "'" if key.endswith("d") else ""
+        for i in range(2):
+            vals[f"{name}[{i}]{primes}"] = s[key][i]
+    return state(integ, vals)
+
+
+def max_residual(integ, z, params):
+    return float(np.max(np.abs(np.asarray(integ.hidden_constraints(jnp.asarray(z), 0.0, params)))))
+
+
+# ------------------------------------------------------------------ pendulum
+def test_pendulum_guess_off_circle_lands_on_nearest_consistent_point(pend):
+    # x fixed at 0.6: the circle x² + y² = 1 leaves y = ±0.8, the guess 0.9
+    # picks +0.8; the velocity (1, 1) is then projected onto the tangent
+    # (−0.8, 0.6)... i.e. v − (v·n) n with n = (0.6, 0.8): (0.16, −0.12).
+    spec = parse_values(pend, {"x": 0.6, "y": 0.9, "x'": 1.0, "y'": 1.0}, fixed=["x"])
+    z = ipopt_point(pend, PEND_P, 0.0, spec)
+    expect = state(pend, {"x": 0.6, "y": 0.8, "x'": 0.16, "y'": -0.12})
+    assert z[pend.state_labels.index("x")] == 0.6  # the fixed entry, bit for bit
+    np.testing.assert_allclose(z, expect, rtol=0, atol=1e-12)
+    assert max_residual(pend, z, PEND_P) <= 1e-13
+
+
+def test_pendulum_nearest_point_with_nothing_fixed_is_radial_projection(pend):
+    # Nearest point of the circle to (1.2, 1.6) is (0.6, 0.8); a zero velocity
+    # guess is already tangent.
+    spec = parse_values(pend, {"x": 1.2, "y": 1.6})
+    z = ipopt_point(pend, PEND_P, 0.0, spec)
+    np.testing.assert_allclose(z, state(pend, {"x": 0.6, "y": 0.8, "x'": 0.0, "y'": 0.0}), atol=1e-12)
+
+
+def test_jacobian_pattern_is_structural_and_covers_the_numeric_jacobian(pend, link):
+    # C = x² + y² − L² involves positions only; C' = 2(x x' + y y') everything.
+    pat = hidden_jacobian_pattern(pend)
+    expect = np.zeros((2, 4), bool)
+    for label in ("x", "y"):
+        expect[pend.hidden_labels.index("f2"), pend.state_labels.index(label)] = True
+    expect[pend.hidden_labels.index("f2'"), :] = True
+    np.testing.assert_array_equal(pat, expect)
+    # At random states every numerically nonzero derivative (central
+    # differences) lies inside the pattern.
+    g = jax.jit(lambda y: link.hidden_constraints(y, 0.0, LINK_P))
+    rng = np.random.default_rng(0)
+    pat = hidden_jacobian_pattern(link)
+    for _ in range(3):
+        z = rng.normal(size=link.n_state)
+        eye = 1e-6 * np.eye(link.n_state)
+        J = np.stack([np.asarray(g(z + e)) - np.asarray(g(z - e)) for e in eye], axis=1) / 2e-6
+        assert not np.any((np.abs(J) > 1e-8) & ~pat)
+    # |B|² − a² cannot depend on C: the pattern is not dense.
+    assert not pat[link.hidden_labels.index("f2[0]"), link.state_labels.index("C[0]")]
+
+
+# ------------------------------------------------------------------ four-bar
+def crank_values(theta, omega, guess_c, guess_cd=(0.0, 0.0), a=1.0):
+    return {"B": [a * math.cos(theta), a * math.sin(theta)],
+            "B'": [-a * omega * math.sin(theta), a * omega * math.cos(theta)],
+            "C": list(guess_c), "C'": list(guess_cd)}
+
+
+@pytest.mark.parametrize("branch", [+1, -1])
+def test_four_bar_branch_is_selected_by_the_guess(link, branch):
+    theta, omega = 0.7, 2.0
+    exact = four_bar_assembly(theta, omega, 1.0, 3.0, 2.5, 3.0, branch=branch)
+    other = four_bar_assembly(theta, omega, 1.0, 3.0, 2.5, 3.0, branch=-branch)
+    # A rough guess on the wanted side of the line B–D.
+    guess = exact["C"] + np.array([0.3, -0.2 * branch])
+    spec = parse_values(link, crank_values(theta, omega, guess), fixed=["B", "B'"])
+    z = ipopt_point(link, LINK_P, 0.0, spec)
+    assert max_residual(link, z, LINK_P) <= 1e-12
+    np.testing.assert_allclose(z, link_state(link, exact), atol=1e-12)
+    assert np.max(np.abs(z - link_state(link, other))) > 0.5  # distinct branches
+
+
+def test_impossible_linkage_raises_documented_error_via_solve():
+    # Ground 5 > crank + coupler + rocker: the loop cannot close anywhere.
+    # (init="ipopt" goes straight to the nearest-point solve; "auto" tries
+    # Newton first and then raises the same error.)
+    with pytest.raises(InitialValueError) as err:
+        solver.solve(LINK, (0.0, 0.1), values=crank_values(0.0, 1.0, (3.0, 0.5)), fixed=["B", "B'"],
+                     order=ORDER, init="ipopt", params={"b": 1.0, "c": 1.0, "d": 5.0})
+    msg = str(err.value)
+    assert msg.startswith("no consistent initial point found (IPOPT status")
+    assert "f2[1]" in msg or "f2[2]" in msg  # the coupler/rocker lengths are named
+
+
+# ------------------------------------------------------------ over/under-specified
+def test_full_consistent_fixed_set_is_accepted_as_is(link):
+    exact = four_bar_assembly(1.1, -0.5, 1.0, 3.0, 2.5, 3.0, branch=+1)
+    vals = crank_values(1.1, -0.5, exact["C"], exact["Cd"])
+    spec = parse_values(link, vals, fixed=["B", "B'", "C", "C'"])
+    z = ipopt_point(link, LINK_P, 0.0, spec)
+    np.testing.assert_array_equal(z, spec.z_hat)
+
+
+def test_inconsistent_fixed_set_lists_violated_constraints(pend):
+    spec = parse_values(pend, {"x": 0.6, "y": 0.9, "x'": 0.8, "y'": -0.6}, fixed=["x", "y", "x'", "y'"])
+    with pytest.raises(InitialValueError) as err:
+        ipopt_point(pend, PEND_P, 0.0, spec)
+    msg = str(err.value)
+    assert msg.startswith("the fixed initial values are inconsistent")
+    # C = 0.36 + 0.81 − 1 = 0.17 and C'/1! = 2(0.48 − 0.54) = −0.12
+    assert "f2 = 0.17" in msg and "f2' = -0.12" in msg
+
+
+def test_overdetermined_consistent_and_inconsistent_sets(pend):
+    # x, x', y' fixed leaves y alone for two constraints.
+    good = parse_values(pend, {"x": 0.6, "y": 0.7, "x'": 0.8, "y'": -0.6}, fixed=["x", "x'", "y'"])
+    np.testing.assert_allclose(ipopt_point(pend, PEND_P, 0.0, good),
+                               state(pend, {"x": 0.6, "y": 0.8, "x'": 0.8, "y'": -0.6}), atol=1e-13)
+    bad = parse_values(pend, {"x": 0.6, "y": 0.7, "x'": 0.8, "y'": -0.7}, fixed=["x", "x'", "y'"])
+    with pytest.raises(InitialValueError, match=r"^the fixed initial values are inconsistent.*over-determined"):
+        ipopt_point(pend, PEND_P, 0.0, bad)
+
+
+def test_underspecified_set_works_and_no_values_at_all_explains_dof(pend):
+    z = ipopt_point(pend, PEND_P, 0.0, parse_values(pend, {"x": -0.3, "y": 0.4}))
+    np.testing.assert_allclose(z, state(pend, {"x": -0.6, "y": 0.8, "x'": 0.0, "y'": 0.0}), atol=1e-12)
+    # Nothing given: the origin is equidistant from the whole circle.
+    with pytest.raises(InitialValueError, match="No initial values were given: this DAE has 2 degree"):
+        ipopt_point(pend, PEND_P, 0.0, parse_values(pend, {}))
+
+
+# ------------------------------------------------------------------ batches
+BATCH = 6  # one batch size throughout: one compilation of the vmapped Newton
+
+
+def design_batch(link, rng, n=BATCH, d=3.0, branch=+1):
+    """n four-bar designs (random coupler/rocker) at random crank states."""
+    b = rng.uniform(2.6, 3.4, n)
+    c = rng.uniform(2.2, 2.8, n)
+    theta = rng.uniform(0.0, 2 * math.pi, n)
+    omega = rng.uniform(-2.0, 2.0, n)
+    params = {k: np.full(n, float(v)) for k, v in LINK.params.items()}
+    params.update(b=b, c=c)
+    exact, guess = [], []
+    for i in range(n):
+        s = four_bar_assembly(theta[i], omega[i], 1.0, b[i], c[i], d, branch=branch)
+        exact.append(link_state(link, s))
+        g = dict(s, C=s["C"] + 0.1, Cd=np.zeros(2))
+        guess.append(link_state(link, g))
+    free = np.array([lab.startswith("C") for lab in link.state_labels])
+    return params, np.array(guess), free, np.array(exact)
+
+
+def test_batched_newton_and_ipopt_agree(link):
+    params, guess, free, exact = design_batch(link, np.random.default_rng(1))
+    zb, ok = batched_consistent_points(link, params, 0.0, guess, free, fallback=False)
+    assert ok.all()
+    np.testing.assert_allclose(zb, exact, atol=1e-11)
+    for i in range(len(guess)):
+        p_i = {k: jnp.asarray(v[i]) for k, v in params.items()}
+        zi = ipopt_point(link, p_i, 0.0, StateSpec(guess[i], free, np.zeros(LINK.n)))
+        np.testing.assert_allclose(zi, zb[i], rtol=0, atol=1e-10)
+
+
+def test_batch_marks_impossible_designs_and_keeps_the_rest(link):
+    params, guess, free, exact = design_batch(link, np.random.default_rng(2))
+    params["d"] = params["d"].copy()
+    params["d"][2] = 9.0  # cannot close: the ground link is longer than the other three together
+    zb, ok = batched_consistent_points(link, params, 0.0, guess, free)
+    np.testing.assert_array_equal(ok, np.arange(BATCH) != 2)
+    np.testing.assert_allclose(zb[ok], exact[ok], atol=1e-11)
+
+
+def test_batch_falls_back_to_ipopt_where_newton_stops_short(link):
+    # Two Newton iterations cannot converge from these rough guesses; IPOPT
+    # completes every point.
+    params, guess, free, exact = design_batch(link, np.random.default_rng(3))
+    _, ok_newton = batched_consistent_points(link, params, 0.0, guess, free, fallback=False, newton_iters=2)
+    assert not ok_newton.any()
+    zb, ok = batched_consistent_points(link, params, 0.0, guess, free, newton_iters=2)
+    assert ok.all()
+    np.testing.assert_allclose(zb, exact, atol=1e-11)
