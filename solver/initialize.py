@@ -7,7 +7,20 @@ paths find one:
 * :func:`batched_newton` — Gauss–Newton with minimum-norm corrections in the
   free entries, jit- and vmap-safe: the fast path for a batch of designs;
 * :func:`ipopt_point` — the nearest consistent point to the guesses by IPOPT
-  (cyipopt), the robust path and the fallback for points where Newton fails.
+  (cyipopt), the robust path and the fallback for points where Newton fails;
+* :func:`batched_consistent_points` — a whole batch of designs: vmapped
+  Newton, IPOPT only for the points Newton misses, an ``ok`` mask instead of
+  an exception.
+
+Errors a user sees (:class:`InitialValueError`) start with one of
+
+* ``"the fixed initial values are inconsistent"`` — constraints that involve
+  only fixed entries are violated, or an over-determined fixed set cannot be
+  met; the violated constraints are listed with their residuals;
+* ``"no consistent initial point found"`` — IPOPT ended away from the
+  constraints (infeasible design, iteration limit); IPOPT's status, the
+  closest point and the largest residuals are given, and when no values were
+  given at all, how many the DAE's degrees of freedom call for.
 """
 
 from __future__ import annotations
@@ -17,6 +30,8 @@ import re
 from typing import Mapping, Sequence
 
 import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 
 import jax
 import jax.numpy as jnp
@@ -190,7 +205,7 @@ def batched_newton(integ: Integrator, params, t0, z_hat, free, iters: int = 40, 
 
 
 # --------------------------------------------------------------------- sparsity
-def hidden_jacobian_pattern(integ: Integrator) -> np.ndarray:
+def hidden_jacobian_pattern(integ: Integrator) -> sp.csr_array:
     """Structural nonzeros of ∂(hidden constraints)/∂(state), from Σ.
 
     Hidden constraint (i, r) is Taylor coefficient r of f_i; it depends on the
@@ -203,40 +218,48 @@ def hidden_jacobian_pattern(integ: Integrator) -> np.ndarray:
         integ: the integrator.
 
     Returns:
-        bool array (n_hidden, n_state).
+        boolean CSR array (n_hidden, n_state); memory proportional to the
+        nonzeros.
     """
     dae = integ.dae
     sig = dae.structure.signature
-    sigma = {}
-    for i, j, o in zip(sig.rows, sig.cols, sig.orders):
-        sigma.setdefault(int(i), []).append((int(j), int(o)))
+    by_row = {}
+    for i, j, o in zip(sig.rows.tolist(), sig.cols.tolist(), sig.orders.tolist()):
+        by_row.setdefault(i, []).append((j, o))
     state_pos = {}
     for v in dae.variables:
         a, _ = integ.state_slices[v.name]
         for k, (r, c) in enumerate(zip(integ.state_rows[v.name], integ.state_cols[v.name])):
             state_pos[(v.offset + int(c), int(r))] = a + k
-    pat = np.zeros((integ.n_hidden, integ.n_state), dtype=bool)
+    rows, cols = [], []
     for h, (b, r, e) in enumerate(integ.hidden_index):
         i = dae.equation_blocks[b][0] + e
-        for j, o in sigma.get(i, []):
+        for j, o in by_row.get(i, []):
             for l in range(o + r + 1):
                 s = state_pos.get((j, l))
                 if s is not None:
-                    pat[h, s] = True
+                    rows.append(h)
+                    cols.append(s)
+    pat = sp.csr_array((np.ones(len(rows), bool), (np.asarray(rows, int), np.asarray(cols, int))),
+                       shape=(integ.n_hidden, integ.n_state))
+    pat.sum_duplicates()
+    pat.sort_indices()
     return pat
 
 
-def _greedy_colouring(pattern: np.ndarray) -> np.ndarray:
+def _greedy_colouring(pattern: sp.csr_array) -> np.ndarray:
     """Colours of the columns such that no row has two nonzeros of one colour.
 
     Then one directional derivative per colour recovers every structural
     nonzero (Curtis–Powell–Reid compression).
     """
-    n = pattern.shape[1]
+    P = sp.csr_array(pattern, dtype=np.int64)
+    conflict = sp.csr_array(P.T @ P)
+    n = P.shape[1]
     colour = np.full(n, -1, dtype=int)
-    conflict = (pattern.T.astype(np.int64) @ pattern.astype(np.int64)) > 0
     for j in range(n):
-        used = set(colour[np.nonzero(conflict[j])[0]].tolist())
+        nb = conflict.indices[conflict.indptr[j]:conflict.indptr[j + 1]]
+        used = set(colour[nb].tolist())
         k = 0
         while k in used:
             k += 1
@@ -254,13 +277,16 @@ class _Derivatives:
 
     def __init__(self, integ: Integrator):
         self.jac_pattern = hidden_jacobian_pattern(integ)
-        self.jac_rows, self.jac_cols = np.nonzero(self.jac_pattern)
+        coo = self.jac_pattern.tocoo()
+        self.jac_rows, self.jac_cols = coo.row.astype(int), coo.col.astype(int)
         jcol = _greedy_colouring(self.jac_pattern)
         # The Hessian of constraint h lives on (its columns) x (its columns).
-        P = self.jac_pattern.astype(np.int64)
-        hpat = ((P.T @ P) > 0) | np.eye(integ.n_state, dtype=bool)
+        P = sp.csr_array(self.jac_pattern, dtype=np.int64)
+        hpat = sp.csr_array((P.T @ P) + sp.eye_array(integ.n_state, dtype=np.int64, format="csr")) > 0
+        hpat = sp.csr_array(hpat)
         self.hess_pattern = hpat
-        self.hess_rows, self.hess_cols = np.nonzero(np.tril(hpat))
+        low = sp.tril(hpat).tocoo()
+        self.hess_rows, self.hess_cols = low.row.astype(int), low.col.astype(int)
         hcol = _greedy_colouring(hpat)
         n = integ.n_state
         jseed = np.zeros((n, max(int(jcol.max(initial=-1)) + 1, 1)))
@@ -302,13 +328,19 @@ def _gauss_newton(der: _Derivatives, params, t0, z, free_idx, rows, iters: int, 
     row_of[rows] = np.arange(len(rows))
     keep = (col_of[der.jac_cols] >= 0) & (row_of[der.jac_rows] >= 0)
     jr, jc = row_of[der.jac_rows[keep]], col_of[der.jac_cols[keep]]
+    m, n = len(rows), len(free_idx)
     for _ in range(iters):
         g = np.asarray(der.g(params, t0, z))[rows]
         if not np.all(np.isfinite(g)) or np.max(np.abs(g), initial=0.0) <= 1e-3 * tol:
             break
-        G = np.zeros((len(rows), len(free_idx)))
-        G[jr, jc] = np.asarray(der.jac(params, t0, z))[keep]
-        dz = np.linalg.lstsq(G, -g, rcond=None)[0]
+        vals = np.asarray(der.jac(params, t0, z))[keep]
+        if m * n <= 4_000_000:
+            G = np.zeros((m, n))
+            G[jr, jc] = vals
+            dz = np.linalg.lstsq(G, -g, rcond=None)[0]
+        else:  # large systems: stay sparse (minimum norm / least squares)
+            G = sp.csr_array((vals, (jr, jc)), shape=(m, n))
+            dz = spla.lsqr(G, -g, atol=1e-15, btol=1e-15, iter_lim=10 * n)[0]
         if not np.all(np.isfinite(dz)):
             break
         # Damp wild steps from rough starts, as batched_newton does.
@@ -496,7 +528,8 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
         return z_hat.copy()
     der = _derivatives(integ)
     free_idx = np.nonzero(free)[0]
-    depends = der.jac_pattern[:, free_idx].any(axis=1)
+    depends = np.zeros(integ.n_hidden, dtype=bool)
+    depends[der.jac_rows[free[der.jac_cols]]] = True
     g0 = np.asarray(der.g(params, t0, z_hat))
     bad_fixed = (~depends) & ~(np.abs(g0) <= tol)
     if bad_fixed.any():

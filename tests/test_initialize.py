@@ -84,7 +84,7 @@ def test_pendulum_nearest_point_with_nothing_fixed_is_radial_projection(pend):
 
 def test_jacobian_pattern_is_structural_and_covers_the_numeric_jacobian(pend, link):
     # C = x² + y² − L² involves positions only; C' = 2(x x' + y y') everything.
-    pat = hidden_jacobian_pattern(pend)
+    pat = hidden_jacobian_pattern(pend).toarray()
     expect = np.zeros((2, 4), bool)
     for label in ("x", "y"):
         expect[pend.hidden_labels.index("f2"), pend.state_labels.index(label)] = True
@@ -94,7 +94,7 @@ def test_jacobian_pattern_is_structural_and_covers_the_numeric_jacobian(pend, li
     # differences) lies inside the pattern.
     g = jax.jit(lambda y: link.hidden_constraints(y, 0.0, LINK_P))
     rng = np.random.default_rng(0)
-    pat = hidden_jacobian_pattern(link)
+    pat = hidden_jacobian_pattern(link).toarray()
     for _ in range(3):
         z = rng.normal(size=link.n_state)
         eye = 1e-6 * np.eye(link.n_state)
@@ -225,3 +225,39 @@ def test_batch_falls_back_to_ipopt_where_newton_stops_short(link):
     zb, ok = batched_consistent_points(link, params, 0.0, guess, free, newton_iters=2)
     assert ok.all()
     np.testing.assert_allclose(zb, exact, atol=1e-11)
+
+
+# ------------------------------------------------------------ derivatives, options
+def test_compressed_jacobian_and_hessian_match_central_differences(link):
+    from solver.initialize import _derivatives
+
+    der = _derivatives(link)
+    rng = np.random.default_rng(4)
+    z, lam = rng.normal(size=link.n_state), rng.normal(size=link.n_hidden)
+    n, h = link.n_state, 1e-6
+    J = np.zeros((link.n_hidden, n))
+    J[der.jac_rows, der.jac_cols] = np.asarray(der.jac(LINK_P, 0.0, z))
+    H = np.zeros((n, n))
+    H[der.hess_rows, der.hess_cols] = np.asarray(der.hess(LINK_P, 0.0, z, lam))
+    H = H + np.tril(H, -1).T
+    g = lambda y: np.asarray(der.g(LINK_P, 0.0, y))
+    grad = lambda y: J_at(y).T @ lam
+
+    def J_at(y):
+        out = np.zeros((link.n_hidden, n))
+        out[der.jac_rows, der.jac_cols] = np.asarray(der.jac(LINK_P, 0.0, y))
+        return out
+
+    fd_J = np.stack([(g(z + e) - g(z - e)) / (2 * h) for e in h * np.eye(n)], axis=1)
+    fd_H = np.stack([(grad(z + e) - grad(z - e)) / (2 * h) for e in h * np.eye(n)], axis=1)
+    np.testing.assert_allclose(J, fd_J, atol=1e-7)
+    np.testing.assert_allclose(H, fd_H, atol=1e-7)
+
+
+def test_ipopt_failure_reports_status_and_closest_point(pend):
+    spec = parse_values(pend, {"x": 0.6, "y": 0.9, "x'": 1.0, "y'": 1.0}, fixed=["x"])
+    with pytest.raises(InitialValueError, match=r"^no consistent initial point found \(IPOPT status -1: Maximum"
+                                                r".*closest point found \[x = 0\.6, .*violated: f2"):
+        ipopt_point(pend, PEND_P, 0.0, spec, options={"max_iter": 1})
+    with pytest.raises(solver.InputError, match="IPOPT option 'no_such_option' = 1 was refused"):
+        ipopt_point(pend, PEND_P, 0.0, spec, options={"no_such_option": 1})
