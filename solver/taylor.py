@@ -119,7 +119,7 @@ class _Flattener:
                 ins_ids = []
                 for a in ins[: len(sub.invars)]:
                     if isinstance(a, _Lit):
-                        i = self.new(jax.core.get_aval(a.val))
+                        i = self.new(jax.typeof(a.val))
                         self.const_values[i] = a.val
                         ins_ids.append(i)
                     else:
@@ -150,7 +150,7 @@ _LINEAR = {
     "reshape", "squeeze", "expand_dims", "transpose", "slice", "dynamic_slice", "gather",
     "rev", "convert_element_type", "copy", "copy_p", "reduce_precision", "cumsum",
     "dynamic_update_slice", "scatter-add", "scatter_add", "select_n", "real", "split",
-    "mul_const", "squeeze",
+    "stack", "unstack", "tile",
 }
 _BILINEAR = {"mul", "dot_general"}
 # Piecewise constant: only the order-0 coefficient is non-zero.
@@ -197,7 +197,7 @@ class TaylorProgram:
         self.out_ids = []
         for o in outs:  # a literal output (constant equation) becomes a constant node
             if isinstance(o, _Lit):
-                i = flat.new(jax.core.get_aval(o.val))
+                i = flat.new(jax.typeof(o.val))
                 self.const_values[i] = o.val
                 o = i
             self.out_ids.append(o)
@@ -399,7 +399,7 @@ class TaylorProgram:
         return _Const(consts[a])
 
     def _aval(self, a):
-        return jax.core.get_aval(a.val) if isinstance(a, _Lit) else self.avals[a]
+        return jax.typeof(a.val) if isinstance(a, _Lit) else self.avals[a]
 
     def _apply(self, e, idx_e, m, nodes, aux, consts):
         name = e.prim.name
@@ -504,8 +504,15 @@ def _mul_const(a, b, mc):
     return a.coef(mc) * b.value
 
 
+def _align(A, ndim):
+    """Insert axes after the order axis so element shapes broadcast like numpy."""
+    return A.reshape(A.shape[:1] + (1,) * (ndim - A.ndim) + A.shape[1:]) if A.ndim < ndim else A
+
+
 def _conv(A, B, m, lo, top, weight_a=None):
     """Σ_{r=lo}^{m-top} wa(r) A[r] B[m-r] over the leading (order) axis."""
+    nd = max(A.ndim, B.ndim)
+    A, B = _align(A, nd), _align(B, nd)
     K = A.shape[0]
     r = jnp.arange(K)
     Bg = jnp.take(B, jnp.clip(m - r, 0, B.shape[0] - 1), axis=0)
@@ -544,7 +551,8 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
     wr = lambda r: r.astype(jnp.float64)
 
     def S(op):
-        return jnp.broadcast_to(op.series(K), (K,) + Z.shape[1:]) if op.series(K).ndim == Z.ndim else op.series(K)
+        arr = op.series(K)
+        return jnp.broadcast_to(_align(arr, Z.ndim), Z.shape)
 
     def getaux(tag):
         return aux[(idx_e, tag)]

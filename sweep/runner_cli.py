@@ -1,0 +1,160 @@
+"""``mechsweep sweep`` and ``make run``: a sweep file to a Zarr store and a picture."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from solver.errors import InputError
+
+__all__ = ["main_sweep", "run_sweep_file", "summary_plot", "DEFAULT_SWEEP"]
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SWEEP = ROOT / "configs" / "sweeps" / "rscr_lengths_angles.yaml"
+
+
+def _mode(args) -> str:
+    chosen = [m for m, flag in (("resume", "resume"), ("overwrite", "overwrite"), ("retry-failed", "retry_failed"))
+              if getattr(args, flag, False)]
+    if len(chosen) > 1:
+        raise InputError(f"choose at most one of --resume, --overwrite, --retry-failed (got {', '.join(chosen)})")
+    return chosen[0] if chosen else "resume"
+
+
+def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file=None, cluster=None,
+                   mode="resume", dry_run=False, progress=True, plot=True, echo=print):
+    """Expand a sweep file and run it into a Zarr store.
+
+    Args:
+        sweep_path: the sweep YAML.
+        out: store path (``.zarr``).
+        workers, scheduler, scheduler_file, cluster: where it runs
+            (:func:`sweep.run.run_sweep`).
+        mode: ``resume`` (default), ``overwrite`` or ``retry-failed``.
+        dry_run: only explain the points and batches.
+        progress: show a progress bar.
+        plot: write ``<out>.png`` with a summary picture afterwards.
+        echo: where messages go.
+
+    Returns:
+        the run summary (None for a dry run).
+
+    Raises:
+        InputError: bad sweep file, model or options.
+    """
+    from sweep.pipeline import batch_fn, build_context
+    from sweep.run import run_sweep
+    from sweep.spec import load_sweep
+
+    spec = load_sweep(sweep_path)
+    if dry_run:
+        echo(spec.describe())
+        return None
+    if out is None:
+        raise InputError("--out STORE.zarr is required (or use --dry-run)")
+    context = build_context(spec)
+    summary = run_sweep(spec, batch_fn, context, out, workers=workers, scheduler=scheduler,
+                        scheduler_file=scheduler_file, cluster=cluster, mode=mode, progress=progress,
+                        schema=context.schema, attrs=context.attrs)
+    echo(str(summary))
+    if plot:
+        png = summary_plot(out)
+        if png:
+            echo(f"summary picture: {png}")
+    return summary
+
+
+def summary_plot(store, out_png=None):
+    """A picture of a sweep store: a metric (or output range) over the design.
+
+    The first metric (or the range of the first output) is shown against the
+    first two swept parameters (a heat map when they form a grid, a scatter
+    otherwise); failed designs are marked with crosses.
+
+    Returns:
+        the PNG path, or None when the store has nothing to draw.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import xarray as xr
+
+    ds = xr.open_zarr(store)
+    params = [c for c in ds.coords if ds[c].dims == ("point",) and c != "point"]
+    scalars = [v for v in ds.data_vars if ds[v].dims == ("point",) and v not in ("status", "steps")]
+    if scalars:
+        name = scalars[0]
+        value = ds[name].values
+        label = name
+    else:
+        series = [v for v in ds.data_vars if ds[v].dims[:2] == ("point", "time")]
+        if not series:
+            return None
+        a = ds[series[0]].values.reshape(ds.sizes["point"], ds.sizes["time"], -1)
+        with np.errstate(all="ignore"):
+            value = np.nanmax(a[..., 0], axis=1) - np.nanmin(a[..., 0], axis=1)
+        label = f"range of {series[0]}"
+    status = ds["status"].values
+    failed = status != 0
+    fig, ax = plt.subplots(figsize=(7, 5))
+    if len(params) >= 2:
+        x, y = ds[params[0]].values, ds[params[1]].values
+        sc = ax.scatter(x[~failed], y[~failed], c=value[~failed], cmap="viridis", s=40)
+        fig.colorbar(sc, ax=ax, label=label)
+        ax.scatter(x[failed], y[failed], marker="x", color="red", s=50, label="failed design")
+        ax.set_xlabel(params[0])
+        ax.set_ylabel(params[1])
+    elif len(params) == 1:
+        x = ds[params[0]].values
+        ax.plot(x[~failed], value[~failed], "o-")
+        ax.plot(x[failed], np.zeros(failed.sum()), "rx", label="failed design")
+        ax.set_xlabel(params[0])
+        ax.set_ylabel(label)
+    else:
+        return None
+    if failed.any():
+        ax.legend(loc="best")
+    ax.set_title(f"{ds.attrs.get('title', 'sweep')}: {int((~failed).sum())} ok, {int(failed.sum())} failed")
+    out_png = out_png or str(Path(store).with_suffix("")) + ".png"
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
+def main_sweep(args) -> int:
+    """``mechsweep sweep`` with parsed arguments (see :mod:`sweep.cli`).
+
+    Returns:
+        exit code: 0 when every point succeeded, 1 when some failed.
+    """
+    summary = run_sweep_file(
+        args.sweep, getattr(args, "out", None), workers=getattr(args, "workers", None),
+        scheduler=getattr(args, "scheduler", None), scheduler_file=getattr(args, "scheduler_file", None),
+        cluster=getattr(args, "cluster", None), mode=_mode(args), dry_run=getattr(args, "dry_run", False),
+        progress=sys.stderr.isatty())
+    if summary is None:
+        return 0
+    failed = getattr(summary, "failed_points", None)
+    return 1 if failed else 0
+
+
+def main_default() -> int:
+    """``make run``: the embedded default RSCR sweep into ``out/rscr.zarr``."""
+    out = ROOT / "out" / "rscr.zarr"
+    out.parent.mkdir(exist_ok=True)
+    try:
+        run_sweep_file(DEFAULT_SWEEP, str(out), workers=os.cpu_count() or 1, mode="resume",
+                       progress=sys.stderr.isatty())
+    except InputError as err:
+        print(f"mechsweep: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main_default())
