@@ -17,7 +17,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q tests
 
 run: $(STAMP)
-	$(PY) -m sweep.cli run-default
+	$(PY) -m sweep.runner_cli
 
 bench: $(STAMP)
 	$(PY) workflows/benchmarks/bench_solver.py
