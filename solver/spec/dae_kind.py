@@ -1,0 +1,143 @@
+"""``Kind: DAE``: equations written out in the expression language.
+
+::
+
+    Title: Simple pendulum, index 3
+    Kind: DAE
+    PhysicalParams: {g: 9.81, L: 1.0}
+    Variables: [x, y, lam]            # or {q: 7, lam: 6}; size 1 = scalar
+    Let:                              # optional, ordered
+      r2: x**2 + y**2
+    Equations:                        # each expression = 0
+      - x'' + lam*x
+      - y'' + lam*y - g
+      - r2 - L**2
+    ProblemData:
+      t0: 0
+      tend: 10
+      values: {x: 1.0, y: 0.0, x': 0.0, y': 0.0}   # guesses unless fixed
+      fixed: [x, x']
+      samples: 1001                   # or dt: 0.01
+    SolverParams:
+      Integration: {tol: 1.0e-10, order: 20}
+
+Variables may be differentiated to any order (``x''``); ``(expr)'`` and the
+prime of a ``Let`` name (``r2'``) are d/dt of the expression through
+:func:`solver.ddt`.  Value keys use :func:`solver.solve` syntax (``q[2]'``;
+``q'[2]`` is accepted too) and may be expressions of parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from solver.dae import DAE, DAEDefinitionError
+from solver.errors import InputError
+from solver.expr import evaluate_constant, parse
+from solver.yamlio import Locator, check_keys, format_path, require_list, require_mapping
+
+from .model import (TIME_KEYS, Model, analyse, build_error, check_key_order, parse_value_key,
+                    read_animation, read_sizes, read_solver_params, read_times, read_title,
+                    size_names)
+from .scope import DAEScope, PositionScope, read_lets, read_params
+
+__all__ = ["build", "TOP_KEYS"]
+
+TOP_KEYS = ("Title", "Kind", "PhysicalParams", "Variables", "Let", "Equations", "ProblemData",
+            "SolverParams", "Animation")
+
+
+def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Model:
+    """Build a ``Kind: DAE`` model.
+
+    Args:
+        data: the file's data (overrides already merged).
+        loc: its locator.
+        path: the file path.
+        overrides: the overrides that were merged (recorded on the model).
+
+    Returns:
+        :class:`~solver.spec.model.Model`.
+
+    Raises:
+        InputError: anything wrong with the file, located (key path, line).
+    """
+    check_keys(data, TOP_KEYS, ("Variables", "Equations", "ProblemData"), (), loc)
+    title = read_title(data, loc, path)
+    raw_vars = data["Variables"]
+    structural = size_names(raw_vars) if isinstance(raw_vars, Mapping) else set()
+    info = read_params(data.get("PhysicalParams"), loc, lambda values: structural & set(values))
+    taken = {k: "a parameter" for k in info.values}
+    sizes = read_sizes(raw_vars, loc, "Variables", "variable", info.values, taken)
+    taken.update({k: "a variable" for k in sizes})
+    lets = read_lets(data.get("Let"), loc, taken)
+    eq_raw = require_list(data["Equations"], ("Equations",), loc, nonempty=True,
+                          what="a list of expressions (each = 0)")
+    equations = [parse(e, file=loc.file, path=format_path(("Equations", i)),
+                       line=loc.line(("Equations", i))) for i, e in enumerate(eq_raw)]
+    names = list(sizes)
+
+    def residual(t, v, p):
+        scope = DAEScope(t, info.resolve(p), lets, v, names)
+        return [eq.evaluate(scope) for eq in equations]
+
+    try:
+        dae = DAE(residual, variables=sizes, params=info.free, name=title)
+    except DAEDefinitionError as err:
+        raise build_error(err, loc, ("Equations",)) from None
+    structure = analyse(dae, loc, ("Equations",),
+                        " (equation fK is Equations[K], counted from 0)")
+
+    pd = require_mapping(data["ProblemData"], ("ProblemData",), loc)
+    check_keys(pd, TIME_KEYS + ("values", "fixed"), ("tend",), ("ProblemData",), loc)
+    times = read_times(pd, loc)
+    values_raw = require_mapping(pd.get("values"), ("ProblemData", "values"), loc,
+                                 allow_none=True)
+    entries = []  # (solve key, raw expression, key path)
+    for key, raw in values_raw.items():
+        kpath = ("ProblemData", "values", key)
+        vk = parse_value_key(key, sizes, loc, kpath)
+        check_key_order(vk, dae, structure, loc, kpath, fixed=False)
+        entries.append((vk.text(), raw, kpath, vk))
+    fixed = []
+    fixed_raw = require_list(pd.get("fixed") or [], ("ProblemData", "fixed"), loc)
+    given = {(e[3].name, e[3].index, e[3].order) for e in entries}
+    for i, key in enumerate(fixed_raw):
+        fpath = ("ProblemData", "fixed", i)
+        vk = parse_value_key(key, sizes, loc, fpath)
+        check_key_order(vk, dae, structure, loc, fpath, fixed=True)
+        if (vk.name, vk.index, vk.order) not in given and (vk.name, None, vk.order) not in given:
+            raise loc.error(f"'{vk.text()}' is fixed but has no value in ProblemData.values; "
+                            f"give its value there", fpath)
+        fixed.append(vk.text())
+
+    def values(params: dict) -> dict:
+        out = {}
+        for key, raw, kpath, vk in entries:
+            val = evaluate_constant(raw, params, file=loc.file, path=format_path(kpath),
+                                    line=loc.line(kpath))
+            _check_value_shape(val, vk, sizes, loc, kpath)
+            out[key] = val
+        return out
+
+    values(info.numeric())  # report bad values at load time, not at the first solve
+    animation = read_animation(data.get("Animation"), loc, lambda n: n in sizes)
+    default_points = [n for n, s in sizes.items() if s in (2, 3)]
+
+    def point_scope(t, state, params):
+        return PositionScope(t, params, lets, state, "a drawn point")
+
+    solver_params = read_solver_params(data.get("SolverParams"), loc)
+    return Model(dae=dae, kind="DAE", title=title, path=path, text=loc.text, data=data,
+                 locator=loc, times=times, solver_params=solver_params, param_info=info,
+                 values=values, fixed=fixed, animation=animation, point_scope=point_scope,
+                 default_points=default_points, overrides=overrides)
+
+
+def _check_value_shape(val, vk, sizes, loc, kpath) -> None:
+    import numpy as np
+
+    want = 1 if vk.index is not None else (sizes[vk.name] or 1)
+    got = int(np.size(val))
+    if got not in (1, want):
+        raise loc.error(f"'{vk.text()}' needs {want} value(s) (or one for all), got {got}", kpath)

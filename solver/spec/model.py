@@ -1,0 +1,551 @@
+"""The :class:`Model`: a DAE plus the problem data of a YAML model file.
+
+Every kind (``DAE``, ``Lagrangian``, ``Mechanism``) builds one; the CLI and
+the sweep pipeline use only this class.  Shared readers for the keys every
+kind has (``ProblemData`` times and samples, ``SolverParams``, ``Animation``)
+live here too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from solver.dae import DAEDefinitionError
+from solver.errors import InputError
+from solver.expr import Expr, check_name, evaluate_constant, parse
+from solver.sparsity import UnsupportedPrimitiveError
+from solver.structure import StructurallySingularError
+from solver.yamlio import (Locator, check_keys, format_path, require_int, require_list,
+                           require_mapping, require_number, require_str)
+
+__all__ = ["Model", "deep_merge", "read_times", "read_solver_params", "read_animation",
+           "relocate", "DEFAULT_SAMPLES", "DEFAULT_TOL", "TIME_KEYS", "read_title",
+           "size_names", "read_sizes", "ValueKey", "parse_value_key", "analyse", "build_error",
+           "check_key_order"]
+
+DEFAULT_SAMPLES = 201
+DEFAULT_TOL = 1e-10
+TIME_KEYS = ("t0", "tend", "samples", "dt")
+INIT_METHODS = ("auto", "newton", "ipopt")
+
+
+def deep_merge(base: Any, override: Any) -> Any:
+    """Merge ``override`` into ``base`` (neither is changed).
+
+    Where both are mappings they merge key by key, recursively; anywhere else
+    the override replaces the base value whole (lists included).  This is the
+    sweep files' ``Override`` rule.
+    """
+    if isinstance(base, Mapping) and isinstance(override, Mapping):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = deep_merge(base[key], value) if key in base else value
+        return out
+    return override
+
+
+def relocate(err: InputError, file: str | None) -> InputError:
+    """The same error (same class) with the file filled in where missing."""
+    if err.file or not file:
+        return err
+    new = InputError.__new__(type(err))
+    new.__dict__.update(err.__dict__)
+    InputError.__init__(new, err.message, file, err.path, err.line)
+    return new
+
+
+# ------------------------------------------------------------------ readers
+def read_times(pd: Mapping, loc: Locator) -> dict:
+    """``t0``, ``tend`` and ``samples`` or ``dt`` from ``ProblemData``.
+
+    Returns:
+        dict with t0, tend, samples (int or None), dt (float or None).
+
+    Raises:
+        InputError: missing ``tend``, non-numbers, ``tend <= t0``, both
+            ``samples`` and ``dt``, ``samples < 2`` or ``dt <= 0``.
+    """
+    base = ("ProblemData",)
+    t0 = require_number(pd.get("t0", 0.0), base + ("t0",), loc)
+    if "tend" not in pd:
+        raise loc.error("missing required key 'tend' (the end of the integration interval)",
+                        base)
+    tend = require_number(pd["tend"], base + ("tend",), loc)
+    if not tend > t0:
+        raise loc.error(f"tend must be greater than t0 = {t0:g}, got {tend:g}", base + ("tend",))
+    # A null value counts as absent, so an Override can switch dt for samples.
+    pd = {k: v for k, v in pd.items() if v is not None}
+    if "samples" in pd and "dt" in pd:
+        raise loc.error("give either 'samples' (number of output times) or 'dt' (output "
+                        "spacing), not both", base + ("dt",))
+    samples = dt = None
+    if "dt" in pd:
+        dt = require_number(pd["dt"], base + ("dt",), loc, positive=True)
+    else:
+        samples = require_int(pd.get("samples", DEFAULT_SAMPLES), base + ("samples",), loc,
+                              minimum=2)
+    return {"t0": t0, "tend": tend, "samples": samples, "dt": dt}
+
+
+def read_solver_params(data: Any, loc: Locator) -> dict:
+    """``SolverParams: {Integration: {tol, order, max_steps, h_max},
+    Initialization: {method}}``.
+
+    Returns:
+        dict with tol, order (None = from tol), max_steps, h_max, init.
+
+    Raises:
+        InputError: unknown keys, tol outside (0, 1), order outside 2..60.
+    """
+    sp = require_mapping(data, ("SolverParams",), loc, allow_none=True)
+    check_keys(sp, ("Integration", "Initialization"), (), ("SolverParams",), loc)
+    integ = require_mapping(sp.get("Integration"), ("SolverParams", "Integration"), loc,
+                            allow_none=True)
+    base = ("SolverParams", "Integration")
+    check_keys(integ, ("tol", "order", "max_steps", "h_max"), (), base, loc)
+    tol = require_number(integ.get("tol", DEFAULT_TOL), base + ("tol",), loc, positive=True)
+    if not tol < 1:
+        raise loc.error(f"tol must be below 1 (e.g. 1e-10), got {tol:g}", base + ("tol",))
+    order = None
+    if integ.get("order") is not None:
+        order = require_int(integ["order"], base + ("order",), loc, minimum=2)
+        if order > 60:
+            raise loc.error(f"order must be between 2 and 60, got {order}", base + ("order",))
+    max_steps = require_int(integ.get("max_steps", 100_000), base + ("max_steps",), loc,
+                            minimum=1)
+    h_max = None
+    if integ.get("h_max") is not None:
+        h_max = require_number(integ["h_max"], base + ("h_max",), loc, positive=True)
+    ini = require_mapping(sp.get("Initialization"), ("SolverParams", "Initialization"), loc,
+                          allow_none=True)
+    check_keys(ini, ("method",), (), ("SolverParams", "Initialization"), loc)
+    init = require_str(ini.get("method", "auto"), ("SolverParams", "Initialization", "method"),
+                       loc, choices=INIT_METHODS)
+    return {"tol": tol, "order": order, "max_steps": max_steps, "h_max": h_max, "init": init}
+
+
+def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dict:
+    """``Animation: {Scene: {view: [az, el], limits: [[x0, x1], ...]},
+    Points: {name: expr} or [names], Links: [[P, Q], ...], frames: n, fps: n}``.
+
+    Args:
+        data: the value of ``Animation``.
+        loc: the file's locator.
+        known: whether a name can be a point expression's bare name.
+
+    Returns:
+        dict with ``view`` ([az, el] or None), ``limits`` (or None),
+        ``points`` (name -> Expr or None for the kind's default), ``links``
+        (list of (P, Q) or None), ``frames``, ``fps``, and ``raw`` (the data).
+
+    Raises:
+        InputError: unknown keys or malformed values.
+    """
+    an = require_mapping(data, ("Animation",), loc, allow_none=True)
+    check_keys(an, ("Scene", "Points", "Links", "frames", "fps"), (), ("Animation",), loc)
+    scene = require_mapping(an.get("Scene"), ("Animation", "Scene"), loc, allow_none=True)
+    check_keys(scene, ("view", "limits"), (), ("Animation", "Scene"), loc)
+    view = None
+    if scene.get("view") is not None:
+        path = ("Animation", "Scene", "view")
+        items = require_list(scene["view"], path, loc, length=2, what="[azimuth, elevation]")
+        view = [require_number(v, path + (i,), loc) for i, v in enumerate(items)]
+    limits = None
+    if scene.get("limits") is not None:
+        path = ("Animation", "Scene", "limits")
+        rows = require_list(scene["limits"], path, loc, nonempty=True,
+                            what="[[xmin, xmax], [ymin, ymax], ...]")
+        limits = []
+        for i, row in enumerate(rows):
+            pair = require_list(row, path + (i,), loc, length=2, what="[min, max]")
+            limits.append([require_number(v, path + (i, k), loc) for k, v in enumerate(pair)])
+    points = None
+    if an.get("Points") is not None:
+        raw = an["Points"]
+        path = ("Animation", "Points")
+        if isinstance(raw, list):
+            raw = {require_str(v, path + (i,), loc): v for i, v in enumerate(raw)}
+        raw = require_mapping(raw, path, loc, what="a mapping {name: expression} or a list of names")
+        points = {}
+        for name, expr in raw.items():
+            where = path + (name,)
+            points[str(name)] = parse(expr, file=loc.file, path=format_path(where),
+                                      line=loc.line(where))
+    links = None
+    if an.get("Links") is not None:
+        path = ("Animation", "Links")
+        links = []
+        for i, pair in enumerate(require_list(an["Links"], path, loc)):
+            pair = require_list(pair, path + (i,), loc, length=2, what="a pair [P, Q]")
+            links.append(tuple(require_str(v, path + (i, k), loc) for k, v in enumerate(pair)))
+    frames = require_int(an.get("frames", 100), ("Animation", "frames"), loc, minimum=2)
+    fps = require_int(an.get("fps", 20), ("Animation", "fps"), loc, minimum=1)
+    return {"view": view, "limits": limits, "points": points, "links": links,
+            "frames": frames, "fps": fps, "raw": an}
+
+
+# ------------------------------------------------------------------ the model
+class Model:
+    """A model read from a YAML file: its DAE and its problem data.
+
+    Built by the kind modules; see :func:`solver.spec.load`.
+
+    Attributes:
+        dae: the :class:`solver.DAE`; its params are the file's free
+            PhysicalParams (traced), derived ones being computed inside the
+            residual.
+        kind, title, path, text: the file's kind, Title, path and YAML text.
+        data: the YAML data the model was built from (overrides merged).
+        overrides: the overrides merged into the file's data (or None).
+        t0, tend, tol, order, samples, dt, max_steps, h_max, init: problem
+            and solver settings (``order`` None = from tol).
+        fixed: names of fixed initial values in :func:`solver.solve` syntax.
+        animation: dict from :func:`read_animation`.
+        param_info: :class:`solver.spec.scope.ParamInfo`.
+        links: point-name pairs to draw (from ``Animation.Links`` or the kind).
+        conservative: whether the energy should be conserved (no dissipation,
+            forces or explicit time dependence), None when unknown.
+    """
+
+    def __init__(self, *, dae, kind: str, title: str, path: str | None, text: str, data: Any,
+                 locator: Locator, times: dict, solver_params: dict, param_info,
+                 values: Callable[[dict], dict], fixed: list, animation: dict,
+                 point_scope: Callable | None = None, default_points: list | None = None,
+                 links: list | None = None, conservative: bool | None = None,
+                 builder: Callable | None = None, overrides: Any = None):
+        self.dae, self.kind, self.title, self.path, self.text = dae, kind, title, path, text
+        self.data, self.locator, self.overrides = data, locator, overrides
+        self.t0, self.tend = times["t0"], times["tend"]
+        self.samples, self.dt = times["samples"], times["dt"]
+        self.tol, self.order = solver_params["tol"], solver_params["order"]
+        self.max_steps, self.h_max = solver_params["max_steps"], solver_params["h_max"]
+        self.init = solver_params["init"]
+        self.param_info = param_info
+        self._values = values
+        self.fixed = list(fixed)
+        self.animation = animation
+        self._point_scope = point_scope
+        self.default_points = list(default_points or [])
+        self.links = list(animation.get("links") or links or [])
+        self.conservative = conservative
+        self._builder = builder
+
+    # ------------------------------------------------------------ parameters
+    @property
+    def params(self) -> dict:
+        """Defaults of the traced parameters (name -> float or array)."""
+        return {k: (float(v) if np.ndim(v) == 0 else np.asarray(v))
+                for k, v in self.param_info.free.items()}
+
+    def all_params(self, params: Mapping | None = None) -> dict:
+        """Every parameter (free, derived, structural) with ``params`` applied."""
+        return self.param_info.numeric(params)
+
+    def check_params(self, params: Mapping | None = None) -> dict:
+        """Free parameter values for a run, checked.
+
+        Raises:
+            InputError: unknown, derived or structural names; bad shapes.
+        """
+        return self.param_info.check(params)
+
+    # ------------------------------------------------------------ problem
+    def t_eval(self) -> np.ndarray:
+        """The output times: ``samples`` equally spaced, or every ``dt``."""
+        if self.dt is not None:
+            n = int(math.floor((self.tend - self.t0) / self.dt * (1 + 1e-12))) + 1
+            return self.t0 + self.dt * np.arange(n)
+        return np.linspace(self.t0, self.tend, int(self.samples))
+
+    def initial_values(self, params: Mapping | None = None) -> dict:
+        """Initial values and guesses with the given parameter values.
+
+        Args:
+            params: free parameter values (defaults for missing ones).
+
+        Returns:
+            dict in :func:`solver.solve` syntax (``x``, ``x'``, ``q[2]``,
+            ``q[2]'``) -> float or array.
+        """
+        return self._values(self.all_params(params))
+
+    def solve(self, params: Mapping | None = None, **kw):
+        """Solve the model's problem.
+
+        Args:
+            params: free parameter values (defaults for missing ones).
+            **kw: overrides of :func:`solver.solve` arguments (``t_span``,
+                ``t_eval``, ``tol``, ``order``, ``values``, ``fixed``...).
+
+        Returns:
+            xarray.Dataset; attrs also hold ``title``, ``model_yaml``,
+            ``model_kind``, ``model_path`` (and ``model_overrides``).
+
+        Raises:
+            InputError: bad parameters, initial values that do not assemble
+                (:class:`solver.initialize.InitialValueError`), all located
+                in the model file.
+        """
+        from solver.api import solve as _solve
+
+        try:
+            pvals = self.check_params(params)
+            extra = {"model_yaml": self.text, "model_kind": self.kind,
+                     "model_path": str(self.path or "")}
+            if self.overrides:
+                extra["model_overrides"] = json.dumps(self.overrides, sort_keys=True, default=str)
+            extra.update(kw.pop("extra_attrs", None) or {})
+            args = dict(t_span=(self.t0, self.tend), values=self.initial_values(pvals),
+                        fixed=self.fixed, tol=self.tol, order=self.order, t_eval=self.t_eval(),
+                        params=pvals, max_steps=self.max_steps, h_max=self.h_max,
+                        init=self.init, title=self.title)
+            args.update(kw)
+            if "t_span" in kw and "t_eval" not in kw:
+                args["t_eval"] = np.linspace(float(kw["t_span"][0]), float(kw["t_span"][1]),
+                                             int(self.samples or DEFAULT_SAMPLES))
+            return _solve(self.dae, extra_attrs=extra, **args)
+        except InputError as err:
+            raise relocate(err, self.path) from None
+
+    def with_overrides(self, mapping: Mapping) -> "Model":
+        """A new model from this one's data with ``mapping`` deep-merged in.
+
+        Raises:
+            InputError: the merged data is invalid.
+        """
+        if self._builder is None:
+            raise InputError("this model cannot be rebuilt with overrides", file=self.path)
+        merged = deep_merge(self.data, mapping)
+        over = deep_merge(self.overrides, mapping) if self.overrides else mapping
+        return self._builder(merged, self.locator, self.path, overrides=over)
+
+    # ------------------------------------------------------------ pictures
+    def point_names(self) -> list:
+        """Names of the points drawn by ``plot``/``animate``."""
+        pts = self.animation.get("points")
+        return list(pts) if pts else list(self.default_points)
+
+    def point_series(self, ds) -> dict:
+        """World positions of the drawn points at every time of a result.
+
+        Args:
+            ds: a Dataset from :meth:`solve` (variables by name).
+
+        Returns:
+            dict point name -> array (n_time, 2 or 3); points whose value is
+            not a 2- or 3-vector are left out.
+        """
+        if self._point_scope is None:
+            return {}
+        exprs = self.animation.get("points") or {n: parse(n) for n in self.default_points}
+        if not exprs:
+            return {}
+        params = {k: jnp.asarray(v) for k, v in self.all_params(_ds_params(ds, self)).items()}
+        names = [v.name for v in self.dae.variables]
+        state = {n: jnp.asarray(np.asarray(ds[n].values, dtype=float)) for n in names if n in ds}
+        times = jnp.asarray(np.asarray(ds["time"].values, dtype=float))
+
+        def at(t, values):
+            scope = self._point_scope(t, values, params)
+            return {k: jnp.asarray(e.evaluate(scope), dtype=jnp.float64) for k, e in exprs.items()}
+
+        out = jax.jit(jax.vmap(at))(times, state)
+        return {k: np.asarray(v) for k, v in out.items() if v.ndim == 2 and v.shape[1] in (2, 3)}
+
+    def __repr__(self):
+        return f"Model({self.kind}: {self.title!r}, {self.dae!r})"
+
+
+def _ds_params(ds, model) -> dict:
+    """The free parameter values a Dataset was computed with (from attrs)."""
+    raw = ds.attrs.get("parameters")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            raw = None
+    if not isinstance(raw, Mapping):
+        return {}
+    return {k: v for k, v in raw.items() if k in model.param_info.free}
+
+
+# ------------------------------------------------------------------ file-format helpers
+# NAME, NAME[i], NAME', NAME[i]', NAME'[i] (the last is normalised to NAME[i]')
+_KEY = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[\s*(\d+)\s*\])?\s*('*)\s*"
+                  r"(?:\[\s*(\d+)\s*\])?\s*$")
+
+
+def read_title(data: Mapping, loc: Locator, path: str | None) -> str:
+    """``Title`` (a string), or the file name without extension."""
+    if "Title" in data:
+        return str(require_str(data["Title"], ("Title",), loc)).strip()
+    return Path(path).stem if path else "model"
+
+
+def size_names(raw: Mapping) -> set:
+    """Parameter names used in size expressions of a ``{name: size}`` mapping."""
+    names: set = set()
+    for value in raw.values():
+        if isinstance(value, str):
+            try:
+                names |= parse(value).names()
+            except InputError:
+                pass  # reported with its location by read_sizes
+    return names
+
+
+def read_sizes(raw: Any, loc: Locator, key: str, what: str, params: Mapping,
+               taken: Mapping[str, str]) -> dict:
+    """``[a, b]`` or ``{a: 3, b: 1, c: 3*N}`` -> name -> size (None = scalar).
+
+    A size of 1 means a scalar; a size may be an expression of parameters
+    (which are then structural: fixed at load time).
+
+    Raises:
+        InputError: not a list/mapping, empty, bad or clashing names, sizes
+            that are not whole numbers >= 1.
+    """
+    if isinstance(raw, list):
+        items = [(require_str(v, (key, i), loc), None, (key, i)) for i, v in enumerate(raw)]
+    elif isinstance(raw, Mapping):
+        items = [(k, v, (key, k)) for k, v in raw.items()]
+    else:
+        raise loc.error(f"expected a list of {what} names or a mapping {{name: size}}, got "
+                        f"{_describe(raw)}", (key,))
+    if not items:
+        raise loc.error(f"expected at least one {what}", (key,))
+    out: dict = {}
+    for name, size, path in items:
+        where = dict(file=loc.file, path=format_path(path), line=loc.nearest(path))
+        check_name(name, what, **where)
+        if name in taken:
+            raise InputError(f"'{name}' is already {taken[name]}; use another name", **where)
+        if name in out:
+            raise InputError(f"{what} '{name}' is declared twice", **where)
+        if size is None:
+            out[name] = None
+            continue
+        value = evaluate_constant(size, params, **where)
+        if np.ndim(value) != 0 or not float(value).is_integer() or value < 1:
+            raise InputError(f"the size of {what} '{name}' must be a whole number >= 1 "
+                             f"(1 = scalar), got {size!r}" +
+                             (f" = {value}" if isinstance(size, str) else ""), **where)
+        out[name] = None if int(value) == 1 else int(value)
+    return out
+
+
+def _describe(value):
+    from solver.yamlio import describe_value
+
+    return describe_value(value)
+
+
+class ValueKey:
+    """An initial-value key: variable, component (or None), derivative order."""
+
+    def __init__(self, name: str, index: int | None, order: int):
+        self.name, self.index, self.order = name, index, order
+
+    def text(self) -> str:
+        """The key in :func:`solver.solve` syntax: ``q[2]'``."""
+        return self.name + (f"[{self.index}]" if self.index is not None else "") + "'" * self.order
+
+
+def parse_value_key(key: Any, sizes: Mapping[str, int | None], loc: Locator, path: tuple,
+                    what: str = "variable") -> ValueKey:
+    """Read a key such as ``x``, ``x'``, ``q[2]``, ``q[2]'`` or ``q'[2]``.
+
+    Raises:
+        InputError: unreadable key, unknown variable, index out of range.
+    """
+    m = _KEY.match(str(key))
+    if not m or (m.group(2) and m.group(4)):
+        raise loc.error(f"cannot read '{key}' as a {what} value name; write NAME, NAME' "
+                        f"(derivative) or NAME[i] / NAME[i]' (vector component, from 0)", path)
+    name, idx = m.group(1), m.group(2) or m.group(4)
+    if name not in sizes:
+        from solver.yamlio import did_you_mean
+
+        guess = did_you_mean(name, sizes)
+        raise loc.error(f"unknown {what} '{name}'; the {what}s are {', '.join(sizes)}"
+                        + (f"; did you mean '{guess}'?" if guess else ""), path)
+    index = None
+    if idx is not None:
+        size = sizes[name] or 1
+        index = int(idx)
+        if sizes[name] is None or index >= size:
+            raise loc.error(f"'{key}': {name} has {size} component(s); valid subscripts are "
+                            f"0 to {size - 1}" if sizes[name] else
+                            f"'{key}': {name} is a scalar and takes no subscript", path)
+    return ValueKey(name, index, len(m.group(3)))
+
+
+def build_error(err: Exception, loc: Locator, path: tuple, note: str = "") -> InputError:
+    """A DAE-construction or structural-analysis error as a located InputError."""
+    if isinstance(err, InputError):
+        return err if err.file else err.located(file=loc.file, path=format_path(path),
+                                                line=loc.nearest(path))
+    if isinstance(err, StructurallySingularError):
+        message = f"the equations are structurally singular: {err}"
+    elif isinstance(err, UnsupportedPrimitiveError):
+        message = f"the equations use an operation the solver cannot differentiate: {err}"
+    else:
+        message = f"the equations do not define a valid DAE: {err}"
+    return loc.error(message + note, path)
+
+
+def analyse(dae, loc: Locator, path: tuple, note: str = ""):
+    """``dae.structure``, with solver errors turned into located InputErrors.
+
+    Args:
+        dae: the DAE.
+        loc: the file's locator.
+        path: the key path to blame.
+        note: appended to the message (e.g. how equation labels map to keys).
+    """
+    try:
+        return dae.structure
+    except (StructurallySingularError, UnsupportedPrimitiveError, DAEDefinitionError) as err:
+        raise build_error(err, loc, path, note) from None
+
+
+def order_limits(dae, structure) -> dict:
+    """(variable, component) -> d (the state holds derivatives below d)."""
+    out = {}
+    for v in dae.variables:
+        for e in range(v.size):
+            out[(v.name, e)] = int(structure.d[v.offset + e])
+    return out
+
+
+def check_key_order(key: ValueKey, dae, structure, loc: Locator, path: tuple,
+                    fixed: bool) -> None:
+    """Refuse a value above the leading derivative, or a fixed non-state entry.
+
+    Raises:
+        InputError: the message says which orders are state.
+    """
+    v = dae.var_index[key.name]
+    comps = [key.index] if key.index is not None else range(v.size)
+    d = max(int(structure.d[v.offset + e]) for e in comps)
+    label = key.text()
+    if fixed and key.order >= d:
+        raise loc.error(f"cannot fix '{label}': the state holds derivatives of {key.name} "
+                        f"below order {d} ({_orders(key.name, d)}); the equations determine "
+                        f"the rest", path)
+    if key.order > d:
+        raise loc.error(f"'{label}' is of derivative order {key.order}, above {key.name}'s "
+                        f"leading order {d}; give {_orders(key.name, d + 1)}", path)
+
+
+def _orders(name, d):
+    return ", ".join(name + "'" * k for k in range(d)) if d else "none"

@@ -1,0 +1,373 @@
+"""The ``mechsweep`` command line (DESIGN.md "CLI").
+
+::
+
+    mechsweep check MODEL.yaml
+    mechsweep simulate MODEL.yaml [--set NAME=VALUE ...] [--out run.zarr|run.nc] [--json]
+    mechsweep plot RUN.zarr|RUN.nc|MODEL.yaml [--vars x y ...] --out fig.png
+    mechsweep animate MODEL.yaml|RUN --out anim.gif|anim.mp4|anim.html
+    mechsweep sweep SWEEP.yaml --out STORE.zarr [...]
+    mechsweep status STORE.zarr
+    mechsweep run-default          (make run: the default sweep)
+
+Exit codes: 0 success, 1 failed simulation (or failed sweep points), 2 bad
+input (every :class:`solver.errors.InputError` is printed on stderr without a
+traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from solver.errors import InputError
+
+__all__ = ["main", "build_parser", "summary"]
+
+EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as InputError (exit 2, one message)."""
+
+    def error(self, message):
+        raise InputError(f"{message} (see 'mechsweep {self.prog.split()[-1]} --help')"
+                         if " " in self.prog else f"{message} (see 'mechsweep --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every subcommand."""
+    p = _Parser(prog="mechsweep", description="Mechanism simulation and design sweeps "
+                "(Taylor-series DAE solver).")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    sub.required = True
+    c = sub.add_parser("check", help="structure of a model: variables, Σ offsets, index, DOF")
+    c.add_argument("model")
+    s = sub.add_parser("simulate", help="solve a model once")
+    s.add_argument("model")
+    s.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a parameter (repeatable)")
+    s.add_argument("--out", help="write the result (.zarr or .nc)")
+    s.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    pl = sub.add_parser("plot", help="time series of a run or model as a PNG")
+    pl.add_argument("source", help="RUN.zarr, RUN.nc or MODEL.yaml (simulated first)")
+    pl.add_argument("--vars", nargs="+", help="variables to plot (default: all unknowns)")
+    pl.add_argument("--out", required=True)
+    an = sub.add_parser("animate", help="animation of a run or model (GIF, MP4 or HTML)")
+    an.add_argument("source", help="MODEL.yaml, or a run written by simulate --out")
+    an.add_argument("--model", help="model file for a run (default: the one the run records)")
+    an.add_argument("--out", required=True)
+    an.add_argument("--frames", type=int, help="number of frames (default: Animation.frames)")
+    sw = sub.add_parser("sweep", help="run a design sweep into a Zarr store")
+    sw.add_argument("sweep", metavar="SWEEP.yaml")
+    sw.add_argument("--out")
+    sw.add_argument("--workers", type=int)
+    group = sw.add_mutually_exclusive_group()
+    group.add_argument("--scheduler")
+    group.add_argument("--scheduler-file")
+    group.add_argument("--cluster")
+    mode = sw.add_mutually_exclusive_group()
+    mode.add_argument("--resume", action="store_true")
+    mode.add_argument("--overwrite", action="store_true")
+    mode.add_argument("--retry-failed", action="store_true")
+    sw.add_argument("--dry-run", action="store_true")
+    st = sub.add_parser("status", help="progress and status counts of a sweep store")
+    st.add_argument("store")
+    sub.add_parser("run-default", help="the default RSCR sweep into out/rscr.zarr (make run)")
+    return p
+
+
+# ------------------------------------------------------------------ helpers
+def _progress(message: str) -> None:
+    print(f"[mechsweep] {message}", file=sys.stderr, flush=True)
+
+
+def _parse_sets(items: Sequence[str], model) -> dict:
+    """``--set L1=1.2 --set u=[0,0,1]`` -> parameter dict (values may be expressions)."""
+    from solver.expr import evaluate_constant
+
+    out = {}
+    known = model.all_params()
+    for item in items:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name or not text.strip():
+            raise InputError(f"--set {item!r}: expected NAME=VALUE, e.g. --set L1=1.2")
+        value = evaluate_constant(text.strip(), known, path=f"--set {name}")
+        out[name] = value
+    model.check_params(out)
+    return out
+
+
+def _final_state(ds) -> dict:
+    """Every variable and state derivative at the last output time."""
+    out = {}
+    for name in ds.attrs.get("variables", []):
+        if isinstance(name, bytes):
+            name = name.decode()
+        k = 0
+        while True:
+            key = name if k == 0 else f"{name}_d{k}"
+            if key not in ds:
+                break
+            arr = np.asarray(ds[key].isel(time=-1).values, dtype=float)
+            primes = "'" * k
+            if arr.ndim == 0:
+                out[name + primes] = _num(arr)
+            else:
+                for i, x in enumerate(arr.ravel()):
+                    out[f"{name}[{i}]{primes}"] = _num(x)
+            k += 1
+    return out
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def summary(ds, model=None) -> dict:
+    """The ``simulate --json`` object of a result Dataset.
+
+    Returns:
+        dict with status (meaning), status_code, steps, t_end, final,
+        max_constraint_residual, energy_drift (where the result has an
+        energy: max |E(t) - E(t0)|), conservative (where known), wall_seconds.
+    """
+    from solver import status as st
+
+    code = int(ds["status"].values)
+    res = np.asarray(ds["constraint_residual"].values, dtype=float)
+    out = {
+        "title": ds.attrs.get("title"),
+        "status": st.meaning(code),
+        "status_code": code,
+        "steps": int(ds["steps"].values),
+        "t_end": _num(ds.attrs.get("t_final", float(ds["time"].values[-1]))),
+        "final": _final_state(ds),
+        "max_constraint_residual": _num(np.nanmax(res)) if np.isfinite(res).any() else None,
+    }
+    if "energy" in ds:
+        e = np.asarray(ds["energy"].values, dtype=float)
+        ok = np.isfinite(e)
+        out["energy_drift"] = _num(np.max(np.abs(e[ok] - e[ok][0]))) if ok.any() else None
+    if model is not None and model.conservative is not None:
+        out["conservative"] = bool(model.conservative)
+    out["wall_seconds"] = _num(ds.attrs.get("wall_seconds", float("nan")))
+    return out
+
+
+def write_result(ds, path: str) -> None:
+    """Write a Dataset as Zarr (``.zarr``) or netCDF (``.nc``).
+
+    Raises:
+        InputError: another extension.
+    """
+    if path.endswith(".zarr"):
+        ds.to_zarr(path, mode="w")
+    elif path.endswith(".nc"):
+        ds.to_netcdf(path)
+    else:
+        raise InputError(f"--out {path!r}: the result file must end in .zarr or .nc")
+
+
+def open_result(path: str):
+    """Open a result written by ``simulate --out`` (.zarr folder or .nc file).
+
+    Raises:
+        InputError: missing or unreadable.
+    """
+    import xarray as xr
+
+    p = Path(path)
+    if not p.exists():
+        raise InputError("file not found", file=path)
+    try:
+        if path.endswith(".nc"):
+            return xr.open_dataset(path).load()
+        return xr.open_zarr(path).load()
+    except Exception as exc:  # xarray/zarr raise many types for a bad store
+        raise InputError(f"cannot read a result from it: {exc}", file=path) from None
+
+
+def _is_model(path: str) -> bool:
+    return path.endswith((".yaml", ".yml"))
+
+
+def _simulate(model, params=None):
+    _progress(f"solving '{model.title}' ({model.dae.n} unknowns, t = {model.t0:g} .. "
+              f"{model.tend:g}); compiling the first time takes a while")
+    t = time.perf_counter()
+    ds = model.solve(params)
+    from solver import status as st
+
+    code = int(ds["status"].values)
+    _progress(f"finished in {time.perf_counter() - t:.1f} s: {st.meaning(code)}, "
+              f"{int(ds['steps'].values)} steps")
+    return ds
+
+
+def _model_for_run(ds, model_path: str | None):
+    """The Model of a stored run: from --model, or the YAML text it records."""
+    from solver.spec import load, load_data
+    from solver.yamlio import load_yaml
+
+    if model_path:
+        return load(model_path)
+    text = ds.attrs.get("model_yaml")
+    if not text:
+        raise InputError("this result does not record its model; pass --model MODEL.yaml")
+    data, loc = load_yaml(text, file=str(ds.attrs.get("model_path") or "model"))
+    over = ds.attrs.get("model_overrides")
+    return load_data(data, loc, loc.file, json.loads(over) if over else None)
+
+
+# ------------------------------------------------------------------ commands
+def cmd_check(args) -> int:
+    """Print variables, the structure table, index and DOF."""
+    from solver.spec import load
+
+    model = load(args.model)
+    dae = model.dae
+    s = dae.structure
+    print(f"{model.title}  (Kind: {model.kind}, {args.model})")
+    print("variables: " + ", ".join(
+        v.name if v.shape == () else f"{v.name}[{v.size}]" for v in dae.variables))
+    if model.params:
+        print("parameters: " + ", ".join(f"{k} = {np.asarray(v).tolist()}"
+                                         for k, v in model.params.items()))
+    derived = model.param_info.derived
+    if derived:
+        print("derived: " + ", ".join(f"{k} = {e.text}" for k, e in derived))
+    if model.param_info.structural:
+        print("structural (fixed at load): " + ", ".join(
+            f"{k} = {np.asarray(v).tolist()}" for k, v in model.param_info.structural.items()))
+    print(str(s))
+    print(f"index: {s.index}")
+    print(f"DOF: {s.dof}")
+    return EXIT_OK
+
+
+def cmd_simulate(args) -> int:
+    """Solve once; optional result file and JSON summary."""
+    from solver import status as st
+    from solver.spec import load
+
+    model = load(args.model)
+    params = _parse_sets(args.set, model)
+    if args.out and not args.out.endswith((".zarr", ".nc")):
+        raise InputError(f"--out {args.out!r}: the result file must end in .zarr or .nc")
+    ds = _simulate(model, params)
+    if args.out:
+        write_result(ds, args.out)
+        _progress(f"wrote {args.out}")
+    info = summary(ds, model)
+    if args.json:
+        print(json.dumps(info))
+    else:
+        print(f"{model.title}: {info['status']} at t = {info['t_end']}, {info['steps']} steps, "
+              f"max constraint residual {info['max_constraint_residual']}"
+              + (f", energy drift {info['energy_drift']}" if "energy_drift" in info else ""))
+    return EXIT_OK if int(ds["status"].values) == st.SUCCESS else EXIT_FAILED
+
+
+def cmd_plot(args) -> int:
+    """Time series PNG of a stored run or of a model (solved first)."""
+    from solver.plot import plot_timeseries
+
+    if _is_model(args.source):
+        from solver.spec import load
+
+        ds = _simulate(load(args.source))
+    else:
+        ds = open_result(args.source)
+    plot_timeseries(ds, args.out, variables=args.vars)
+    _progress(f"wrote {args.out}")
+    return EXIT_OK
+
+
+def cmd_animate(args) -> int:
+    """Animation of a model (solved first) or a stored run."""
+    from solver.plot import animate
+
+    if _is_model(args.source):
+        from solver.spec import load
+
+        model = load(args.source)
+        ds = _simulate(model)
+    else:
+        ds = open_result(args.source)
+        model = _model_for_run(ds, args.model)
+    animate(model, ds, args.out, frames=args.frames)
+    _progress(f"wrote {args.out}")
+    return EXIT_OK
+
+
+def cmd_sweep(args) -> int:
+    """Delegate to ``sweep.runner_cli.main_sweep`` (the sweep pipeline)."""
+    try:
+        from sweep.runner_cli import main_sweep
+    except ImportError as exc:
+        print(f"mechsweep sweep: the sweep runner is not available in this installation "
+              f"({exc})", file=sys.stderr)
+        return EXIT_INPUT
+    return int(main_sweep(args) or 0)
+
+
+def cmd_status(args) -> int:
+    """Print ``sweep.store.status_report``."""
+    try:
+        from sweep.store import status_report
+    except ImportError as exc:
+        print(f"mechsweep status: the sweep store is not available ({exc})", file=sys.stderr)
+        return EXIT_INPUT
+    print(status_report(args.store))
+    return EXIT_OK
+
+
+def cmd_run_default(args) -> int:
+    """``make run``: delegate to ``sweep.runner_cli.main_default``."""
+    try:
+        from sweep.runner_cli import main_default
+    except ImportError as exc:
+        print(f"mechsweep run-default: the sweep runner is not available ({exc})",
+              file=sys.stderr)
+        return EXIT_INPUT
+    return int(main_default() or 0)
+
+
+COMMANDS = {"run-default": cmd_run_default, "check": cmd_check, "simulate": cmd_simulate, "plot": cmd_plot,
+            "animate": cmd_animate, "sweep": cmd_sweep, "status": cmd_status}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``mechsweep`` command line.
+
+    Args:
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 success, 1 failed simulation, 2 bad input.
+    """
+    try:
+        args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        return COMMANDS[args.command](args)
+    except InputError as err:
+        print(f"mechsweep: error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except KeyboardInterrupt:
+        print("mechsweep: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""The ``mechsweep`` command line end to end: check, simulate, plot, animate.
+
+References: the harmonic oscillator's exact solution x0 cos(ωt) for the
+``simulate --json`` final state; the PNG and GIF formats as decoded by Pillow.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import xarray as xr
+from PIL import Image
+
+from sweep.cli import main
+
+PENDULUM = """Title: Short pendulum
+Kind: DAE
+PhysicalParams: {g: 9.81, L: 1.0}
+Variables: [x, y, lam]
+Equations:
+  - x'' + lam*x
+  - y'' + lam*y - g
+  - x**2 + y**2 - L**2
+ProblemData:
+  tend: 0.5
+  values: {x: L, y: 0, x': 0, y': 0}
+  fixed: [x, x']
+  samples: 21
+Animation:
+  Scene: {view: [0, 90]}
+  Points: {O: [0, 0], bob: [x, -y]}
+  Links: [[O, bob]]
+  frames: 10
+"""
+
+OSCILLATOR = """Title: Harmonic oscillator
+Kind: Lagrangian
+PhysicalParams: {m: 2.0, k: 8.0, x0: 0.3}
+Coordinates: {x: 1}
+KineticEnergy: m/2*x'**2
+PotentialEnergy: k/2*x**2
+ProblemData:
+  tend: 1.0
+  positions: {x: x0}
+  fixedpositions: {x}
+  velocities: {x: 0}
+  samples: 11
+SolverParams:
+  Integration: {tol: 1.0e-12, max_steps: MAXSTEPS}
+"""
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    (root / "pendulum.yaml").write_text(PENDULUM)
+    (root / "osc.yaml").write_text(OSCILLATOR.replace("MAXSTEPS", "100000"))
+    (root / "osc_short.yaml").write_text(OSCILLATOR.replace("MAXSTEPS", "2"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def pendulum_run(files):
+    """``simulate --json --out run.zarr`` once; (exit code, stdout, stderr, zarr path)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    run = files / "run.zarr"
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["simulate", str(files / "pendulum.yaml"), "--json", "--out", str(run)])
+    return code, out.getvalue(), err.getvalue(), run
+
+
+def test_check_prints_variables_structure_index_and_dof(files, capsys):
+    assert main(["check", str(files / "pendulum.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "variables: x, y, lam" in out
+    assert "parameters: g = 9.81, L = 1.0" in out
+    assert "Σ-method structural analysis: 3 equations, 3 unknowns" in out
+    assert "index: 3" in out and "DOF: 2" in out
+
+
+def test_simulate_json_summary(pendulum_run):
+    code, out, err, _ = pendulum_run
+    assert code == 0
+    info = json.loads(out)
+    assert info["status"] == "success" and info["status_code"] == 0
+    assert info["steps"] > 0 and info["t_end"] == pytest.approx(0.5)
+    # Every variable and every state derivative: x, x', y, y' and lam (d = 0).
+    assert set(info["final"]) == {"x", "x'", "y", "y'", "lam"}
+    r = math.hypot(info["final"]["x"], info["final"]["y"])
+    assert r == pytest.approx(1.0, abs=1e-10)
+    assert info["max_constraint_residual"] < 1e-9
+    assert "energy_drift" not in info          # a DAE-kind model has no energy
+    assert info["wall_seconds"] > 0
+    # Progress on stderr: a start and a finish line with the time taken.
+    assert "solving 'Short pendulum'" in err and "finished in" in err
+
+
+def test_simulate_out_zarr_reopens_with_the_same_final_state(pendulum_run):
+    _, out, _, run = pendulum_run
+    ds = xr.open_zarr(run).load()
+    final = json.loads(out)["final"]
+    assert float(ds.x[-1]) == final["x"] and float(ds.y_d1[-1]) == final["y'"]
+    assert ds.attrs["model_yaml"] == PENDULUM and ds.attrs["title"] == "Short pendulum"
+    assert ds.sizes["time"] == 21
+
+
+def test_simulate_lagrangian_json_matches_the_exact_oscillation(files, capsys):
+    assert main(["simulate", str(files / "osc.yaml"), "--json", "--set", "x0=0.5"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    w = math.sqrt(8.0 / 2.0)
+    assert info["final"]["x"] == pytest.approx(0.5 * math.cos(w), abs=1e-10)
+    assert info["final"]["x'"] == pytest.approx(-0.5 * w * math.sin(w), abs=1e-10)
+    assert info["energy_drift"] < 1e-10 and info["conservative"] is True
+
+
+def test_failed_simulation_exits_1(files, capsys):
+    assert main(["simulate", str(files / "osc_short.yaml"), "--json"]) == 1
+    info = json.loads(capsys.readouterr().out)
+    assert info["status"] != "success" and info["t_end"] < 1.0
+
+
+def test_plot_from_a_stored_run_writes_a_png(pendulum_run, files, capsys):
+    _, _, _, run = pendulum_run
+    png = files / "fig.png"
+    assert main(["plot", str(run), "--vars", "x", "y", "lam", "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with Image.open(png) as im:
+        im.verify()
+    assert main(["plot", str(run), "--vars", "z", "--out", str(png)]) == 2
+    assert "no time series named 'z'; valid names: constraint_residual, lam, x, x_d1" in capsys.readouterr().err
+
+
+def test_animate_from_a_stored_run_writes_a_gif_and_html(pendulum_run, files):
+    _, _, _, run = pendulum_run
+    gif = files / "anim.gif"
+    assert main(["animate", str(run), "--out", str(gif)]) == 0
+    with Image.open(gif) as im:
+        assert im.format == "GIF" and im.size == (400, 400)   # 5 in x 80 dpi
+        assert im.n_frames == 10                              # Animation.frames
+        frames = []
+        for k in range(im.n_frames):
+            im.seek(k)
+            frames.append(np.asarray(im.convert("L"), dtype=float))
+    assert np.abs(frames[-1] - frames[0]).sum() > 0           # the bob moved
+    html = files / "anim.html"
+    assert main(["animate", str(run), "--out", str(html), "--frames", "3"]) == 0
+    assert "<script" in html.read_text()
+
+
+def test_animate_refuses_unknown_formats(pendulum_run, files, capsys):
+    _, _, _, run = pendulum_run
+    assert main(["animate", str(run), "--out", str(files / "anim.avi")]) == 2
+    assert "animations are written as .gif, .mp4, .html" in capsys.readouterr().err
+
+
+def test_status_of_something_that_is_not_a_store(files, capsys):
+    assert main(["status", str(files / "pendulum.yaml")]) == 2
+    assert "no Zarr store there" in capsys.readouterr().err
