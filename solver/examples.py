@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from .errors import InputError
 from .lagrangian import LagrangianDAE, lagrangian, point_force
+from .natural import assemble
 
 jax.config.update("jax_enable_x64", True)
 
@@ -73,7 +74,7 @@ def pendulum_chain(n: int, m=1.0, g=9.81, l=1.0) -> LagrangianDAE:
 
     def C(t, q, p):
         r = q["r"].reshape(n, 3)
-        prev = jnp.concatenate([jnp.zeros((1, 3)), r[:-1]], axis=0)
+        prev = jnp.pad(r[:-1], ((1, 0), (0, 0)))  # r_0 = 0 at the pivot
         return _sq(r - prev) - p["l"] ** 2
 
     return lagrangian(L, {"r": 3 * n}, constraints=C, params={"m": m, "g": g, "l": l},
@@ -120,17 +121,15 @@ def euler_zxz(phi, theta, psi):
 def rotation_zyx(roll, pitch, yaw):
     """Rotation ``R = Rz(yaw) Ry(pitch) Rx(roll)`` (Tait–Bryan, body -> world).
 
-    Entries written out (the product of the three factors), which keeps the
-    traced residual of models using it small.
+    Entries written out (the product of the three factors) and assembled
+    without stacking, which keeps the traced residual small and simple.
     """
     cf, sf = jnp.cos(roll), jnp.sin(roll)
     ct, st = jnp.cos(pitch), jnp.sin(pitch)
     cp, sp = jnp.cos(yaw), jnp.sin(yaw)
-    return jnp.stack([
-        jnp.stack([cp * ct, cp * st * sf - sp * cf, cp * st * cf + sp * sf]),
-        jnp.stack([sp * ct, sp * st * sf + cp * cf, sp * st * cf - cp * sf]),
-        jnp.stack([-st, ct * sf, ct * cf]),
-    ])
+    return assemble([cp * ct, cp * st * sf - sp * cf, cp * st * cf + sp * sf,
+                     sp * ct, sp * st * sf + cp * cf, sp * st * cf - cp * sf,
+                     -st, ct * sf, ct * cf], (3, 3))
 
 
 def body_angular_velocity(rotation, angles, rates):
@@ -257,8 +256,9 @@ def cloth(m: int, n: int, M=1.0, k=100.0, l=1.0, kd=1.0, g=9.81, dx=1.0, dy=1.0,
         def constraints(t, q, p):
             r = q["r"].reshape(m, n, 3)
             # Static slices (not a gather) keep the jaxpr simple for the Taylor engine.
-            held = jnp.concatenate([r[0, 0], r[0, n - 1], r[m - 1, 0], r[m - 1, n - 1]])
-            return held - (p["dx"] * rest_i + p["dy"] * rest_j)
+            held = [r[0, 0], r[0, n - 1], r[m - 1, 0], r[m - 1, n - 1]]
+            rest = (p["dx"] * rest_i + p["dy"] * rest_j).reshape(4, 3)
+            return [h - rest[c] for c, h in enumerate(held)]
 
     return lagrangian(L, {"r": 3 * m * n}, constraints=constraints, dissipation=R,
                       params={"M": M, "k": k, "l": l, "kd": kd, "g": g, "dx": dx, "dy": dy},
@@ -307,14 +307,14 @@ def car(m=300.0, Ixx=60.0, Iyy=120.0, Izz=150.0, k=3.0e4, c=0.0, h0=0.5, a=1.2, 
         zd = jax.jvp(heights, (q,), (qd,))[1]
         return 0.5 * p["c"] * jnp.sum(zd * zd)
 
-    def corner_force(i):
-        return point_force(lambda t, q, p: corners(q)[i], lambda t, q, qd, p: R_of(q) @ p["F"][i])
+    # All four corners as one (4, 3) "point": one vjp instead of four.
+    corner_forces = point_force(lambda t, q, p: corners(q), lambda t, q, qd, p: p["F"] @ R_of(q).T)
 
     F0 = np.zeros((4, 3)) if forces is None else np.asarray(forces, dtype=float)
     if F0.shape != (4, 3):
         raise InputError(f"car: forces must have shape (4, 3) (corner, body axis), got {F0.shape}")
     return lagrangian(L, {"x": 3, "ang": 3}, dissipation=Rd,
-                      forces=[corner_force(i) for i in range(4)],
+                      forces=corner_forces,
                       params={"m": m, "Ixx": Ixx, "Iyy": Iyy, "Izz": Izz, "k": k, "c": c,
                               "h0": h0, "g": g, "F": F0},
                       name="car: rigid frame on four springs", mass_blocks={"x": 1})

@@ -64,7 +64,17 @@ def _flatten_items(out) -> jnp.ndarray:
     items = list(out) if isinstance(out, (list, tuple)) else [out]
     if not items:
         return jnp.zeros((0,), dtype=jnp.float64)
-    return jnp.concatenate([jnp.ravel(_f64(c)) for c in items])
+    flat = [jnp.ravel(_f64(c)) for c in items]
+    if len(flat) == 1:
+        return flat[0]
+    # Sum of zero-padded pieces rather than concatenate: the derivative of
+    # concatenate is a multi-output split, pad's is a plain slice.
+    n = sum(f.shape[0] for f in flat)
+    out, at = 0.0, 0
+    for f in flat:
+        out = out + jnp.pad(f, (at, n - at - f.shape[0]))
+        at += f.shape[0]
+    return out
 
 
 def _combine_forces(forces) -> Callable | None:
@@ -98,9 +108,10 @@ def point_force(position: Callable, force) -> Callable:
     Args:
         position: ``position(t, q, p)`` -> world position of the point of
             application (an array of shape (d,)), a function of the
-            coordinate dict ``q``.
-        force: the applied force, either a constant array of shape (d,) or a
-            callable ``force(t, q, qd, p)`` returning one (e.g. a body-fixed
+            coordinate dict ``q``; or several points at once, shape (k, d)
+            (one vjp for all, so a smaller traced residual).
+        force: the applied force(s), of the same shape as the position:
+            a constant array or a callable ``force(t, q, qd, p)`` (e.g. a body-fixed
             direction rotated to the world, times a magnitude parameter).
 
     Returns:
@@ -559,6 +570,24 @@ class LagrangianDAE(DAE):
         mom = self._momenta(t, q, qd, p)
         pq = sum(jnp.vdot(_f64(qd[c.name]), mom[c.name]) for c in self.coords)
         return pq - self.lagrangian_value(t, q, qd, p)
+
+    def energy_series(self, values, t_eval, params):
+        """Energy at every output time, for :func:`solver.solution.build_dataset`.
+
+        Args:
+            values: dict variable name -> array (n_out, L, *shape) whose
+                ``[:, k]`` is the k-th derivative (k = 0, 1 used).
+            t_eval: output times (n_out,).
+            params: the full parameter dict of the run.
+
+        Returns:
+            numpy array (n_out,) (NaN where the state is NaN, e.g. not reached).
+        """
+        fn = self._jit("energy_series", jax.vmap(
+            lambda t, q, qd, p: self.energy_fn(t, q, qd, p), in_axes=(0, 0, 0, None)))
+        q = {c.name: _f64(values[c.name])[:, 0] for c in self.coords}
+        qd = {c.name: _f64(values[c.name])[:, 1] for c in self.coords}
+        return np.asarray(fn(_f64(t_eval), q, qd, {k: _f64(v) for k, v in params.items()}))
 
     def energy(self, t, q, qd, params=None):
         """Energy ``q'·∂L/∂q' − L`` at a point (T + V for L = T − V natural)."""

@@ -37,6 +37,8 @@ from .errors import InputError
 jax.config.update("jax_enable_x64", True)
 
 __all__ = [
+    "assemble",
+    "cross3",
     "particle_kinetic_energy",
     "rod_kinetic_energy",
     "rigid_kinetic_energy",
@@ -48,6 +50,33 @@ __all__ = [
 
 def _dot(a, b):
     return jnp.sum(a * b, axis=-1)
+
+
+def assemble(entries, shape):
+    """An array from scalar expressions, as Σ entry·(unit array).
+
+    ``jnp.stack``/``concatenate`` would do, but their derivatives bring
+    ``stack``/``split`` operations into the residual; scalar × constant
+    and + are what every consumer of the traced residual understands.
+
+    Args:
+        entries: flat sequence of scalar expressions (row-major order).
+        shape: shape of the result (its size equals ``len(entries)``).
+
+    Returns:
+        jnp array of ``shape``.
+    """
+    size = int(np.prod(shape))
+    if len(entries) != size:
+        raise ValueError(f"assemble: {len(entries)} entries for shape {shape}")
+    eye = np.eye(size)
+    return sum(e * eye[k].reshape(shape) for k, e in enumerate(entries))
+
+
+def cross3(a, b):
+    """a × b for 3-vectors, assembled from scalar components (see :func:`assemble`)."""
+    return assemble([a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2],
+                     a[0] * b[1] - a[1] * b[0]], (3,))
 
 
 def particle_kinetic_energy(m, velocity):
@@ -217,13 +246,15 @@ class RigidFrame:
         Returns:
             (d, d) jnp array, columns the canonical axes in the world.
         """
-        X = jnp.stack([jnp.asarray(x) for x in bpvs], axis=1)  # (d, d)
-        ij = X @ self.U  # (d, d-1)
-        i = ij[:, 0]
+        # [i, j] = [A, B, C] U as sums of scaled BPVs (no stacking, see assemble).
+        cols = [sum(float(self.U[r, k]) * jnp.asarray(bpvs[r]) for r in range(self.dim)
+                    if self.U[r, k] != 0.0) for k in range(self.dim - 1)]
+        i = cols[0]
         if self.dim == 2:
-            return jnp.stack([i, jnp.stack([-i[1], i[0]])], axis=1)
-        j = ij[:, 1]
-        return jnp.stack([i, j, jnp.cross(i, j)], axis=1)
+            return assemble([i[0], -i[1], i[1], i[0]], (2, 2))
+        j = cols[1]
+        k = cross3(i, j)
+        return assemble([i[0], j[0], k[0], i[1], j[1], k[1], i[2], j[2], k[2]], (3, 3))
 
     def rotation_rate(self, bpvs, bpv_velocities):
         """Q̇_t from BPV positions and velocities (a jvp of :meth:`rotation`)."""
