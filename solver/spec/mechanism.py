@@ -539,18 +539,12 @@ def _frame(geom, d):
 
 
 def _rigid_kinetic(m, c, Theta, Od, rates):
-    """T = ½ m|Ȯ|² + m Ȯ·(Q̇ c) + ½ tr(Q̇ Θ Q̇ᵀ) with Q̇'s columns given as a list
-    (canonical c and Θ), written as sums of dot products."""
-    d = len(rates)
-    Qc = rates[0] * c[0]
-    for k in range(1, d):
-        Qc = Qc + rates[k] * c[k]
-    T = 0.5 * m * jnp.dot(Od, Od) + m * jnp.dot(Od, Qc)
-    for k in range(d):
-        for l in range(k, d):
-            w = Theta[k, l] if k == l else 2.0 * Theta[k, l]
-            T = T + 0.5 * w * jnp.dot(rates[k], rates[l])
-    return T
+    """T = ½ m|Ȯ|² + m Ȯ·(Q̇ c) + ½ tr(Q̇ Θ Q̇ᵀ), canonical c and Θ, Q̇ given by
+    its columns.  Written with one (d, d) matrix so that the AD passes of
+    the Lagrangian facility stay small."""
+    Qd = _stack(rates, axis=1)
+    return (0.5 * m * jnp.dot(Od, Od) + m * jnp.dot(Od, Qd @ c)
+            + 0.5 * jnp.sum((Qd @ Theta) * Qd))
 
 
 def _second_moment(m, c, inertia, d):
