@@ -62,7 +62,7 @@ def plot_timeseries(ds, out: str, variables: Sequence[str] | None = None) -> str
     """
     if not str(out).lower().endswith(".png"):
         raise InputError(f"--out {out!r}: plots are written as PNG; use a name ending in .png")
-    valid = [k for k, v in ds.data_vars.items() if "time" in v.dims]
+    valid = sorted(str(k) for k, v in ds.data_vars.items() if "time" in v.dims)
     names = list(variables) if variables else [
         str(v) for v in ds.attrs.get("variables", []) if str(v) in ds] or valid
     for n in names:

@@ -171,7 +171,9 @@ def write_result(ds, path: str) -> None:
         InputError: another extension.
     """
     if path.endswith(".zarr"):
-        ds.to_zarr(path, mode="w")
+        # Consolidated metadata is not part of Zarr v3 (zarr warns); a single
+        # run has few arrays, so plain metadata costs nothing.
+        ds.to_zarr(path, mode="w", consolidated=False)
     elif path.endswith(".nc"):
         ds.to_netcdf(path)
     else:
@@ -192,7 +194,7 @@ def open_result(path: str):
     try:
         if path.endswith(".nc"):
             return xr.open_dataset(path).load()
-        return xr.open_zarr(path).load()
+        return xr.open_zarr(path, consolidated=False).load()
     except Exception as exc:  # xarray/zarr raise many types for a bad store
         raise InputError(f"cannot read a result from it: {exc}", file=path) from None
 

@@ -101,7 +101,7 @@ def test_simulate_json_summary(pendulum_run):
 
 def test_simulate_out_zarr_reopens_with_the_same_final_state(pendulum_run):
     _, out, _, run = pendulum_run
-    ds = xr.open_zarr(run).load()
+    ds = xr.open_zarr(run, consolidated=False).load()
     final = json.loads(out)["final"]
     assert float(ds.x[-1]) == final["x"] and float(ds.y_d1[-1]) == final["y'"]
     assert ds.attrs["model_yaml"] == PENDULUM and ds.attrs["title"] == "Short pendulum"
