@@ -94,6 +94,9 @@ class Integrator:
         self.max_c = int(program.c.max())
         self.max_d = int(d.max())
         self.out_orders = {v.name: max(1, int(d[v.offset : v.offset + v.size].max())) for v in dae.variables}
+        from .dae import ddt_p
+
+        self._pointwise_jacobian = all(e.prim is not ddt_p for e in program.eqns)
         self._run_jit = jax.jit(self._run)
 
     # ------------------------------------------------------------- layout
@@ -200,23 +203,31 @@ class Integrator:
             return prog.residual(s0, 0) + const_res
 
         def eval_rj(u):
-            return g0(u), jax.jacfwd(g0)(u)
-
-        r, J = eval_rj(u_guess)
+            if self._pointwise_jacobian:
+                # The system Jacobian from the residual itself (a small
+                # program) instead of differentiating the Taylor pass.
+                return g0(u), self.stage0_jacobian(X, u, t0, consts)
+            # One trace gives the residual (as aux) and its Jacobian.
+            J, r = jax.jacfwd(lambda uu: (g0(uu), g0(uu)), has_aux=True)(u)
+            return r, J
 
         def cond(c):
-            u, r, J, it, done = c
+            u, J, it, done = c
             return (~done) & (it < newton_iters)
 
         def body(c):
-            u, r, J, it, done = c
+            u, _, it, _ = c
+            r, J = eval_rj(u)
             du = jnp.linalg.solve(J, r)
-            u = u - du
-            r2, J2 = eval_rj(u)
+            ok = jnp.all(jnp.isfinite(du))
+            u = jnp.where(ok, u - du, u)
             small = jnp.max(jnp.abs(du)) <= 1e-13 * (1.0 + jnp.max(jnp.abs(u)))
-            return u, r2, J2, it + 1, small | ~jnp.all(jnp.isfinite(du))
+            return u, J, it + 1, small | ~ok
 
-        u, r, J, _, _ = lax.while_loop(cond, body, (u_guess, r, J, 0, False))
+        # J is taken at the start of the last iteration, whose correction was
+        # negligible, so it is the system Jacobian at the converged point.
+        n = u_guess.shape[0]
+        u, J, _, _ = lax.while_loop(cond, body, (u_guess, jnp.zeros((n, n), u_guess.dtype), 0, False))
         X = self.set_stage(X, 0, u)
         state = prog.stage(state, X, 0, t0, consts)
         lu, piv = jsl.lu_factor(J)
@@ -246,6 +257,37 @@ class Integrator:
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & jnp.all(jnp.isfinite(u))
         status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
         return X, u, status.astype(jnp.int8), J
+
+    def stage0_jacobian(self, X, u, t0, consts):
+        """A_0 = ∂F_i[c_i]/∂X[j, d_j] = J_ij d_j!/c_i!, J the system Jacobian.
+
+        J_ij = ∂f_i/∂x_j^(d_j - c_i) is evaluated pointwise from the
+        residual's jaxpr (valid when the residual has no ``ddt``).
+        """
+        dae, prog = self.dae, self.prog
+        X0 = self.set_stage(X, 0, u)
+        keys = dae.input_keys
+        n_p = len(dae.param_names)
+        x_keys = keys[1 + n_p:]
+        derivs = tuple(math.factorial(k[2]) * X0[k[1]][k[2]] for k in x_keys)
+        params = [consts[prog.param_ids[name]] for name in dae.param_names]
+
+        def f(*xs):
+            outs = jax.core.eval_jaxpr(dae.jaxpr.jaxpr, dae.jaxpr.consts, t0, *params, *xs)
+            return jnp.concatenate([jnp.ravel(o) for o in outs])
+
+        jacs = jax.jacfwd(f, argnums=tuple(range(len(x_keys))))(*derivs)
+        n = self.dae.n
+        A = jnp.zeros((n, n))
+        for (_, name, l), Jl in zip(x_keys, jacs):
+            var = dae.var_index[name]
+            cols = np.arange(var.offset, var.offset + var.size)
+            mask = (self.prog.d[None, cols] - self.prog.c[:, None]) == l
+            if mask.any():
+                A = A.at[:, cols].add(jnp.where(jnp.asarray(mask), Jl.reshape(n, var.size), 0.0))
+        cf = np.array([math.factorial(int(c)) for c in self.prog.c], dtype=float)
+        df = np.array([math.factorial(int(d)) for d in self.prog.d], dtype=float)
+        return A * (df[None, :] / cf[:, None])
 
     # ------------------------------------------------------------- polynomials
     def _shift(self, X, h, orders):
@@ -317,16 +359,18 @@ class Integrator:
         g = lambda zz: self._hidden(zz, t, consts)
         mask = jnp.ones(z.shape) if free is None else jnp.asarray(free, dtype=z.dtype)
 
-        def body(_, zz):
-            r = g(zz)
-            G = jax.jacfwd(g)(zz) * mask[None, :]
+        def body(_, carry):
+            zz, _ = carry
+            G, r = jax.jacfwd(lambda y: (g(y), g(y)), has_aux=True)(zz)
+            G = G * mask[None, :]
             A = G @ G.T
-            A = A + 1e-300 * jnp.eye(A.shape[0])
-            lam = jnp.linalg.solve(A + jnp.eye(A.shape[0]) * (1e-14 * jnp.trace(A) / A.shape[0]), r)
-            return zz - G.T @ lam
+            A = A + jnp.eye(A.shape[0]) * (1e-14 * jnp.trace(A) / A.shape[0] + 1e-300)
+            return zz - G.T @ jnp.linalg.solve(A, r), jnp.max(jnp.abs(r))
 
-        z = lax.fori_loop(0, iters, body, z)
-        return z, jnp.max(jnp.abs(g(z)))
+        # The residual returned is the one before the last (Gauss–Newton,
+        # quadratically convergent) correction: an upper bound of the final.
+        z, res = lax.fori_loop(0, iters, body, (z, jnp.asarray(jnp.inf, z.dtype)))
+        return z, res
 
     # ------------------------------------------------------------- the loop
     def run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None, fixed_step=None):
