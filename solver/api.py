@@ -24,17 +24,26 @@ __all__ = ["solve", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
 ASSEMBLY_TOL = 1e-10
 
 
-def integrator_for(dae: DAE, order: int) -> Integrator:
+def integrator_for(dae: DAE, order: int, linear: str = "auto") -> Integrator:
     """The (cached) integrator of a DAE at a Taylor order.
 
     Compiled functions live on the integrator, so repeated solves of one DAE
     (other parameters, other initial values) reuse them.
+
+    Args:
+        dae: the DAE.
+        order: Taylor order p.
+        linear: stage solver, ``auto``/``dense``/``kkt`` (see
+            :class:`solver.integrate.Integrator`).
+
+    Raises:
+        InputError: a bad ``linear`` choice.
     """
     cache = dae.__dict__.setdefault("_integrators", {})
-    if order not in cache:
+    if (order, linear) not in cache:
         s = dae.structure
-        cache[order] = Integrator(TaylorProgram(dae, s.c, s.d, order))
-    return cache[order]
+        cache[(order, linear)] = Integrator(TaylorProgram(dae, s.c, s.d, order), linear=linear)
+    return cache[(order, linear)]
 
 
 def _newton_jit(integ: Integrator):
@@ -97,7 +106,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
           tol: float = 1e-10, t_eval=None, order: int | None = None, params: Mapping | None = None,
           samples: int | None = None, max_steps: int = 100_000, h_max: float | None = None,
           init: str = "auto", ipopt_options: Mapping | None = None, title: str | None = None,
-          extra_attrs: Mapping | None = None):
+          extra_attrs: Mapping | None = None, linear: str = "auto"):
     """Solve a DAE initial-value problem.
 
     Args:
@@ -114,6 +123,9 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
         h_max: largest step.
         init: initialisation method (``auto``/``newton``/``ipopt``).
         ipopt_options: options passed to IPOPT.
+        linear: stage solver (``auto``/``dense``/``kkt``, see
+            :class:`solver.integrate.Integrator`); ``auto`` picks the
+            structured KKT solve for large block-diagonal Lagrangian models.
         title: dataset title.
         extra_attrs: more dataset attrs.
 
@@ -136,7 +148,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
     p = int(order) if order else order_for_tol(tol)
     if not 2 <= p <= 60:
         raise InputError(f"order must be between 2 and 60, got {p}")
-    integ = integrator_for(dae, p)
+    integ = integrator_for(dae, p, linear)
     pvals = {k: jnp.asarray(v) for k, v in dae.param_values(params).items()}
     spec = parse_values(integ, values, fixed)
     z0 = consistent_point(integ, pvals, t0, spec, method=init, ipopt_options=ipopt_options)

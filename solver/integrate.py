@@ -30,9 +30,15 @@ from jax import lax
 import jax.scipy.linalg as jsl
 
 from . import status as st
+from .errors import InputError
+from .kkt import kkt_factor, kkt_solve
 from .taylor import TaylorProgram
 
-__all__ = ["Integrator", "order_for_tol"]
+__all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE"]
+
+# Below this many unknowns a dense LU of the system Jacobian is as cheap as
+# the structured solve, and it also copes with a singular mass matrix.
+KKT_MIN_SIZE = 40
 
 
 def order_for_tol(tol: float) -> int:
@@ -45,9 +51,19 @@ class Integrator:
 
     Args:
         program: the prepared Taylor program (holds the DAE, c, d and p).
+        linear: how stage systems are solved: ``"dense"`` (LU of the n×n
+            system Jacobian), ``"kkt"`` (a Lagrangian DAE's
+            ``[[M, Gᵀ], [G, 0]]`` by mass blocks and a Schur complement,
+            :mod:`solver.kkt`), or ``"auto"`` (default): ``"kkt"`` for a
+            Lagrangian DAE of at least :data:`KKT_MIN_SIZE` unknowns whose
+            mass matrix is block diagonal, else ``"dense"``.
+
+    Raises:
+        InputError: an unknown ``linear``, or ``"kkt"`` for a DAE without the
+            Lagrangian structure.
     """
 
-    def __init__(self, program: TaylorProgram):
+    def __init__(self, program: TaylorProgram, linear: str = "auto"):
         self.prog = program
         dae = program.dae
         self.dae = dae
@@ -97,7 +113,41 @@ class Integrator:
         from .dae import ddt_p
 
         self._pointwise_jacobian = all(e.prim is not ddt_p for e in program.eqns)
+        self.linear = self._choose_linear(linear)
+        # Found (and checked) eagerly: it cannot be computed inside a trace.
+        self._mass_structure = dae.mass_blocks if self.linear == "kkt" else None
         self._run_jit = jax.jit(self._run)
+
+    def _choose_linear(self, linear: str) -> str:
+        choices = ("auto", "dense", "kkt")
+        if linear not in choices:
+            raise InputError(f"linear must be one of {', '.join(choices)}; got {linear!r}")
+        if linear == "dense":
+            return "dense"
+        why = self._kkt_mismatch()
+        if linear == "kkt":
+            if why:
+                raise InputError(f"linear='kkt' needs a Lagrangian DAE with the system Jacobian "
+                                 f"[[M, Gᵀ], [G, 0]]: {why}; use linear='dense'")
+            return "kkt"
+        if why or self.dae.n < KKT_MIN_SIZE or not self.dae.mass_blocks.block_diagonal:
+            return "dense"
+        return "kkt"
+
+    def _kkt_mismatch(self) -> str:
+        """Why the structured KKT solve does not apply ('' when it does)."""
+        from .lagrangian import LagrangianDAE
+
+        dae = self.dae
+        if not isinstance(dae, LagrangianDAE):
+            return "this DAE was not built by solver.lagrangian"
+        c, d, nq = self.prog.c, self.prog.d, dae.n_q
+        # The EL rows (c = 0) pair with q'' (d = 2), the constraints (c = 2)
+        # with λ (d = 0); anything else (e.g. a coordinate without inertia)
+        # has another system Jacobian.
+        if not (np.all(c[:nq] == 0) and np.all(d[:nq] == 2) and np.all(c[nq:] == 2) and np.all(d[nq:] == 0)):
+            return "its offsets are not c = 0, d = 2 on the coordinates and c = 2, d = 0 on the multipliers"
+        return ""
 
     # ------------------------------------------------------------- layout
     def X_from_state(self, z):
@@ -187,10 +237,13 @@ class Integrator:
             u_guess: guess of the leading derivatives ``X[j, d_j]`` (flat, n).
             t0: expansion time.
             consts: from ``program.constants(params)``.
+            newton_iters: most Newton iterations on stage 0.
 
         Returns:
-            (X, u, status): coefficient arrays up to order ``p + d_j``, the
-            leading derivatives, and SUCCESS / SINGULAR_JACOBIAN / NONFINITE.
+            (X, u, status, J): coefficient arrays up to order ``p + d_j``, the
+            leading derivatives, SUCCESS / SINGULAR_JACOBIAN / NONFINITE, and
+            the scaled system Jacobian of stage 0 (dense path; None on the
+            structured KKT path, which never forms it).
         """
         prog = self.prog
         X = self.X_from_state(z)
@@ -202,37 +255,13 @@ class Integrator:
             s0 = prog.stage(state, X0, 0, t0, consts)
             return prog.residual(s0, 0) + const_res
 
-        def eval_rj(u):
-            if self._pointwise_jacobian:
-                # The system Jacobian from the residual itself (a small
-                # program) instead of differentiating the Taylor pass.
-                return g0(u), self.stage0_jacobian(X, u, t0, consts)
-            # One trace gives the residual (as aux) and its Jacobian.
-            J, r = jax.jacfwd(lambda uu: (g0(uu), g0(uu)), has_aux=True)(u)
-            return r, J
-
-        def cond(c):
-            u, J, it, done = c
-            return (~done) & (it < newton_iters)
-
-        def body(c):
-            u, _, it, _ = c
-            r, J = eval_rj(u)
-            du = jnp.linalg.solve(J, r)
-            ok = jnp.all(jnp.isfinite(du))
-            u = jnp.where(ok, u - du, u)
-            small = jnp.max(jnp.abs(du)) <= 1e-13 * (1.0 + jnp.max(jnp.abs(u)))
-            return u, J, it + 1, small | ~ok
-
-        # J is taken at the start of the last iteration, whose correction was
-        # negligible, so it is the system Jacobian at the converged point.
-        n = u_guess.shape[0]
-        u, J, _, _ = lax.while_loop(cond, body, (u_guess, jnp.zeros((n, n), u_guess.dtype), 0, False))
+        if self.linear == "kkt":
+            u, solve, singular = self._stage0_kkt(g0, X, u_guess, t0, consts, newton_iters)
+            J = None
+        else:
+            u, solve, singular, J = self._stage0_dense(g0, X, u_guess, t0, consts, newton_iters)
         X = self.set_stage(X, 0, u)
         state = prog.stage(state, X, 0, t0, consts)
-        lu, piv = jsl.lu_factor(J)
-        diag = jnp.abs(jnp.diag(lu))
-        singular = ~(jnp.min(diag) > 1e-13 * jnp.maximum(jnp.max(diag), 1e-300))
 
         c = prog.c
         d = prog.d
@@ -248,7 +277,7 @@ class Integrator:
             X, state = carry
             s1 = prog.stage(state, X, k, t0, consts)
             r = prog.residual(s1, k)
-            y = jsl.lu_solve((lu, piv), ratio(k, c) * r)
+            y = solve(ratio(k, c) * r)
             xk = -y / ratio(k, d)
             X = self.set_stage(X, k, xk)
             return X, prog.stage(s1, X, k, t0, consts)
@@ -257,6 +286,73 @@ class Integrator:
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & jnp.all(jnp.isfinite(u))
         status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
         return X, u, status.astype(jnp.int8), J
+
+    @staticmethod
+    def _newton(g0, step, u_guess, aux0, newton_iters):
+        """Newton on stage 0 from ``u_guess``.
+
+        ``step(u, r) -> (du, aux)`` solves with the iteration matrix at u;
+        the aux of the last iteration is returned with u (the dense path
+        keeps its Jacobian there: the last correction was negligible, so it
+        is the system Jacobian at the converged point).
+        """
+
+        def cond(c):
+            u, _, it, done = c
+            return (~done) & (it < newton_iters)
+
+        def body(c):
+            u, _, it, _ = c
+            du, aux = step(u, g0(u))
+            ok = jnp.all(jnp.isfinite(du))
+            u = jnp.where(ok, u - du, u)
+            small = jnp.max(jnp.abs(du)) <= 1e-13 * (1.0 + jnp.max(jnp.abs(u)))
+            return u, aux, it + 1, small | ~ok
+
+        u, aux, _, _ = lax.while_loop(cond, body, (u_guess, aux0, 0, False))
+        return u, aux
+
+    def _stage0_dense(self, g0, X, u_guess, t0, consts, newton_iters):
+        """Stage 0 with the dense system Jacobian: (u, solve, singular, J)."""
+        if self._pointwise_jacobian:
+            # The system Jacobian from the residual itself (a small program)
+            # instead of differentiating the Taylor pass.
+            jac = lambda u: self.stage0_jacobian(X, u, t0, consts)
+        else:
+            jac = jax.jacfwd(g0)
+
+        def step(u, r):
+            J = jac(u)
+            return jnp.linalg.solve(J, r), J
+
+        n = u_guess.shape[0]
+        u, J = self._newton(g0, step, u_guess, jnp.zeros((n, n), u_guess.dtype), newton_iters)
+        lu, piv = jsl.lu_factor(J)
+        diag = jnp.abs(jnp.diag(lu))
+        singular = ~(jnp.min(diag) > 1e-13 * jnp.maximum(jnp.max(diag), 1e-300))
+        return u, (lambda r: jsl.lu_solve((lu, piv), r)), singular, J
+
+    def _stage0_kkt(self, g0, X, u_guess, t0, consts, newton_iters):
+        """Stage 0 of a Lagrangian DAE with ``[[2M, Gᵀ], [G, 0]]``: (u, solve, singular).
+
+        The unknowns of stage 0 are q'' (scaled by 2!, as X[q, 2] = q''/2)
+        and λ; M and G depend on the state only, so one factorisation serves
+        Newton and every later stage.
+        """
+        dae = self.dae
+        p = {name: consts[self.prog.param_ids[name]] for name in dae.param_names}
+        q = {cd.name: X[cd.name][0] for cd in dae.coords}
+        qd = {cd.name: X[cd.name][1] for cd in dae.coords}
+        blocks = [(idx, 2.0 * B) for idx, B in dae._k_blocks(t0, q, qd, p, self._mass_structure)]
+        G = None
+        if dae.n_c:
+            cflat = lambda x: dae._constraints_flat(t0, dae._unflatten(x), p)
+            # Reverse mode costs n_c passes, forward mode n_q: take the fewer.
+            G = (jax.jacrev if dae.n_c < dae.n_q else jax.jacfwd)(cflat)(dae._flatten(q))
+        fact = kkt_factor(blocks, G)
+        solve = lambda r: kkt_solve(fact, r)
+        u, _ = self._newton(g0, lambda uu, r: (solve(r), ()), u_guess, (), newton_iters)
+        return u, solve, fact.singular
 
     def stage0_jacobian(self, X, u, t0, consts):
         """A_0 = ∂F_i[c_i]/∂X[j, d_j] = J_ij d_j!/c_i!, J the system Jacobian.

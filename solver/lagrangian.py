@@ -46,6 +46,7 @@ from jax.extend import core as jex_core
 
 from .dae import DAE, DAEDefinitionError, _parse_variables
 from .errors import InputError
+from .kkt import kkt_factor, kkt_solve
 
 jax.config.update("jax_enable_x64", True)
 
@@ -155,22 +156,6 @@ def _normalise_blocks(M_blocks, n_hint: int | None = None):
     return groups
 
 
-def _block_solve(groups, rhs):
-    """Solve blockdiag(M) X = rhs for X, rhs of shape (n, k)."""
-    if len(groups) == 1 and groups[0][0] is None:
-        B = groups[0][1]
-        nb, b, _ = B.shape
-        sub = rhs.reshape(nb, b, rhs.shape[1])
-        sol = sub / B if b == 1 else jnp.linalg.solve(B, sub)
-        return sol.reshape(rhs.shape)
-    out = jnp.zeros_like(rhs)
-    for idx, B in groups:
-        sub = rhs[idx]  # (nb, b, k)
-        sol = sub / B if B.shape[1] == 1 else jnp.linalg.solve(B, sub)
-        out = out.at[idx].set(sol)
-    return out
-
-
 def solve_kkt(M_blocks, G, rhs):
     """Solve ``[[M, Gᵀ], [G, 0]] [x; y] = rhs`` with a block-diagonal M.
 
@@ -201,30 +186,15 @@ def solve_kkt(M_blocks, G, rhs):
     groups = _normalise_blocks(M_blocks)
     n = sum(int(np.prod(B.shape[:2])) for _, B in groups)
     rhs = _f64(rhs)
-    vector = rhs.ndim == 1
-    R = rhs[:, None] if vector else rhs
     nc = 0 if G is None else int(G.shape[0])
-    if R.shape[0] != n + nc:
+    if rhs.shape[0] != n + nc:
         raise InputError(
-            f"solve_kkt: rhs has {R.shape[0]} rows but M is {n}x{n} with {nc} constraints "
+            f"solve_kkt: rhs has {rhs.shape[0]} rows but M is {n}x{n} with {nc} constraints "
             f"(expected {n + nc})"
         )
-    k = R.shape[1]
-    f = R[:n]
-    if nc == 0:
-        x = _block_solve(groups, f)
-        return x[:, 0] if vector else x
-    G = _f64(G)
-    if G.shape != (nc, n):
-        raise InputError(f"solve_kkt: G has shape {G.shape}, expected ({nc}, {n})")
-    g = R[n:]
-    X = _block_solve(groups, jnp.concatenate([f, G.T], axis=1))
-    Xf, XG = X[:, :k], X[:, k:]
-    S = G @ XG
-    y = jnp.linalg.solve(S, G @ Xf - g)
-    x = Xf - XG @ y
-    out = jnp.concatenate([x, y], axis=0)
-    return out[:, 0] if vector else out
+    if nc and tuple(G.shape) != (nc, n):
+        raise InputError(f"solve_kkt: G has shape {tuple(G.shape)}, expected ({nc}, {n})")
+    return kkt_solve(kkt_factor(groups, _f64(G) if nc else None), rhs)
 
 
 # ---------------------------------------------------------------- mass blocks

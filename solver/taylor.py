@@ -348,7 +348,7 @@ class TaylorProgram:
                 ff = 1.0
                 for s in range(1, l + 1):
                     ff = ff * (mc + s)
-                val = ff * X[name][idx] * (mc + l < self.KX)
+                val = ff * _at(X[name], idx) * (mc + l < self.KX)
                 nodes[i] = _write(nodes[i], m, val)
             if self.t_id in self.off:
                 m = k + self.off[self.t_id] - w
@@ -481,7 +481,7 @@ class _Series:
         self.arr = arr
 
     def coef(self, m):
-        return self.arr[m]
+        return _at(self.arr, m)
 
     def coef0(self):
         return self.arr[0]
@@ -490,10 +490,20 @@ class _Series:
         return self.arr
 
 
+def _at(arr, i):
+    """``arr[i]`` along the order axis for an in-range traced i.
+
+    ``lax.dynamic_index_in_dim`` skips the negative-index wrap-around that
+    ``arr[i]`` emits (compare, add, select per access): the interpreted
+    program has thousands of these reads, and they dominate compile time.
+    """
+    return lax.dynamic_index_in_dim(arr, i, 0, keepdims=False)
+
+
 def _write(arr, m, val):
     mc = jnp.clip(m, 0, arr.shape[0] - 1)
     val = jnp.broadcast_to(jnp.asarray(val, dtype=arr.dtype), arr.shape[1:])
-    return arr.at[mc].set(jnp.where(m >= 0, val, arr[mc]))
+    return lax.dynamic_update_index_in_dim(arr, jnp.where(m >= 0, val, _at(arr, mc)), mc, 0)
 
 
 def _mul_const(a, b, mc):
@@ -565,7 +575,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         if isinstance(b, _Const):
             return a.coef(mc) / b.value
         A, B = S(a), S(b)
-        return (A[mc] - _conv(B, Z, m, 1, 0)) / B[0]
+        return (_at(A, mc) - _conv(B, Z, m, 1, 0)) / B[0]
     if name in ("integer_pow", "square"):
         n = 2 if name == "square" else int(e.params["y"])
         x = ops[0]
@@ -573,7 +583,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         if n == 0:
             return jnp.where(mc == 0, 1.0, 0.0) * jnp.ones(Z.shape[1:])
         if n == 1:
-            return X[mc]
+            return _at(X, mc)
         if n < 0:
             # z = 1 / x^|n|: powers kept as auxiliaries, then a division.
             P = X
@@ -594,7 +604,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         X = S(x)
         if name == "sqrt":
             z0 = jnp.sqrt(X[0])
-            rest = (X[mc] - _conv(Z, Z, m, 1, 1)) / (2.0 * Z[0])
+            rest = (_at(X, mc) - _conv(Z, Z, m, 1, 1)) / (2.0 * Z[0])
             return jnp.where(mc == 0, z0, rest)
         a = {"rsqrt": -0.5, "cbrt": 1.0 / 3.0}.get(name)
         if a is None:
@@ -613,7 +623,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         X, Y = S(x), S(y)
         Lg = getaux("log")
         l0 = jnp.log(X[0])
-        lm = (X[mc] - _conv(Lg, X, m, 1, 1, weight_a=wr) / safe_m) / X[0]
+        lm = (_at(X, mc) - _conv(Lg, X, m, 1, 1, weight_a=wr) / safe_m) / X[0]
         setaux("log", jnp.where(mc == 0, l0, lm))
         Lg = getaux("log")
         setaux("prod", _conv(Y, Lg, m, 0, 0))
@@ -631,7 +641,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         x0 = X[0] + (1.0 if name == "log1p" else 0.0)
         Xp = X.at[0].set(x0)
         z0 = jnp.log(x0)
-        rest = (X[mc] - _conv(Z, Xp, m, 1, 1, weight_a=wr) / safe_m) / x0
+        rest = (_at(X, mc) - _conv(Z, Xp, m, 1, 1, weight_a=wr) / safe_m) / x0
         return jnp.where(mc == 0, z0, rest)
     if name in ("sin", "cos", "sinh", "cosh"):
         X = S(ops[0])
@@ -658,7 +668,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         elif name == "tanh":
             um = jnp.where(mc == 0, 1.0, 0.0) - zz
         else:
-            um = Znew[mc] - zz
+            um = _at(Znew, mc) - zz
         setaux("comp", um)
         return zm
     if name in ("asin", "acos", "atan", "asinh", "acosh", "atanh", "atan2"):
@@ -694,7 +704,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
             setaux("q", qn)
             Q = getaux("q")
             sign = -1.0 if name == "acos" else 1.0
-            rhs = sign * mf * X[mc]
+            rhs = sign * mf * _at(X, mc)
             z0 = {"asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan, "asinh": jnp.arcsinh,
                   "acosh": jnp.arccosh, "atanh": jnp.arctanh}[name](X[0])
         # Σ_{r=1}^{m-1} Q_r (m - r) z_{m-r}
@@ -702,15 +712,15 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         return jnp.where(mc == 0, z0, (rhs - corr) / (safe_m * Q[0]))
     if name == "abs":
         X = S(ops[0])
-        return jnp.sign(X[0]) * X[mc]
+        return jnp.sign(X[0]) * _at(X, mc)
     if name in ("max", "min"):
         A, B = S(ops[0]), S(ops[1])
         pick_a = (A[0] >= B[0]) if name == "max" else (A[0] <= B[0])
-        return jnp.where(pick_a, A[mc], B[mc])
+        return jnp.where(pick_a, _at(A, mc), _at(B, mc))
     if name == "clamp":
         lo, X, hi = (S(o) for o in ops)
         inside = (X[0] >= lo[0]) & (X[0] <= hi[0])
-        return jnp.where(inside, X[mc], jnp.where(X[0] < lo[0], lo[mc], hi[mc]))
+        return jnp.where(inside, _at(X, mc), jnp.where(X[0] < lo[0], _at(lo, mc), _at(hi, mc)))
     if name in ("reduce_max", "reduce_min"):
         X = S(ops[0])
         axes = tuple(e.params["axes"])
@@ -719,5 +729,5 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         moved = jnp.moveaxis(X, [a + 1 for a in axes], list(range(X.ndim - len(axes), X.ndim)))
         flat = moved.reshape(moved.shape[: X.ndim - len(axes)] + (-1,))
         i0 = arg(flat[0], axis=-1)
-        return jnp.take_along_axis(flat[mc], i0[..., None], axis=-1)[..., 0]
+        return jnp.take_along_axis(_at(flat, mc), i0[..., None], axis=-1)[..., 0]
     raise UnsupportedPrimitiveError(f"the Taylor engine has no rule for the operation '{name}' (used at {e.source})")

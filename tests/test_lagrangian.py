@@ -19,6 +19,7 @@ from solver import examples as ex
 from solver.dae import DAE
 from solver.errors import InputError
 from solver.lagrangian import LagrangianDAE, MassBlocks, lagrangian, point_force, solve_kkt
+from solver.kkt import kkt_factor
 
 RNG = np.random.default_rng(20240601)
 
@@ -563,3 +564,39 @@ def test_natural_coordinate_input_errors():
         natural.RigidFrame([[0, 0, 0], [1, 0, 0], [2, 0, 0]])
     with pytest.raises(InputError, match="must be a point"):
         natural.RigidFrame([[0, 0], [1, 0]], ("vector", "point"))
+
+
+# ----------------------------------------------------------- factorised KKT
+def test_kkt_factor_flags_a_singular_mass_block_and_a_singular_schur_complement():
+    B = _spd(4, 1)
+    assert not bool(kkt_factor([(None, B)], RNG.standard_normal((2, 4))).singular)
+    B0 = B.copy()
+    B0[2] = 0.0                                   # a coordinate without inertia
+    assert bool(kkt_factor([(None, B0)]).singular)
+    G = np.ones((2, 4))                           # two equal constraint rows
+    assert bool(kkt_factor([(None, B)], G).singular)
+    B3 = _spd(2, 3)
+    B3[1] = np.outer([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])  # a rank-1 3×3 block
+    assert bool(kkt_factor([(None, B3)]).singular)
+
+
+def test_integrator_linear_choice_and_its_errors():
+    from solver.integrate import Integrator
+    from solver.taylor import TaylorProgram
+
+    def integ(dae, linear="auto"):
+        s = dae.structure
+        return Integrator(TaylorProgram(dae, s.c, s.d, 8), linear=linear)
+
+    assert integ(ex.cloth(4, 4)).linear == "kkt"            # 48 ODEs, diagonal M
+    assert integ(ex.pendulum_cartesian()).linear == "dense"  # 3 unknowns
+    assert integ(ex.pendulum_cartesian(), "kkt").linear == "kkt"
+    plain = solver.DAE(lambda t, v, p: [v["x"][1] + v["x"][0]], ["x"])
+    with pytest.raises(InputError) as err:
+        integ(plain, "kkt")
+    assert str(err.value) == ("linear='kkt' needs a Lagrangian DAE with the system Jacobian "
+                              "[[M, Gᵀ], [G, 0]]: this DAE was not built by solver.lagrangian; "
+                              "use linear='dense'")
+    with pytest.raises(InputError) as err:
+        integ(plain, "sparse")
+    assert str(err.value) == "linear must be one of auto, dense, kkt; got 'sparse'"
