@@ -453,7 +453,7 @@ class TaylorProgram:
                 bg = jnp.take(b.arr, jnp.clip(m - r, 0, K - 1), axis=0)
                 prods = jax.vmap(f)(a.arr, bg)
                 mask = (r <= m).reshape((K,) + (1,) * (prods.ndim - 1))
-                val = jnp.sum(jnp.where(mask, prods, 0.0), axis=0)
+                val = _order_sum(jnp.where(mask, prods, 0.0))
         else:
             val = _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K)
         nodes[out_id] = _write(nodes[out_id], m, val)
@@ -500,6 +500,17 @@ def _at(arr, i):
     return lax.dynamic_index_in_dim(arr, i, 0, keepdims=False)
 
 
+def _order_sum(terms):
+    """Σ over the leading (order) axis, as a contraction with ones.
+
+    XLA:CPU lowers a reduce over the leading axis of a (K, n) array to a
+    strided loop that falls out of cache for large n (measured: 190–340 ns
+    per element at n = 24,300 against 14 ns for the contraction), which made
+    a step of a large particle system super-linear in n.
+    """
+    return jnp.tensordot(jnp.ones(terms.shape[0], terms.dtype), terms, axes=1)
+
+
 def _write(arr, m, val):
     mc = jnp.clip(m, 0, arr.shape[0] - 1)
     val = jnp.broadcast_to(jnp.asarray(val, dtype=arr.dtype), arr.shape[1:])
@@ -529,7 +540,7 @@ def _conv(A, B, m, lo, top, weight_a=None):
     Aw = A if weight_a is None else A * weight_a(r).reshape((K,) + (1,) * (A.ndim - 1))
     A_, B_ = jnp.broadcast_arrays(Aw, Bg)
     mask = ((r >= lo) & (r <= m - top)).reshape((K,) + (1,) * (A_.ndim - 1))
-    return jnp.sum(jnp.where(mask, A_ * B_, 0.0), axis=0)
+    return _order_sum(jnp.where(mask, A_ * B_, 0.0))
 
 
 def _aux_tags(e):
@@ -615,7 +626,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         Xg = jnp.take(X, jnp.clip(mc - r, 0, K - 1), axis=0)
         coef = (a * (mf - wr(r)) - wr(r)).reshape((K,) + (1,) * (Z.ndim - 1))
         mask = (r <= mc - 1).reshape((K,) + (1,) * (Z.ndim - 1))
-        s = jnp.sum(jnp.where(mask, coef * Xg * Z, 0.0), axis=0)
+        s = _order_sum(jnp.where(mask, coef * Xg * Z, 0.0))
         return jnp.where(mc == 0, z0, s / (safe_m * X[0]))
     if name == "pow":
         # x ** y with both series: exp(y log x) through auxiliaries.
