@@ -15,6 +15,7 @@ import json
 import math
 import re
 import time
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -59,6 +60,7 @@ class SweepContext:
     schema: Any
     attrs: dict
     key: str
+    batch: int = 0
 
 
 # ----------------------------------------------------------------- model cache
@@ -188,7 +190,8 @@ def build_context(spec) -> SweepContext:
     key = hashlib.sha256(json.dumps([str(spec.model_path), model.text, spec.override], sort_keys=True,
                                     default=str).encode()).hexdigest()
     return SweepContext(model_path=str(spec.model_path), override=spec.override, variables=wanted,
-                        metrics=metrics, time=schema.time, schema=schema, attrs=ds_attrs, key=key)
+                        metrics=metrics, time=schema.time, schema=schema, attrs=ds_attrs, key=key,
+                        batch=int(spec.batch))
 
 
 # ----------------------------------------------------------------- the batch
@@ -255,8 +258,17 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
 
     entry = _model(context.model_path, context.override, context.key)
     model = entry["model"]
-    status, steps, values, params, integ = simulate_points(model, points, context.time, entry)
-    B = len(status)
+    B = len(next(iter(points.values()))) if points else 1
+    # A short last batch is padded (repeating its last point) so that every
+    # batch has the same shape and the worker compiles once.
+    pad = max(context.batch - B, 0) if points else 0
+    padded = {k: np.concatenate([np.asarray(v, float), np.repeat(np.asarray(v, float)[-1:], pad)])
+              for k, v in points.items()}
+    status, steps, all_values, all_params, integ = simulate_points(model, padded, context.time,
+                                                                   entry)
+    n_all = len(status)
+    status, steps = status[:B], np.asarray(steps)[:B]
+    values = {k: np.asarray(v)[:B] for k, v in all_values.items()}
     dae = model.dae
     failed = status != codes.SUCCESS
     data = {}
@@ -267,9 +279,12 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
         data[w] = arr[:, :, 0]
         for k in range(1, dmax):
             data[f"{w}_d{k}"] = arr[:, :, k]
-    data["constraint_residual"] = _residuals(entry, integ, values, context.time, params, B)
+    # Residuals and energy of the padded batch too (then cut): the same shapes
+    # in every batch, so their jitted functions also compile once per worker.
+    data["constraint_residual"] = _residuals(entry, integ, all_values, context.time, all_params,
+                                             n_all)[:B]
     if "energy" in context.schema.variables:
-        data["energy"] = _energy(entry, dae, values, context.time, params, B)
+        data["energy"] = _energy(entry, dae, all_values, context.time, all_params, n_all)[:B]
     for mname, (of, reduce) in context.metrics.items():
         if of == "constraint_residual":
             series = data["constraint_residual"]
@@ -280,7 +295,9 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
                 series = series.reshape(B, series.shape[1], -1)[:, :, idx]
             elif series.ndim > 2:
                 series = np.linalg.norm(series.reshape(B, series.shape[1], -1), axis=-1)
-        with np.errstate(all="ignore"):
+        # A failed point's series is all NaN: numpy warns, the metric is NaN.
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
             data[mname] = REDUCERS[reduce](series)
     for k, v in data.items():
         v = np.array(v, dtype=float)

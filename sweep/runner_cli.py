@@ -139,7 +139,11 @@ def main_sweep(args) -> int:
         progress=sys.stderr.isatty())
     if summary is None:
         return 0
-    failed = getattr(summary, "failed_points", None)
+    from sweep import status as st
+
+    # Failed points anywhere in the store (also those of earlier, resumed runs).
+    failed = sum(n for name, n in summary.store_by_status.items()
+                 if st.CODES.get(name, st.ERROR) > st.SUCCESS)
     return 1 if failed else 0
 
 

@@ -1,0 +1,303 @@
+"""The workflow recipes (workflows/) and the shipped sweep files, on real runs.
+
+A tiny real sweep (a pendulum DAE released from x0, 6 designs of which the two
+with x0 > L cannot assemble) is run in-process once and shared; the
+post-analysis script, the local recipe and the SLURM driver script (with a
+LocalCluster cluster file in place of SLURM) all run on it for real.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pendulum_sweep import write_pendulum_sweep
+from solver.errors import InputError
+from sweep.run import SweepSummary, load_cluster_config, run_sweep
+from toybatch import ToyContext, grid_spec, toy_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV = Path(sys.executable).parent.parent
+
+
+def load_script(relpath: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / relpath)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+post = load_script("workflows/post_analysis.py", "post_analysis")
+
+
+@pytest.fixture(scope="module")
+def pendulum_store(tmp_path_factory):
+    """The tiny pendulum sweep, run in-process (workers=0) through the real pipeline."""
+    from sweep.runner_cli import run_sweep_file
+
+    folder = tmp_path_factory.mktemp("pendulum")
+    store = folder / "s.zarr"
+    summary = run_sweep_file(write_pendulum_sweep(folder), str(store), workers=0,
+                             progress=False, plot=False, echo=lambda *a: None)
+    assert summary.store_by_status == {"success": 4, "no_assembly": 2}
+    return store
+
+
+def red_pixels(png: Path) -> int:
+    """Pixels drawn in matplotlib's "red" (the failure markers; viridis has none)."""
+    a = np.asarray(Image.open(png).convert("RGB")).astype(int)
+    return int(((a[..., 0] > 200) & (a[..., 1] < 60) & (a[..., 2] < 60)).sum())
+
+
+def check_png(png: Path, min_size=(300, 200)) -> Image.Image:
+    with Image.open(png) as im:
+        im.verify()                       # a complete, uncorrupted PNG
+    im = Image.open(png)
+    im.load()
+    assert im.format == "PNG" and im.size[0] >= min_size[0] and im.size[1] >= min_size[1]
+    return im
+
+
+# ------------------------------------------------------------ post-analysis
+
+def test_post_analysis_tables_and_draws_a_real_store_marking_failures(pendulum_store, tmp_path,
+                                                                       capsys):
+    assert post.main([str(pendulum_store), "--out-dir", str(tmp_path / "pa")]) == 0
+    out = capsys.readouterr().out
+    assert "Pendulum release study: 6 points (success 4, no_assembly 2)" in out
+    assert "failed designs (2):" in out
+    assert "L=1, x0=1.5: no_assembly" in out and "L=1.2, x0=1.5: no_assembly" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()
+            if line.strip().startswith(("y_max ", "x_range "))}
+    # y_max is the lowest point the bob reaches: the rod's length L, to plotting precision.
+    assert rows["y_max"][0] == "4" and float(rows["y_max"][3]) == pytest.approx(1.2, abs=1e-3)
+    pngs = sorted((tmp_path / "pa").glob("*.png"))
+    assert [p.name for p in pngs] == ["x_range.png", "y_max.png"]
+    for png in pngs:
+        check_png(png)
+        assert red_pixels(png) > 50          # the two failed designs are marked
+
+
+def test_post_analysis_one_metric_chosen_axes_and_default_folder(pendulum_store, capsys):
+    written = post.analyse(pendulum_store, metrics=["y_max"], axes=["x0", "L"], echo=print)
+    assert written == [Path(str(pendulum_store).removesuffix(".zarr") + "_analysis") / "y_max.png"]
+    check_png(written[0])
+
+
+def test_post_analysis_rejects_unknown_metrics_axes_and_missing_stores(pendulum_store, tmp_path,
+                                                                        capsys):
+    with pytest.raises(InputError, match=r"--metric: Bz_range not in the store; its metrics: "
+                                         r"x_range, y_max"):
+        post.analyse(pendulum_store, tmp_path, metrics=["Bz_range"])
+    with pytest.raises(InputError, match=r"--axes: gamma not swept in this store; "
+                                         r"swept parameters: L, x0"):
+        post.analyse(pendulum_store, tmp_path, axes=["gamma"])
+    assert post.main([str(tmp_path / "nothing.zarr")]) == 2
+    assert "nothing.zarr: no sweep store there" in capsys.readouterr().err
+
+
+def test_post_analysis_draws_samples_as_a_scatter_and_one_axis_as_a_line(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    n = 24
+    points = {"omega": rng.uniform(1.0, 6.0, n), "zeta": rng.uniform(0.05, 0.9, n)}
+    samples = SimpleNamespace(points=points, batch=8, hash="samples", title="toy samples",
+                              n_points=n, n_batches=3)
+    run_sweep(samples, toy_batch, ToyContext(omega_max=4.5), tmp_path / "s.zarr", workers=0,
+              progress=False)
+    ds = post.open_sweep(tmp_path / "s.zarr")
+    assert post._choose_axes(ds, None) == (["omega", "zeta"], False)       # scattered
+    assert post._choose_axes(ds, ["zeta", "omega"]) == (["zeta", "omega"], False)
+    written = post.analyse(tmp_path / "s.zarr", tmp_path / "a")
+    out = capsys.readouterr().out
+    failed = int((points["omega"] > 4.5).sum())
+    assert failed and f"failed designs ({failed}):" in out and "max_steps" in out
+    assert [p.name for p in written] == ["x_end.png"]
+    check_png(written[0])
+    assert red_pixels(written[0]) > 20
+
+    line = grid_spec([1.0, 2.0, 3.0, 5.0], [0.3], batch=2, title="toy line")
+    run_sweep(line, toy_batch, ToyContext(omega_max=4.5), tmp_path / "l.zarr", workers=0,
+              progress=False)
+    assert post._choose_axes(post.open_sweep(tmp_path / "l.zarr"), None) == (["omega"], True)
+    written = post.analyse(tmp_path / "l.zarr", tmp_path / "b")
+    check_png(written[0])
+    assert red_pixels(written[0]) > 20
+
+
+def test_post_analysis_tells_zipped_axes_from_samples():
+    import xarray as xr
+
+    def design(**coords):
+        n = len(next(iter(coords.values())))
+        return xr.Dataset({"status": ("point", np.zeros(n, np.int8))},
+                          coords={k: ("point", np.asarray(v, float)) for k, v in coords.items()},
+                          attrs={"sweep_parameters": list(coords)})
+
+    zipped = design(k=[1e2, 1e3, 1e4], c=[1.0, 2.0, 3.0])           # varied together: a line
+    assert post._choose_axes(zipped, None) == (["k"], True)
+    sampled = design(a=[0.7, 0.1, 0.4], b=[5.0, 9.0, 1.0])          # b jumps about along a
+    assert post._choose_axes(sampled, None) == (["a", "b"], False)
+    product = design(a=[1, 1, 2, 2], b=[3, 4, 3, 4])
+    assert post._choose_axes(product, None) == (["a", "b"], True)
+    assert post._choose_axes(product, ["b", "a"]) == (["b", "a"], True)
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata is currently not part")
+def test_post_analysis_without_metrics_uses_the_range_of_the_first_output(tmp_path, capsys):
+    import xarray as xr
+
+    spec = grid_spec([1.0, 2.0], [0.1, 0.5], batch=2)
+    run_sweep(spec, toy_batch, ToyContext(), tmp_path / "s.zarr", workers=0, progress=False)
+    ds = xr.open_zarr(tmp_path / "s.zarr").load()
+    first = [v for v in ds.data_vars if ds[v].dims[:2] == ("point", "time")][0]
+    assert first == "pos"                      # (point, time, axis): its x component is used
+    pos_x = ds["pos"].values[..., 0]
+    ds.drop_vars("x_end").to_zarr(tmp_path / "bare.zarr")
+    written = post.analyse(tmp_path / "bare.zarr", tmp_path / "a")
+    out = capsys.readouterr().out
+    assert [p.name for p in written] == ["range_pos_0__.png"]
+    check_png(written[0])
+    stats = next(line.split() for line in out.splitlines()
+                 if line.strip().startswith("range(pos[0])"))
+    assert stats[1] == "4" and float(stats[4]) == pytest.approx(
+        np.max(pos_x.max(1) - pos_x.min(1)), rel=1e-3)
+    assert "failed designs: none" in out
+
+
+# ------------------------------------------------------------ recipes, really run
+
+@pytest.mark.slow
+def test_run_local_recipe_sweeps_on_a_local_cluster_then_analyses(tmp_path):
+    sweep_file = write_pendulum_sweep(tmp_path)
+    store = tmp_path / "local.zarr"
+    env = dict(os.environ, MECHSWEEP_VENV=str(VENV))
+    proc = subprocess.run(["bash", str(ROOT / "workflows/local/run_local.sh"), str(sweep_file),
+                           str(store), "1"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "points:    6 in 2 batches of 3" in proc.stdout           # the dry run
+    assert "failed designs (2):" in proc.stdout                      # the post-analysis
+    assert "Dask dashboard at" in proc.stderr                        # a LocalCluster ran it
+    check_png(tmp_path / "local_analysis" / "y_max.png")
+
+
+@pytest.mark.slow
+def test_slurm_driver_script_runs_with_a_cluster_file(tmp_path):
+    # The sbatch script run by hand, its cluster file swapped for a LocalCluster one:
+    # everything but SLURM itself (the shipped file is checked below).
+    sweep_file = write_pendulum_sweep(tmp_path)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("module: distributed\nclass: LocalCluster\n"
+                       "kwargs: {n_workers: 1, threads_per_worker: 1, processes: true,"
+                       " dashboard_address: ':0'}\n")
+    store = tmp_path / "slurm.zarr"
+    env = dict(os.environ, MECHSWEEP_VENV=str(VENV), MECHSWEEP_CLUSTER=str(cluster),
+               MECHSWEEP_ROOT=str(ROOT), MECHSWEEP_JAX_CACHE=str(tmp_path / "cache"))
+    env.pop("SLURM_SUBMIT_DIR", None)
+    proc = subprocess.run(["bash", str(ROOT / "workflows/slurm/sweep.sbatch"), str(sweep_file),
+                           str(store)], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "batches:    2 done, 0 pending, 2 in all" in proc.stdout      # mechsweep status
+    assert "failed designs (2):" in proc.stdout
+    check_png(tmp_path / "slurm_analysis" / "x_range.png")
+    assert (tmp_path / "cache").is_dir()                             # the workers' JAX cache
+
+
+# ------------------------------------------------------------ the SLURM cluster file
+
+def test_shipped_slurm_cluster_file_is_valid():
+    config = load_cluster_config(ROOT / "workflows/slurm/cluster.yaml")
+    assert config["module"] == "dask_jobqueue" and config["class"] == "SLURMCluster"
+    kwargs = config["kwargs"]
+    for key in ("queue", "cores", "processes", "memory", "walltime"):
+        assert key in kwargs
+    assert kwargs["cores"] == kwargs["processes"]            # one single-threaded worker per core
+    assert "scale" in config or "adapt" in config
+    assert any("JAX_PLATFORMS=cpu" in line for line in kwargs["job_script_prologue"])
+
+
+def test_cluster_file_without_dask_jobqueue_stops_with_the_pip_hint(tmp_path, monkeypatch, capsys):
+    from sweep.cli import main
+
+    monkeypatch.setitem(sys.modules, "dask_jobqueue", None)     # as if not installed
+    cluster = ROOT / "workflows/slurm/cluster.yaml"
+    with pytest.raises(InputError) as err:
+        run_sweep(grid_spec([1.0], [0.1], batch=1), toy_batch, ToyContext(), tmp_path / "t.zarr",
+                  cluster=str(cluster), progress=False)
+    assert str(err.value).startswith(f"{cluster}: module: cannot import module 'dask_jobqueue'")
+    assert str(err.value).endswith("(pip install 'mechsweep[cluster]')")
+    # the same through the command line: exit code 2, one line, no traceback
+    code = main(["sweep", str(write_pendulum_sweep(tmp_path)), "--out", str(tmp_path / "s.zarr"),
+                 "--cluster", str(cluster)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "cannot import module 'dask_jobqueue'" in err and "pip install 'mechsweep[cluster]'" in err
+    assert "Traceback" not in err
+
+
+# ------------------------------------------------------------ sweep files and exit codes
+
+def test_every_shipped_sweep_file_fits_its_model():
+    from sweep.pipeline import build_context
+    from sweep.spec import load_sweep
+
+    files = sorted((ROOT / "configs/sweeps").glob("*.yaml"))
+    assert {"cloth_stiffness.yaml", "mechanism0_spring.yaml", "rscr_lengths_angles.yaml",
+            "rscr_lhs.yaml"} <= {f.name for f in files}
+    for path in files:
+        spec = load_sweep(path)
+        context = build_context(spec)        # swept names, outputs and metrics checked
+        assert spec.n_points >= 1 and context.schema.variables
+        assert f"points:    {spec.n_points} in {spec.n_batches} batches" in spec.describe()
+
+
+def test_cloth_stiffness_study_is_small_and_its_metric_follows_the_pushed_particle():
+    from solver.spec import load
+    from sweep.pipeline import build_context
+    from sweep.spec import load_sweep
+
+    spec = load_sweep(ROOT / "configs/sweeps/cloth_stiffness.yaml")
+    assert spec.n_points == 12 and spec.batch == 6 and spec.names == ["k", "kd"]
+    np.testing.assert_allclose(np.unique(spec.points["k"]), np.logspace(1, 2.5, 6))
+    context = build_context(spec)
+    dims = context.schema.variables["r"]
+    assert dims[0] == "time" and len(context.schema.coords[dims[1]]) == 27    # a 3 x 3 cloth
+    model = load(spec.model_path, overrides=spec.override)
+    velocity = model.initial_values(model.params)["r'"]
+    # r[14] is the z of the middle particle, the one pushed upward at t = 0.
+    assert np.flatnonzero(velocity).tolist() == [14] and velocity[14] == 3.0
+    assert context.metrics["centre_z_max"] == ("r[14]", "max")
+
+
+@pytest.mark.parametrize("counts, code", [
+    ({"success": 6}, 0),
+    ({"success": 4, "no_assembly": 2}, 1),
+    ({"success": 3, "pending": 3}, 0),
+    ({"success": 5, "unknown(12)": 1}, 1),
+])
+def test_sweep_exit_code_is_1_when_the_store_holds_failed_points(monkeypatch, counts, code):
+    from sweep import runner_cli
+    from sweep.cli import main
+
+    def fake(*args, **kwargs):
+        return SweepSummary("s.zarr", 6, 2, store_by_status=counts)
+
+    monkeypatch.setattr(runner_cli, "run_sweep_file", fake)
+    assert main(["sweep", "x.yaml", "--out", "s.zarr"]) == code
+
+
+# ------------------------------------------------------------ the benchmark's grid
+
+def test_benchmark_grid_sizes_multiply_to_the_point_count():
+    bench = load_script("workflows/benchmarks/bench_sweep.py", "bench_sweep")
+    assert bench.grid_sizes(2000) == (20, 10, 10)
+    assert bench.grid_sizes(100) == (5, 4, 5)
+    for n in (1, 7, 45, 100, 360, 2000, 2003):
+        sizes = bench.grid_sizes(n)
+        assert int(np.prod(sizes)) == n and min(sizes) >= 1
