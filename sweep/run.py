@@ -103,21 +103,51 @@ except ImportError:  # pragma: no cover - distributed is a dependency
     _WorkerPlugin = object
 
 
+def pin_to_core(index: int) -> int | None:
+    """Pin this process to one of the cores it may use, chosen by ``index``.
+
+    Two unpinned single-threaded JAX workers on a 2-core machine got about
+    1.1-1.2x the throughput of one (the scheduler moves them between the
+    cores); pinned, about 1.6-1.8x (measured with two batched integrations).
+
+    Args:
+        index: the worker's number; the core is ``allowed[index % len(allowed)]``.
+
+    Returns:
+        the core, or None where affinity cannot be set (then nothing changes).
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    core = allowed[index % len(allowed)]
+    try:
+        os.sched_setaffinity(0, {core})
+    except OSError:
+        return None
+    return core
+
+
 class JaxSetup(_WorkerPlugin):
     """Worker plugin: :func:`configure_jax` on every worker, also ones joining later.
 
     Args:
         cache_dir: the persistent compilation cache directory.
+        pin: also pin each worker to one core by its name (for the workers of
+            a LocalCluster on this machine, named 0, 1, ...; never for
+            clusters that others share).
     """
 
     name = "mechsweep-jax-setup"
 
-    def __init__(self, cache_dir: str):
+    def __init__(self, cache_dir: str, pin: bool = False):
         self.cache_dir = cache_dir
+        self.pin = pin
 
     def setup(self, worker) -> None:
         """Called by Dask when the plugin reaches a worker."""
         configure_jax(self.cache_dir)
+        if self.pin and isinstance(worker.name, int):
+            pin_to_core(worker.name)
 
 
 def run_batch(batch_fn: Callable, points: dict, context: Any, cache_dir: str) -> BatchResult:
@@ -506,7 +536,11 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             print(f"mechsweep: Dask dashboard at {client.dashboard_link}", file=sys.stderr)
         except Exception:  # noqa: BLE001 - a missing dashboard must not stop a sweep
             pass
-        client.register_plugin(JaxSetup(cache_dir))
+        from distributed import LocalCluster
+
+        # The LocalCluster started here has one single-threaded worker per
+        # core: pin each to its own core.
+        client.register_plugin(JaxSetup(cache_dir, pin=isinstance(own, LocalCluster)))
         startup = time.perf_counter() - t_start
         t0 = time.perf_counter()
         run_id = uuid.uuid4().hex[:8]

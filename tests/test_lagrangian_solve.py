@@ -51,15 +51,20 @@ def test_cartesian_and_angle_pendulum_agree_with_the_elliptic_solution():
 
 
 @pytest.mark.slow
-def test_five_pendulum_chain_conserves_energy():
-    n, l = 5, 1.0
-    dae = ex.pendulum_chain(n, l=l)
-    # A straight chain at 40° from the vertical, turning rigidly about the
-    # pivot: every position and velocity is consistent, so all are fixed.
+def _rigid_chain_state(n, l):
+    """A straight chain at 40° from the vertical, turning rigidly about the
+    pivot: every position and velocity is consistent, so all can be fixed."""
     u = np.array([np.sin(0.7), 0.0, np.cos(0.7)])
     r = np.concatenate([(i + 1) * l * u for i in range(n)])
     omega = np.array([0.3, 1.1, -0.2])
     rd = np.concatenate([np.cross(omega, r[3 * i:3 * i + 3]) for i in range(n)])
+    return r, rd
+
+
+def test_five_pendulum_chain_conserves_energy():
+    n, l = 5, 1.0
+    dae = ex.pendulum_chain(n, l=l)
+    r, rd = _rigid_chain_state(n, l)
     ds = solver.solve(dae, t_span=(0.0, 10.0), values={"r": r, "r'": rd}, fixed=["r", "r'"],
                       tol=1e-12, samples=101)
     assert int(ds.status) == 0
@@ -191,10 +196,7 @@ def test_structured_kkt_solve_equals_the_dense_lu_on_a_pendulum_chain():
     # constraints give the trajectory and multipliers of the dense LU.
     n, l = 3, 1.0
     dae = ex.pendulum_chain(n, l=l)
-    u = np.array([np.sin(0.7), 0.0, np.cos(0.7)])
-    r = np.concatenate([(i + 1) * l * u for i in range(n)])
-    omega = np.array([0.3, 1.1, -0.2])
-    rd = np.concatenate([np.cross(omega, r[3 * i:3 * i + 3]) for i in range(n)])
+    r, rd = _rigid_chain_state(n, l)
     runs = {lin: solver.solve(dae, t_span=(0.0, 2.0), values={"r": r, "r'": rd}, fixed=["r", "r'"],
                               tol=1e-11, samples=21, linear=lin)
             for lin in ("dense", "kkt")}

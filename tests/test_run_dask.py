@@ -321,3 +321,12 @@ def test_configure_jax_sets_x64_and_the_cache_before_jax_is_imported(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], env=env,
                          capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.split() == ["True", str(tmp_path / "cache"), "float64"]
+
+
+def test_pin_to_core_keeps_a_process_on_one_allowed_core():
+    code = ("import os; from sweep.run import pin_to_core; allowed = sorted(os.sched_getaffinity(0));"
+            "core = pin_to_core(len(allowed) + 1);"
+            "print(core == allowed[1 % len(allowed)], os.sched_getaffinity(0) == {core})")
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    assert out.split() == ["True", "True"]

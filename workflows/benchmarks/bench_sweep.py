@@ -54,7 +54,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from sweep import status as st  # noqa: E402
-from sweep.run import configure_jax, default_jax_cache_dir, run_batch, run_sweep  # noqa: E402
+from sweep.run import JaxSetup, configure_jax, default_jax_cache_dir, run_batch, run_sweep  # noqa: E402
 
 BOX = {"L2": (0.98, 1.18), "L3": (0.32, 0.40), "gamma": (1.25, 1.45)}
 TARGETS = {"workers": 1.8, "batching": 5.0, "overhead": 0.10}
@@ -314,7 +314,7 @@ def main(argv=None) -> int:
         say(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, "
             f"jax {jax.__version__} ({jax.devices()[0].platform}), python {platform.python_version()}; "
             f"load average at start {load0[0]:.2f}")
-        say(f"pipeline: Dask LocalCluster, single-threaded worker processes, the driver writes "
+        say(f"pipeline: Dask LocalCluster, single-threaded worker processes pinned to one core each, the driver writes "
             f"the Zarr store; batched = {args.batch} points per task ({spec.n_batches} tasks)")
 
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
@@ -324,6 +324,8 @@ def main(argv=None) -> int:
             # Both workers compile both batch shapes at once (the worker kept
             # for the 1-worker runs needs both).
             client.wait_for_workers(2, timeout=300)
+            # As run_sweep does for its own LocalCluster: one core per worker.
+            client.register_plugin(JaxSetup(cache_dir, pin=True))
             both = list(client.scheduler_info()["workers"])
             warm_b = warm_workers(client, both, probe, context, cache_dir)
             warm_s = warm_workers(client, both, probe1, one, cache_dir)
