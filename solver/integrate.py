@@ -288,13 +288,14 @@ class Integrator:
         return X, u, status.astype(jnp.int8), J
 
     @staticmethod
-    def _newton(g0, step, u_guess, aux0, newton_iters):
+    def _newton(step, u_guess, aux0, newton_iters):
         """Newton on stage 0 from ``u_guess``.
 
-        ``step(u, r) -> (du, aux)`` solves with the iteration matrix at u;
-        the aux of the last iteration is returned with u (the dense path
-        keeps its Jacobian there: the last correction was negligible, so it
-        is the system Jacobian at the converged point).
+        ``step(u) -> (du, aux)`` evaluates the stage-0 residual at u and
+        solves with the iteration matrix; the aux of the last iteration is
+        returned with u (the dense path keeps its Jacobian there: the last
+        correction was negligible, so it is the system Jacobian at the
+        converged point).
         """
 
         def cond(c):
@@ -303,7 +304,7 @@ class Integrator:
 
         def body(c):
             u, _, it, _ = c
-            du, aux = step(u, g0(u))
+            du, aux = step(u)
             ok = jnp.all(jnp.isfinite(du))
             u = jnp.where(ok, u - du, u)
             small = jnp.max(jnp.abs(du)) <= 1e-13 * (1.0 + jnp.max(jnp.abs(u)))
@@ -317,16 +318,20 @@ class Integrator:
         if self._pointwise_jacobian:
             # The system Jacobian from the residual itself (a small program)
             # instead of differentiating the Taylor pass.
-            jac = lambda u: self.stage0_jacobian(X, u, t0, consts)
+            def residual_and_jacobian(u):
+                return g0(u), self.stage0_jacobian(X, u, t0, consts)
         else:
-            jac = jax.jacfwd(g0)
+            def residual_and_jacobian(u):
+                # One trace gives the residual (as aux) and its Jacobian.
+                J, r = jax.jacfwd(lambda uu: (g0(uu), g0(uu)), has_aux=True)(u)
+                return r, J
 
-        def step(u, r):
-            J = jac(u)
+        def step(u):
+            r, J = residual_and_jacobian(u)
             return jnp.linalg.solve(J, r), J
 
         n = u_guess.shape[0]
-        u, J = self._newton(g0, step, u_guess, jnp.zeros((n, n), u_guess.dtype), newton_iters)
+        u, J = self._newton(step, u_guess, jnp.zeros((n, n), u_guess.dtype), newton_iters)
         lu, piv = jsl.lu_factor(J)
         diag = jnp.abs(jnp.diag(lu))
         singular = ~(jnp.min(diag) > 1e-13 * jnp.maximum(jnp.max(diag), 1e-300))
@@ -351,7 +356,7 @@ class Integrator:
             G = (jax.jacrev if dae.n_c < dae.n_q else jax.jacfwd)(cflat)(dae._flatten(q))
         fact = kkt_factor(blocks, G)
         solve = lambda r: kkt_solve(fact, r)
-        u, _ = self._newton(g0, lambda uu, r: (solve(r), ()), u_guess, (), newton_iters)
+        u, _ = self._newton(lambda uu: (solve(g0(uu)), ()), u_guess, (), newton_iters)
         return u, solve, fact.singular
 
     def stage0_jacobian(self, X, u, t0, consts):
