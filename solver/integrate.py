@@ -27,12 +27,12 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from jax import lax
-import jax.scipy.linalg as jsl
 
+from . import linalg
 from . import status as st
 from .errors import InputError
 from .kkt import kkt_factor, kkt_solve
-from .taylor import TaylorProgram
+from .taylor import TaylorProgram, order_sum, write_row
 
 __all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE"]
 
@@ -173,15 +173,23 @@ class Integrator:
         return jnp.asarray(self.prog.d[v.offset : v.offset + v.size])
 
     def set_stage(self, X, k, u):
-        """Write stage k's unknowns ``X[j, k + d_j]`` (where ≥ 0) from flat ``u``."""
+        """Write stage k's unknowns ``X[j, k + d_j]`` (k ≥ 0) from flat ``u``.
+
+        One row update per distinct offset of a variable (a scatter would
+        make XLA copy the array under vmap; see ``taylor.write_row``).
+        """
         out = {}
         for v in self.dae.variables:
             Xf = X[v.name].reshape(self.KX, v.size)
-            rows = k + self._d_of(v)
-            rc = jnp.clip(rows, 0, self.KX - 1)
-            cols = jnp.arange(v.size)
-            new = jnp.where(rows >= 0, u[v.offset : v.offset + v.size], Xf[rc, cols])
-            out[v.name] = Xf.at[rc, cols].set(new).reshape((self.KX,) + v.shape)
+            dv = self.prog.d[v.offset : v.offset + v.size]
+            uv = u[v.offset : v.offset + v.size]
+            for dd in np.unique(dv):
+                if np.all(dv == dd):
+                    row = uv
+                else:
+                    row = jnp.where(jnp.asarray(dv == dd), uv, Xf[jnp.clip(k + int(dd), 0, self.KX - 1)])
+                Xf = write_row(Xf, k + int(dd), row)
+            out[v.name] = Xf.reshape((self.KX,) + v.shape)
         return out
 
     def get_stage(self, X, k):
@@ -328,14 +336,12 @@ class Integrator:
 
         def step(u):
             r, J = residual_and_jacobian(u)
-            return jnp.linalg.solve(J, r), J
+            return linalg.solve(J, r), J
 
         n = u_guess.shape[0]
         u, J = self._newton(step, u_guess, jnp.zeros((n, n), u_guess.dtype), newton_iters)
-        lu, piv = jsl.lu_factor(J)
-        diag = jnp.abs(jnp.diag(lu))
-        singular = ~(jnp.min(diag) > 1e-13 * jnp.maximum(jnp.max(diag), 1e-300))
-        return u, (lambda r: jsl.lu_solve((lu, piv), r)), singular, J
+        fact = linalg.lu_factor(J)
+        return u, (lambda r: linalg.lu_solve(fact, r)), fact.singular, J
 
     def _stage0_kkt(self, g0, X, u_guess, t0, consts, newton_iters):
         """Stage 0 of a Lagrangian DAE with ``[[2M, Gᵀ], [G, 0]]``: (u, solve, singular).
@@ -394,15 +400,21 @@ class Integrator:
     def _shift(self, X, h, orders):
         """Normalised derivatives at t+h: out[l] = Σ_r C(r,l) X[r] h^(r-l), l < orders."""
         K = self.KX
-        r = np.arange(K)
+        # Powers of h by products (a pow per entry was a seventh of a batched
+        # step), then one weighted sum over the order axis per derivative.
+        powers = [jnp.ones_like(h)]
+        for _ in range(K - 1):
+            powers.append(powers[-1] * h)
+        hp = jnp.stack(powers)
         out = {}
         for name, L in orders.items():
             A = X[name]
-            ls = np.arange(L)
-            binom = np.array([[math.comb(int(rr), int(ll)) if rr >= ll else 0 for rr in r] for ll in ls], dtype=float)
-            expo = np.maximum(r[None, :] - ls[:, None], 0)
-            M = jnp.asarray(binom) * jnp.where(jnp.asarray(r[None, :] >= ls[:, None]), h ** jnp.asarray(expo, dtype=jnp.float64), 0.0)
-            out[name] = jnp.tensordot(M, A, axes=(1, 0))
+            rows = []
+            for l in range(L):
+                binom = np.array([math.comb(l + j, l) for j in range(K - l)], dtype=float)
+                w = (jnp.asarray(binom) * hp[: K - l]).reshape((K - l,) + (1,) * (A.ndim - 1))
+                rows.append(order_sum(w * A[l:]))
+            out[name] = jnp.stack(rows)
         return out
 
     def advance_state(self, X, h):
@@ -466,7 +478,7 @@ class Integrator:
             G = G * mask[None, :]
             A = G @ G.T
             A = A + jnp.eye(A.shape[0]) * (1e-14 * jnp.trace(A) / A.shape[0] + 1e-300)
-            return zz - G.T @ jnp.linalg.solve(A, r), jnp.max(jnp.abs(r))
+            return zz - G.T @ linalg.solve(A, r), jnp.max(jnp.abs(r))
 
         # The residual returned is the one before the last (Gauss–Newton,
         # quadratically convergent) correction: an upper bound of the final.
@@ -538,9 +550,14 @@ class Integrator:
             h, zq, uq, ok, _ = lax.while_loop(try_cond, try_body, (h0, z, u_new, False, 0))
 
             # Dense output for every requested time in (t, t + h].
+            good = (sstat == st.SUCCESS) & ok
+
+            # Written only on a good step (the loop does not run otherwise):
+            # selecting between old and new output arrays afterwards would
+            # keep both alive, a copy of every output per step.
             def out_cond(oc):
                 i, _ = oc
-                return (i < n_out) & (t_eval[jnp.minimum(i, n_out - 1)] <= t + h + t_eps)
+                return good & (i < n_out) & (t_eval[jnp.minimum(i, n_out - 1)] <= t + h + t_eps)
 
             def out_body(oc):
                 i, o = oc
@@ -548,10 +565,7 @@ class Integrator:
                 o = {k: o[k].at[i].set(vals[k]) for k in o}
                 return i + 1, o
 
-            good = (sstat == st.SUCCESS) & ok
-            i_out, new_outs = lax.while_loop(out_cond, out_body, (c["i_out"], c["outs"]))
-            outs_ = {k: jnp.where(good, new_outs[k], c["outs"][k]) for k in new_outs}
-            i_out = jnp.where(good, i_out, c["i_out"])
+            i_out, outs_ = lax.while_loop(out_cond, out_body, (c["i_out"], c["outs"]))
             t_new = jnp.where(good, t + h, t)
             steps = c["steps"] + 1
             status = jnp.where(sstat != st.SUCCESS, sstat,

@@ -453,7 +453,7 @@ class TaylorProgram:
                 bg = jnp.take(b.arr, jnp.clip(m - r, 0, K - 1), axis=0)
                 prods = jax.vmap(f)(a.arr, bg)
                 mask = (r <= m).reshape((K,) + (1,) * (prods.ndim - 1))
-                val = _order_sum(jnp.where(mask, prods, 0.0))
+                val = order_sum(jnp.where(mask, prods, 0.0))
         else:
             val = _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K)
         nodes[out_id] = _write(nodes[out_id], m, val)
@@ -500,7 +500,7 @@ def _at(arr, i):
     return lax.dynamic_index_in_dim(arr, i, 0, keepdims=False)
 
 
-def _order_sum(terms):
+def order_sum(terms):
     """Σ over the leading (order) axis, as a contraction with ones.
 
     XLA:CPU lowers a reduce over the leading axis of a (K, n) array to a
@@ -511,10 +511,75 @@ def _order_sum(terms):
     return jnp.tensordot(jnp.ones(terms.shape[0], terms.dtype), terms, axes=1)
 
 
-def _write(arr, m, val):
+def write_row(arr, m, val):
+    """``arr`` with ``arr[clip(m)] = val`` along the order axis.
+
+    For m < 0 this overwrites row 0 with a value computed from inputs that
+    are not yet known either.  That is harmless: a node's order m only grows
+    from stage to stage, row 0 is computed properly when m reaches 0 (from
+    operands that reached it earlier, their offsets being at least the
+    node's), and every reader masks rows it has not reached.  Keeping the
+    old row instead (a read of ``arr`` before the update) made XLA copy
+    every coefficient array on every stage.
+    """
     mc = jnp.clip(m, 0, arr.shape[0] - 1)
     val = jnp.broadcast_to(jnp.asarray(val, dtype=arr.dtype), arr.shape[1:])
-    return lax.dynamic_update_index_in_dim(arr, jnp.where(m >= 0, val, _at(arr, mc)), mc, 0)
+    return _update_row(arr, val, mc)
+
+
+_write = write_row
+
+
+def _update_row_plain(arr, val, i):
+    return lax.dynamic_update_index_in_dim(arr, val, i, 0)
+
+
+@jax.custom_batching.custom_vmap
+def _update_row_batched(arr, val, i):
+    return _update_row_plain(arr, val, i)
+
+
+@_update_row_batched.def_vmap
+def _update_row_rule(axis_size, in_batched, arr, val, i):
+    arr_b, val_b, i_b = in_batched
+    if i_b:
+        # A per-element row (not used by the engine): the general scatter.
+        out = jax.vmap(_update_row_plain, in_axes=(0 if arr_b else None, 0 if val_b else None, 0))(arr, val, i)
+        return out, True
+    if not arr_b:
+        arr = jnp.broadcast_to(arr, (axis_size,) + arr.shape)
+    if not val_b:
+        val = jnp.broadcast_to(val, (axis_size,) + val.shape)
+    # The batch axis leads; the row index is shared, so this stays one
+    # in-place dynamic_update_slice.
+    zero = jnp.zeros((), dtype=jnp.asarray(i).dtype)
+    return lax.dynamic_update_slice(arr, val[:, None], (zero, i) + (zero,) * (arr.ndim - 2)), True
+
+
+@jax.custom_jvp
+def _update_row(arr, val, i):
+    """``arr[i] = val`` (order axis 0) that stays a dynamic_update_slice under vmap.
+
+    JAX batches ``dynamic_update_slice`` as a scatter, which XLA:CPU emits
+    as a loop over the whole array after copying it: for a batch of
+    pendulums most of a step went into these copies.  With the row index
+    shared by the batch (it is the stage's order) the update is one
+    in-place ``dynamic_update_slice`` on the batched array instead.  The
+    tangent (the update is linear) is written the plain way, so forward and
+    reverse mode work as for ``dynamic_update_index_in_dim``.
+    """
+    return _update_row_batched(arr, val, i)
+
+
+@_update_row.defjvp
+def _update_row_jvp(primals, tangents):
+    arr, val, i = primals
+    darr, dval, _ = tangents
+    out = _update_row(arr, val, i)
+    darr = jnp.zeros_like(arr) if type(darr) is jax.custom_derivatives.SymbolicZero else darr
+    return out, _update_row_plain(darr, dval, i)
+
+
 
 
 def _mul_const(a, b, mc):
@@ -540,7 +605,7 @@ def _conv(A, B, m, lo, top, weight_a=None):
     Aw = A if weight_a is None else A * weight_a(r).reshape((K,) + (1,) * (A.ndim - 1))
     A_, B_ = jnp.broadcast_arrays(Aw, Bg)
     mask = ((r >= lo) & (r <= m - top)).reshape((K,) + (1,) * (A_.ndim - 1))
-    return _order_sum(jnp.where(mask, A_ * B_, 0.0))
+    return order_sum(jnp.where(mask, A_ * B_, 0.0))
 
 
 def _aux_tags(e):
@@ -626,7 +691,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         Xg = jnp.take(X, jnp.clip(mc - r, 0, K - 1), axis=0)
         coef = (a * (mf - wr(r)) - wr(r)).reshape((K,) + (1,) * (Z.ndim - 1))
         mask = (r <= mc - 1).reshape((K,) + (1,) * (Z.ndim - 1))
-        s = _order_sum(jnp.where(mask, coef * Xg * Z, 0.0))
+        s = order_sum(jnp.where(mask, coef * Xg * Z, 0.0))
         return jnp.where(mc == 0, z0, s / (safe_m * X[0]))
     if name == "pow":
         # x ** y with both series: exp(y log x) through auxiliaries.

@@ -118,3 +118,40 @@ def test_unsupported_primitive_is_named():
     dae = solver.DAE(lambda t, v, p: [v["y"][0] - jax.scipy.special.erf(t)], ["y"])
     with pytest.raises(UnsupportedPrimitiveError, match="no rule for the operation 'erf'"):
         integrator_for(dae, 5)
+
+
+def test_batched_series_and_its_forward_derivatives_match_the_exact_expansion():
+    """y' = y² from y0: X[k] = y0^(k+1), so dX[k]/dy0 = (k+1) y0^k.
+
+    The coefficient arrays are updated row by row with a batching rule of
+    their own (taylor.write_row); this checks it under vmap and under
+    forward mode inside vmap.
+    """
+    dae = solver.DAE(lambda t, v, p: [v["y"][1] - v["y"][0] ** 2], ["y"])
+    integ = integrator_for(dae, 8)
+    consts = integ.prog.constants({})
+    k = np.arange(9)
+
+    def coeffs(y0):
+        X, *_ = integ.series(jnp.stack([y0]), jnp.zeros(1), 0.0, consts)
+        return X["y"][:9]
+
+    y0s = jnp.array([0.3, 0.7, 1.1])
+    np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(coeffs))(y0s)),
+                               np.asarray(y0s)[:, None] ** (k + 1), rtol=1e-13)
+    d_fwd = np.asarray(jax.jit(jax.vmap(jax.jacfwd(coeffs)))(y0s))
+    np.testing.assert_allclose(d_fwd, (k + 1) * np.asarray(y0s)[:, None] ** k, rtol=1e-12)
+
+
+def test_hidden_constraint_gradients_in_reverse_mode_under_vmap():
+    """Pendulum: the hidden constraint 2(x x' + y y') (coefficient 1 of
+    x² + y² − 1) has the gradient 2(x', x, y', y) in z = (x, x', y, y')."""
+    dae = solver.DAE(lambda t, v, p: [v["x"][2] + v["lam"][0] * v["x"][0],
+                                      v["y"][2] + v["lam"][0] * v["y"][0] - 9.81,
+                                      v["x"][0] ** 2 + v["y"][0] ** 2 - 1.0], ["x", "y", "lam"])
+    integ = integrator_for(dae, 6)
+    zs = jnp.array([[0.6, 0.3, 0.8, -0.2], [0.0, 1.0, 1.0, 0.5]])
+    velocity_constraint = lambda z: integ.hidden_constraints(z, 0.0, {})[1]
+    grads = np.asarray(jax.jit(jax.vmap(jax.grad(velocity_constraint)))(zs))
+    x, xd, y, yd = np.asarray(zs).T
+    np.testing.assert_allclose(grads, 2 * np.stack([xd, x, yd, y], axis=1), rtol=1e-13)

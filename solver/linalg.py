@@ -1,0 +1,148 @@
+"""Dense LU for the small linear systems of a step, vectorised across a batch.
+
+Every step solves with the system Jacobian (Newton on stage 0, then once per
+Taylor order) and with the projection's normal matrix.  For a mechanism these
+systems are small (a pendulum: 3×3), and under ``jax.vmap`` XLA:CPU runs
+LAPACK's ``getrf``/``getrs`` once per batch element through a custom call:
+about 0.4 µs per element and call, most of a batched step's cost
+(workflows/benchmarks/results/linalg.txt).  Small
+systems are therefore written out here, row by row with static loops, so
+that XLA fuses them into a few elementwise kernels over the batch: the
+factorisation up to :data:`FACTOR_UNROLL_MAX` unknowns, the triangular
+solves up to :data:`SOLVE_UNROLL_MAX`.  Larger systems keep LAPACK, whose
+pivot vector the unrolled solve reads as well.
+
+Partial pivoting is LAPACK's (the largest magnitude in the column, the first
+one on ties, one row swap per column), so both paths give the same factors
+up to rounding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+
+__all__ = ["LU", "lu_factor", "lu_solve", "solve", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "SINGULAR_RTOL"]
+
+# Measured on XLA:CPU under vmap (ns per batch element,
+# workflows/benchmarks/results/linalg.txt): the unrolled factor beats getrf
+# up to 5 unknowns (57 vs 123 at n = 3, 358 vs 311 at n = 6), the unrolled
+# solve beats getrs well beyond (19 vs 220 at n = 3, 79 vs 351 at n = 8);
+# the program grows like n² (solve) and n³ (factor), so both stay small.
+FACTOR_UNROLL_MAX = 5
+SOLVE_UNROLL_MAX = 8
+
+# A pivot below this fraction of the largest one counts as singular.
+SINGULAR_RTOL = 1e-13
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class LU:
+    """An LU factorisation ``P A = L U`` (see :func:`lu_factor`).
+
+    Attributes:
+        lu: (n, n) with the unit-lower L below the diagonal and U on and
+            above it (LAPACK's layout).
+        piv: (n,) int32 pivot rows: row k was swapped with row ``piv[k]``
+            at step k (LAPACK's ``ipiv``, zero-based).
+        singular: traced bool, True when the smallest pivot is negligible
+            against the largest (:data:`SINGULAR_RTOL`).
+    """
+
+    lu: object
+    piv: object
+    singular: object
+
+
+def _pivots_singular(diag):
+    diag = jnp.abs(diag)
+    return ~(jnp.min(diag) > SINGULAR_RTOL * jnp.maximum(jnp.max(diag), 1e-300))
+
+
+def _factor_unrolled(A):
+    n = A.shape[-1]
+    rows = [A[i] for i in range(n)]
+    cols = jnp.arange(n)
+    piv = []
+    for k in range(n):
+        # The first row i >= k of largest |A[i, k]|, found by a scan of
+        # selects (a reduction per column would be a kernel of its own).
+        best, p = jnp.abs(rows[k][k]), jnp.int32(k)
+        for i in range(k + 1, n):
+            bigger = jnp.abs(rows[i][k]) > best
+            best, p = jnp.where(bigger, jnp.abs(rows[i][k]), best), jnp.where(bigger, i, p)
+        piv.append(p)
+        old_k = rows[k]
+        for i in range(k + 1, n):
+            rows[k] = jnp.where(p == i, rows[i], rows[k])
+        for i in range(k + 1, n):
+            rows[i] = jnp.where(p == i, old_k, rows[i])
+        pivot = rows[k][k]
+        pivot = jnp.where(pivot == 0.0, 1.0, pivot)
+        for i in range(k + 1, n):
+            m = rows[i][k] / pivot
+            rows[i] = jnp.where(cols == k, m, jnp.where(cols > k, rows[i] - m * rows[k], rows[i]))
+    return jnp.stack(rows), jnp.stack(piv).astype(jnp.int32)
+
+
+def lu_factor(A) -> LU:
+    """LU factorisation with partial pivoting of a square matrix.
+
+    Args:
+        A: (n, n) array (traced; ``vmap`` adds batch dimensions outside).
+
+    Returns:
+        :class:`LU`.  A (numerically) singular A is flagged in
+        ``LU.singular``, never raised; solves with it are then meaningless
+        (possibly non-finite).
+    """
+    n = A.shape[-1]
+    if n > FACTOR_UNROLL_MAX:
+        lu, piv = jsl.lu_factor(A)
+    else:
+        lu, piv = _factor_unrolled(A)
+    return LU(lu, piv.astype(jnp.int32), _pivots_singular(jnp.diagonal(lu)) if n else jnp.asarray(False))
+
+
+def lu_solve(fact: LU, b):
+    """Solve ``A x = b`` with a factorisation from :func:`lu_factor`.
+
+    Args:
+        fact: the :class:`LU` of A.
+        b: (n,) right-hand side.
+
+    Returns:
+        x, shape (n,).
+    """
+    LUm = fact.lu
+    n = LUm.shape[-1]
+    if n > SOLVE_UNROLL_MAX:
+        return jsl.lu_solve((LUm, fact.piv), b)
+    y = [b[i] for i in range(n)]
+    for k in range(n):  # the row swaps, in order
+        p = fact.piv[k]
+        for i in range(k + 1, n):
+            swap = p == i
+            y[k], y[i] = jnp.where(swap, y[i], y[k]), jnp.where(swap, y[k], y[i])
+    for k in range(n):  # L y = P b, L unit lower
+        for i in range(k + 1, n):
+            y[i] = y[i] - LUm[i, k] * y[k]
+    for i in reversed(range(n)):  # U x = y
+        for j in range(i + 1, n):
+            y[i] = y[i] - LUm[i, j] * y[j]
+        y[i] = y[i] / LUm[i, i]
+    return jnp.stack(y) if n else b
+
+
+def solve(A, b):
+    """Solve ``A x = b`` (A square, b a vector) by :func:`lu_factor` and :func:`lu_solve`.
+
+    Returns:
+        x; meaningless (possibly non-finite) when A is singular, no error
+        raised.
+    """
+    return lu_solve(lu_factor(A), b)
