@@ -564,9 +564,9 @@ def _update_row(arr, val, i):
     as a loop over the whole array after copying it: for a batch of
     pendulums most of a step went into these copies.  With the row index
     shared by the batch (it is the stage's order) the update is one
-    in-place ``dynamic_update_slice`` on the batched array instead.  The
-    tangent (the update is linear) is written the plain way, so forward and
-    reverse mode work as for ``dynamic_update_index_in_dim``.
+    in-place ``dynamic_update_slice`` on the batched array instead.  Under
+    differentiation the update is the plain one (primal and tangent), so
+    forward and reverse mode work as for ``dynamic_update_index_in_dim``.
     """
     return _update_row_batched(arr, val, i)
 
@@ -575,7 +575,10 @@ def _update_row(arr, val, i):
 def _update_row_jvp(primals, tangents):
     arr, val, i = primals
     darr, dval, _ = tangents
-    out = _update_row(arr, val, i)
+    # The plain update for the primal as well: JAX's rule for
+    # differentiating a custom_vmap function under vmap (vmap of jvp of
+    # grad, as in the Hessians of the initialiser) mis-batches.
+    out = _update_row_plain(arr, val, i)
     darr = jnp.zeros_like(arr) if type(darr) is jax.custom_derivatives.SymbolicZero else darr
     return out, _update_row_plain(darr, dval, i)
 
