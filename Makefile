@@ -24,6 +24,7 @@ run: $(STAMP)
 bench: $(STAMP)
 	$(PY) workflows/benchmarks/bench_solver.py --out workflows/benchmarks/results/solver.txt
 	$(PY) workflows/benchmarks/bench_cloth.py --out workflows/benchmarks/results/cloth.txt
+	$(PY) workflows/benchmarks/bench_linalg.py --out workflows/benchmarks/results/linalg.txt
 
 # The sweep pipeline on 2,000 RSCR points (a quarter of an hour on 2 cores; run it on a quiet machine).
 bench-sweep: $(STAMP)
