@@ -39,6 +39,8 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import Report  # noqa: E402
 import solver.examples as ex  # noqa: E402
 from solver.api import integrator_for  # noqa: E402
 from solver.integrate import order_for_tol  # noqa: E402
@@ -82,11 +84,8 @@ def main():
     ap.add_argument("--h", type=float, default=0.01, help="the fixed step")
     ap.add_argument("--tend", type=float, default=0.5, help="simulated time of the largest run")
     args = ap.parse_args()
-    lines = []
-
-    def say(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    report = Report()
+    say = report.say
 
     order = order_for_tol(args.tol)
     say(f"# mechsweep cloth benchmark: {platform.machine()} {platform.system()}, python "
@@ -166,11 +165,7 @@ def main():
     say(f"against the same run at tol {tight:g} ({int(r2['steps'])} steps, status {int(r2['status'])}): "
         f"max |r difference| over the 11 output times = {np.max(np.abs(z - z2)):.1e}")
 
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        cmd = "$ .venv/bin/python workflows/benchmarks/bench_cloth.py " + " ".join(sys.argv[1:])
-        out.write_text(cmd + "\n\n" + "\n".join(lines) + "\n")
+    report.save(args.out)
 
 
 if __name__ == "__main__":

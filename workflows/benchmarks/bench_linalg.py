@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import Report  # noqa: E402
 from solver import linalg  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -48,11 +50,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--batch", type=int, default=1000)
     args = ap.parse_args()
-    lines = []
-
-    def say(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    report = Report()
+    say = report.say
 
     B = args.batch
     say(f"# small LU under vmap, batch {B} — {platform.processor() or platform.machine()}, jax {jax.__version__}")
@@ -74,10 +73,7 @@ def main():
         assert np.allclose(np.asarray(x_u), np.asarray(x_l), rtol=1e-10, atol=1e-12)
         t = [best(lambda: uf(A)), best(lambda: lf(A)), best(lambda: us(fact, b)), best(lambda: ls(lu, piv, b))]
         say(f"{n:<3d} " + "  ".join(f"{x / B * 1e9:14.0f}" for x in t))
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(f"$ .venv/bin/python workflows/benchmarks/bench_linalg.py --out {args.out}\n\n"
-                                  + "\n".join(lines) + "\n")
+    report.save(args.out)
 
 
 def _unrolled_solve(fact, b):

@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import Report  # noqa: E402
 import solver  # noqa: E402
 from solver.integrate import Integrator  # noqa: E402
 from solver.taylor import TaylorProgram  # noqa: E402
@@ -66,11 +68,8 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--batch", type=int, default=1000)
     args = ap.parse_args()
-    lines = []
-
-    def say(s=""):
-        print(s, flush=True)
-        lines.append(s)
+    report = Report()
+    say = report.say
 
     say(f"# mechsweep solver benchmark — {platform.processor() or platform.machine()}, "
         f"{jax.device_count()} {jax.default_backend()} device(s), jax {jax.__version__}")
@@ -177,10 +176,7 @@ def main():
     say(f"per-run speed-up of the batch (run_batch, {slots} slots): {min(loop_t) / min(pool_t):.1f}x best/best, "
         f"{statistics.median(loop_t) / statistics.median(pool_t):.1f}x median/median  (target >= 10)")
 
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text("$ .venv/bin/python workflows/benchmarks/bench_solver.py --out "
-                                  f"{args.out}\n\n" + "\n".join(lines) + "\n")
+    report.save(args.out)
 
 
 if __name__ == "__main__":
