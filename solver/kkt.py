@@ -19,15 +19,11 @@ import dataclasses
 import numpy as np
 
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 from jax import lax
 
+from .linalg import lu_factor, lu_solve, pivots_singular
+
 __all__ = ["KKTFactor", "kkt_factor", "kkt_solve"]
-
-# A pivot below this fraction of the largest one counts as singular (the
-# same rule as the dense LU of the system Jacobian in solver.integrate).
-SINGULAR_RTOL = 1e-13
-
 
 @dataclasses.dataclass
 class KKTFactor:
@@ -39,7 +35,7 @@ class KKTFactor:
             int array or None for contiguous blocks in flat order.
         MinvGt: M⁻¹Gᵀ (n, n_c) or None without constraints.
         G: the constraint Jacobian (n_c, n) or None.
-        schur: ``lu_factor`` of S = G M⁻¹ Gᵀ, or None.
+        schur: :class:`solver.linalg.LU` of S = G M⁻¹ Gᵀ, or None.
         singular: traced bool, True when a block of M or S is (numerically)
             singular.
     """
@@ -50,12 +46,6 @@ class KKTFactor:
     G: object
     schur: object
     singular: object
-
-
-def _pivots_ok(diag):
-    """True when the smallest pivot magnitude is not negligible against the largest."""
-    diag = jnp.abs(diag)
-    return jnp.min(diag) > SINGULAR_RTOL * jnp.maximum(jnp.max(diag), 1e-300)
 
 
 def _block_apply(groups, n, rhs):
@@ -92,20 +82,19 @@ def kkt_factor(blocks, G=None) -> KKTFactor:
     for idx, B in blocks:
         B = jnp.asarray(B, dtype=jnp.float64)
         if B.shape[1] == 1:
-            ok = ok & _pivots_ok(B.reshape(-1))
+            ok = ok & ~pivots_singular(B.reshape(-1))
             inv = 1.0 / jnp.where(B == 0.0, 1.0, B)
         else:
             lu, _, _ = lax.linalg.lu(B)
-            ok = ok & _pivots_ok(jnp.diagonal(lu, axis1=1, axis2=2).reshape(-1))
+            ok = ok & ~pivots_singular(jnp.diagonal(lu, axis1=1, axis2=2).reshape(-1))
             inv = jnp.linalg.inv(B)
         groups.append((idx, inv))
     if G is None or G.shape[0] == 0:
         return KKTFactor(n, groups, None, None, None, ~ok)
     G = jnp.asarray(G, dtype=jnp.float64)
     MinvGt = _block_apply(groups, n, G.T)
-    lu, piv = jsl.lu_factor(G @ MinvGt)
-    ok = ok & _pivots_ok(jnp.diagonal(lu))
-    return KKTFactor(n, groups, MinvGt, G, (lu, piv), ~ok)
+    schur = lu_factor(G @ MinvGt)
+    return KKTFactor(n, groups, MinvGt, G, schur, ~ok | schur.singular)
 
 
 def kkt_solve(factor: KKTFactor, rhs):
@@ -124,6 +113,6 @@ def kkt_solve(factor: KKTFactor, rhs):
     x = _block_apply(factor.groups, n, R[:n])
     if factor.G is not None:
         # x = M⁻¹(f − Gᵀy) with S y = G M⁻¹ f − g.
-        y = jsl.lu_solve(factor.schur, factor.G @ x - R[n:])
+        y = lu_solve(factor.schur, factor.G @ x - R[n:])
         x = jnp.concatenate([x - factor.MinvGt @ y, y], axis=0)
     return x[:, 0] if vector else x

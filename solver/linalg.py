@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
-__all__ = ["LU", "lu_factor", "lu_solve", "solve", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "SINGULAR_RTOL"]
+__all__ = ["LU", "lu_factor", "lu_solve", "solve", "pivots_singular", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "SINGULAR_RTOL"]
 
 # Measured on XLA:CPU under vmap (ns per batch element,
 # workflows/benchmarks/results/linalg.txt): the unrolled factor beats getrf
@@ -58,7 +58,8 @@ class LU:
     singular: object
 
 
-def _pivots_singular(diag):
+def pivots_singular(diag):
+    """True when the smallest pivot magnitude is negligible against the largest."""
     diag = jnp.abs(diag)
     return ~(jnp.min(diag) > SINGULAR_RTOL * jnp.maximum(jnp.max(diag), 1e-300))
 
@@ -105,7 +106,7 @@ def lu_factor(A) -> LU:
         lu, piv = jsl.lu_factor(A)
     else:
         lu, piv = _factor_unrolled(A)
-    return LU(lu, piv.astype(jnp.int32), _pivots_singular(jnp.diagonal(lu)) if n else jnp.asarray(False))
+    return LU(lu, piv.astype(jnp.int32), pivots_singular(jnp.diagonal(lu)) if n else jnp.asarray(False))
 
 
 def lu_solve(fact: LU, b):
@@ -113,10 +114,10 @@ def lu_solve(fact: LU, b):
 
     Args:
         fact: the :class:`LU` of A.
-        b: (n,) right-hand side.
+        b: (n,) or (n, k) right-hand side(s).
 
     Returns:
-        x, shape (n,).
+        x, shaped like b.
     """
     LUm = fact.lu
     n = LUm.shape[-1]

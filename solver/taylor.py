@@ -349,11 +349,11 @@ class TaylorProgram:
                 for s in range(1, l + 1):
                     ff = ff * (mc + s)
                 val = ff * _at(X[name], idx) * (mc + l < self.KX)
-                nodes[i] = _write(nodes[i], m, val)
+                nodes[i] = write_row(nodes[i], m, val)
             if self.t_id in self.off:
                 m = k + self.off[self.t_id] - w
                 val = jnp.where(m == 0, t0, jnp.where(m == 1, 1.0, 0.0))
-                nodes[self.t_id] = _write(nodes[self.t_id], m, val)
+                nodes[self.t_id] = write_row(nodes[self.t_id], m, val)
             for idx_e, e in enumerate(self.live):
                 if not any(o in self.series for o in e.outvars):
                     continue
@@ -432,7 +432,7 @@ class TaylorProgram:
             out = e.prim.bind(*args, **e.params)
             if e.prim.multiple_results:
                 for o, v in zip(e.outvars, out):
-                    nodes[o] = _write(nodes[o], m, v)
+                    nodes[o] = write_row(nodes[o], m, v)
                 return
             val = out
         elif name == "mul":
@@ -456,7 +456,7 @@ class TaylorProgram:
                 val = order_sum(jnp.where(mask, prods, 0.0))
         else:
             val = _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K)
-        nodes[out_id] = _write(nodes[out_id], m, val)
+        nodes[out_id] = write_row(nodes[out_id], m, val)
 
 
 # ----------------------------------------------------------------- operands
@@ -526,8 +526,6 @@ def write_row(arr, m, val):
     val = jnp.broadcast_to(jnp.asarray(val, dtype=arr.dtype), arr.shape[1:])
     return _update_row(arr, val, mc)
 
-
-_write = write_row
 
 
 def _update_row_plain(arr, val, i):
@@ -647,7 +645,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         return aux[(idx_e, tag)]
 
     def setaux(tag, val):
-        aux[(idx_e, tag)] = _write(aux[(idx_e, tag)], m, val)
+        aux[(idx_e, tag)] = write_row(aux[(idx_e, tag)], m, val)
 
     if name == "div":
         a, b = ops
@@ -740,7 +738,7 @@ def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
         U = getaux("comp")  # 1 + z^2, 1 - z^2 or z (1 - z)
         z0 = {"tan": jnp.tan, "tanh": jnp.tanh, "logistic": jax.nn.sigmoid}[name](X[0])
         zm = jnp.where(mc == 0, z0, _conv(X, U, m, 1, 0, weight_a=wr) / safe_m)
-        Znew = _write(Z, m, zm)
+        Znew = write_row(Z, m, zm)
         zz = _conv(Znew, Znew, m, 0, 0)
         if name == "tan":
             um = jnp.where(mc == 0, 1.0, 0.0) + zz
