@@ -10,6 +10,10 @@ Front door::
 
 import jax as _jax
 
+# The one place the package changes JAX's global configuration: Taylor
+# coefficients of order 15-20 need float64 (METHOD.md §4), and every module
+# of solver/ and sweep/ is imported through this package, so no library
+# module sets it again.
 _jax.config.update("jax_enable_x64", True)
 
 from .dae import DAE, ddt, DAEDefinitionError  # noqa: E402

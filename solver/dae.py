@@ -25,8 +25,6 @@ import jax.numpy as jnp
 from jax.extend import core as jex_core
 from jax.interpreters import ad, batching
 
-jax.config.update("jax_enable_x64", True)
-
 __all__ = ["DAE", "Variable", "ddt", "ddt_p", "DAEDefinitionError"]
 
 # Derivatives a residual may request are capped while probing which orders it

@@ -18,8 +18,6 @@ from .errors import InputError
 from .lagrangian import LagrangianDAE, lagrangian, point_force
 from .natural import assemble
 
-jax.config.update("jax_enable_x64", True)
-
 __all__ = [
     "pendulum_cartesian", "pendulum_angle", "pendulum_chain", "two_particles_spring",
     "rigid_body_euler", "euler_zxz", "cloth", "cloth_rest_positions", "car",

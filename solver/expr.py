@@ -86,8 +86,6 @@ import jax.numpy as jnp
 
 from solver.errors import InputError
 
-jax.config.update("jax_enable_x64", True)
-
 __all__ = [
     "parse", "Expr", "ExprError", "Scope", "ConstantScope", "evaluate_constant",
     "check_name", "FUNCTIONS", "RESERVED_NAMES", "MAX_LENGTH", "MAX_NESTING",

@@ -48,8 +48,6 @@ from .dae import DAE, DAEDefinitionError, _parse_variables
 from .errors import InputError
 from .kkt import kkt_factor, kkt_solve
 
-jax.config.update("jax_enable_x64", True)
-
 __all__ = ["lagrangian", "LagrangianDAE", "MassBlocks", "point_force", "solve_kkt"]
 
 

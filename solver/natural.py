@@ -34,8 +34,6 @@ import jax.numpy as jnp
 
 from .errors import InputError
 
-jax.config.update("jax_enable_x64", True)
-
 __all__ = [
     "assemble",
     "cross3",

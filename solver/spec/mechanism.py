@@ -130,8 +130,6 @@ from solver.spec.scope import ParamInfo, PositionScope, read_params
 from solver.yamlio import (Locator, check_keys, describe_value, did_you_mean, format_path,
                            require_int, require_list, require_mapping, require_str)
 
-jax.config.update("jax_enable_x64", True)
-
 __all__ = ["build", "Mechanism", "MechanismModel", "split_point_names", "PART_KINDS",
            "DEFAULT_GRAVITY"]
 
