@@ -33,7 +33,7 @@ def __getattr__(name):
 
         return lagrangian
     if name == "load":
-        from .spec import load
+        from .models import load
 
         return load
     raise AttributeError(f"module 'solver' has no attribute {name!r}")

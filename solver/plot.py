@@ -111,7 +111,7 @@ def animate(model, ds, out: str, frames: int | None = None) -> str:
     """Animate a model's motion from a result and save it.
 
     Args:
-        model: the :class:`solver.spec.Model` (points, links, view).
+        model: the :class:`solver.models.Model` (points, links, view).
         ds: its result Dataset.
         out: ``.gif`` (Pillow), ``.mp4`` (ffmpeg) or ``.html`` (JS player).
         frames: number of frames (default ``Animation.frames``, at most the

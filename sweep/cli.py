@@ -218,7 +218,7 @@ def _simulate(model, params=None):
 
 def _model_for_run(ds, model_path: str | None):
     """The Model of a stored run: from --model, or the YAML text it records."""
-    from solver.spec import load, load_data
+    from solver.models import load, load_data
     from solver.yamlio import load_yaml
 
     if model_path:
@@ -234,7 +234,7 @@ def _model_for_run(ds, model_path: str | None):
 # ------------------------------------------------------------------ commands
 def cmd_check(args) -> int:
     """Print variables, the structure table, index and DOF."""
-    from solver.spec import load
+    from solver.models import load
 
     model = load(args.model)
     dae = model.dae
@@ -260,7 +260,7 @@ def cmd_check(args) -> int:
 def cmd_simulate(args) -> int:
     """Solve once; optional result file and JSON summary."""
     from solver import status as st
-    from solver.spec import load
+    from solver.models import load
 
     model = load(args.model)
     params = _parse_sets(args.set, model)
@@ -285,7 +285,7 @@ def cmd_plot(args) -> int:
     from solver.plot import plot_timeseries
 
     if _is_model(args.source):
-        from solver.spec import load
+        from solver.models import load
 
         ds = _simulate(load(args.source))
     else:
@@ -300,7 +300,7 @@ def cmd_animate(args) -> int:
     from solver.plot import animate
 
     if _is_model(args.source):
-        from solver.spec import load
+        from solver.models import load
 
         model = load(args.source)
         ds = _simulate(model)

@@ -70,7 +70,7 @@ _MODELS: dict = {}
 def _model(path, override, key):
     """The model with its integrator and compiled batch functions (cached)."""
     if key not in _MODELS:
-        from solver.spec import load
+        from solver.models import load
 
         model = load(path, overrides=override or None)
         _MODELS[key] = {"model": model}
@@ -125,7 +125,7 @@ def build_context(spec) -> SweepContext:
     from solver.solution import component_dim, package_versions
     from sweep.store import Schema
 
-    from solver.spec import load
+    from solver.models import load
 
     model = load(spec.model_path, overrides=spec.override or None)
     dae = model.dae
@@ -199,7 +199,7 @@ def simulate_points(model, points: Mapping[str, np.ndarray], t_eval, entry=None)
     """Initialise and integrate a batch of design points with one jit+vmap call.
 
     Args:
-        model: a :class:`solver.spec.model.Model`.
+        model: a :class:`solver.models.model.Model`.
         points: parameter name -> (B,) values (others at their defaults).
         t_eval: output times.
         entry: cache dict (compiled functions); a fresh one if None.

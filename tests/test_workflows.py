@@ -258,7 +258,7 @@ def test_every_shipped_sweep_file_fits_its_model():
 
 
 def test_cloth_stiffness_study_is_small_and_its_metric_follows_the_pushed_particle():
-    from solver.spec import load
+    from solver.models import load
     from sweep.pipeline import build_context
     from sweep.spec import load_sweep
 

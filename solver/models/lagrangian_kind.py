@@ -81,7 +81,7 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
         overrides: the overrides that were merged (recorded on the model).
 
     Returns:
-        :class:`~solver.spec.model.Model` whose ``dae`` is a
+        :class:`~solver.models.model.Model` whose ``dae`` is a
         :class:`solver.lagrangian.LagrangianDAE` (so the result has ``energy``).
 
     Raises:

@@ -197,7 +197,7 @@ def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dic
 class Model:
     """A model read from a YAML file: its DAE and its problem data.
 
-    Built by the kind modules; see :func:`solver.spec.load`.
+    Built by the kind modules; see :func:`solver.models.load`.
 
     Attributes:
         dae: the :class:`solver.DAE`; its params are the file's free
@@ -210,7 +210,7 @@ class Model:
             and solver settings (``order`` None = from tol).
         fixed: names of fixed initial values in :func:`solver.solve` syntax.
         animation: dict from :func:`read_animation`.
-        param_info: :class:`solver.spec.scope.ParamInfo`.
+        param_info: :class:`solver.models.scope.ParamInfo`.
         links: point-name pairs to draw (from ``Animation.Links`` or the kind).
         conservative: whether the energy should be conserved (no dissipation,
             forces or explicit time dependence), None when unknown.

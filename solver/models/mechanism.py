@@ -96,7 +96,7 @@ name (a point called ``Bx`` next to ``B``) means the point.
 
 Parameters
 ----------
-PhysicalParams are read as in every kind (:func:`solver.spec.scope.read_params`):
+PhysicalParams are read as in every kind (:func:`solver.models.scope.read_params`):
 an entry that is a number (or an expression of no other entry) is a traced
 DAE parameter; an entry written in terms of earlier ones (``I: M*L**2/12``)
 is *derived* and computed inside the residual from the traced ones, so a
@@ -104,7 +104,7 @@ sweep over ``M`` moves ``I`` too (and a derived entry cannot be swept itself).
 
 ``SolverParams`` (``Integration: {tol, order, max_steps, h_max}``,
 ``Initialization: {method}``) and ``Animation`` are read by the shared
-readers of :mod:`solver.spec.model`; the tolerance defaults to 1e-10 and the
+readers of :mod:`solver.models.model`; the tolerance defaults to 1e-10 and the
 order follows from it.
 """
 
@@ -124,9 +124,9 @@ from solver.errors import InputError
 from solver.expr import ExprError, Expr, check_name, parse
 from solver.lagrangian import LagrangianDAE, lagrangian
 from solver.natural import RigidBody, rod_kinetic_energy
-from solver.spec.model import (Model, analyse, read_animation, read_solver_params, read_times,
+from solver.models.model import (Model, analyse, read_animation, read_solver_params, read_times,
                                read_title, relocate)
-from solver.spec.scope import ParamInfo, PositionScope, read_params
+from solver.models.scope import ParamInfo, PositionScope, read_params
 from solver.yamlio import (Locator, check_keys, describe_value, did_you_mean, format_path,
                            require_int, require_list, require_mapping, require_str)
 
@@ -253,7 +253,7 @@ class Mechanism:
     Attributes:
         dim: 2 or 3.
         title: the Title.
-        param_info: the PhysicalParams (:class:`solver.spec.scope.ParamInfo`):
+        param_info: the PhysicalParams (:class:`solver.models.scope.ParamInfo`):
             free ones are the DAE's traced parameters, derived ones are
             computed from them inside the residual.
         parts: list of parts (kind, name, points, quantities).
@@ -975,7 +975,7 @@ class _Reader:
 
 # ------------------------------------------------------------------ entry point
 class MechanismModel(Model):
-    """A :class:`solver.spec.model.Model` of Kind Mechanism.
+    """A :class:`solver.models.model.Model` of Kind Mechanism.
 
     Extra attributes:
         mechanism: the :class:`Mechanism` (parts, points, energy pieces).

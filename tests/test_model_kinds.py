@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 import solver
 from solver.errors import InputError
-from solver.spec import load
+from solver.models import load
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "mechanisms"
 SHORT = {"ProblemData": {"tend": 1.0, "samples": 41}}

@@ -2,10 +2,10 @@
 
 A model file's ``Kind`` picks the builder (DESIGN.md "YAML model files"):
 
-* ``DAE`` — equations written out (:mod:`solver.spec.dae_kind`);
+* ``DAE`` — equations written out (:mod:`solver.models.dae_kind`);
 * ``Lagrangian`` — coordinates, energies, constraints
-  (:mod:`solver.spec.lagrangian_kind`);
-* ``Mechanism`` — the talk's parts format (:mod:`solver.spec.mechanism`);
+  (:mod:`solver.models.lagrangian_kind`);
+* ``Mechanism`` — the talk's parts format (:mod:`solver.models.mechanism`);
   the default when ``PartData`` is present.
 
 Each kind module provides ``build(data, locator, path, overrides=None) ->
@@ -30,9 +30,9 @@ __all__ = ["load", "load_data", "Model", "KINDS", "register_kind", "deep_merge"]
 
 # kind name -> module path (imported lazily) or a build callable
 KINDS: dict[str, Any] = {
-    "Mechanism": "solver.spec.mechanism",
-    "Lagrangian": "solver.spec.lagrangian_kind",
-    "DAE": "solver.spec.dae_kind",
+    "Mechanism": "solver.models.mechanism",
+    "Lagrangian": "solver.models.lagrangian_kind",
+    "DAE": "solver.models.dae_kind",
 }
 
 

@@ -57,7 +57,7 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
         overrides: the overrides that were merged (recorded on the model).
 
     Returns:
-        :class:`~solver.spec.model.Model`.
+        :class:`~solver.models.model.Model`.
 
     Raises:
         InputError: anything wrong with the file, located (key path, line).
