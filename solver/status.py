@@ -1,14 +1,26 @@
-"""Status codes of a simulation (per point in a batch), shared by solver and sweep.
+"""The one table of status codes: single runs, batches, sweep stores and the CLI.
 
-Codes are int8 so a sweep store can keep them as CF flags.  Negative codes are
-bookkeeping of the sweep store (not run yet); positive ones are failures.
+Every simulation (one run, or each point of a batch or sweep) ends with one
+``int8`` code. The codes are fixed here once, because they are written into
+result files and sweep stores that outlive any one version of the program:
+new codes may be appended, never renumbered. A status variable carries the CF
+``flag_values``/``flag_meanings`` attributes (:func:`cf_attrs`) so that
+generic tools (ncdump, xarray's CF decoders, Panoply) can name them.
+
+``PENDING`` (-1) is bookkeeping of a sweep store: a point whose batch has not
+been written yet. ``SUCCESS`` (0) means integrated to the end; any code above
+it is a failure (:func:`is_failure`), and a failed point's data are NaN.
 """
 
 from __future__ import annotations
 
-__all__ = ["PENDING", "SUCCESS", "MAX_STEPS", "STEP_TOO_SMALL", "SINGULAR_JACOBIAN",
-           "NONFINITE", "NO_ASSEMBLY", "WORKER_LOST", "ERROR", "MEANINGS", "meaning",
-           "cf_attrs"]
+import numpy as np
+
+__all__ = [
+    "PENDING", "SUCCESS", "MAX_STEPS", "STEP_TOO_SMALL", "SINGULAR_JACOBIAN",
+    "NONFINITE", "NO_ASSEMBLY", "WORKER_LOST", "ERROR",
+    "CODES", "MEANINGS", "DESCRIPTIONS", "meaning", "is_failure", "cf_attrs",
+]
 
 PENDING = -1
 SUCCESS = 0
@@ -20,29 +32,70 @@ NO_ASSEMBLY = 5
 WORKER_LOST = 6
 ERROR = 7
 
-MEANINGS = {
-    PENDING: "pending",
-    SUCCESS: "success",
-    MAX_STEPS: "max_steps",
-    STEP_TOO_SMALL: "step_too_small",
-    SINGULAR_JACOBIAN: "singular_jacobian",
-    NONFINITE: "nonfinite",
-    NO_ASSEMBLY: "no_assembly",
-    WORKER_LOST: "worker_lost",
-    ERROR: "error",
+#: name -> code, in code order (the order of ``flag_values``).
+CODES: dict[str, int] = {
+    "pending": PENDING,
+    "success": SUCCESS,
+    "max_steps": MAX_STEPS,
+    "step_too_small": STEP_TOO_SMALL,
+    "singular_jacobian": SINGULAR_JACOBIAN,
+    "nonfinite": NONFINITE,
+    "no_assembly": NO_ASSEMBLY,
+    "worker_lost": WORKER_LOST,
+    "error": ERROR,
+}
+
+#: code -> name (a CF flag meaning: one word, no spaces).
+MEANINGS: dict[int, str] = {code: name for name, code in CODES.items()}
+
+#: code -> one sentence for reports.
+DESCRIPTIONS: dict[int, str] = {
+    PENDING: "not run yet",
+    SUCCESS: "integrated to the end time",
+    MAX_STEPS: "stopped at the maximum number of steps",
+    STEP_TOO_SMALL: "step size fell below its minimum",
+    SINGULAR_JACOBIAN: "system Jacobian singular (structural analysis or projection failed)",
+    NONFINITE: "a non-finite value appeared",
+    NO_ASSEMBLY: "no consistent initial point (initialisation failed)",
+    WORKER_LOST: "the Dask worker running the batch died repeatedly",
+    ERROR: "unexpected exception in the batch (see batch_message)",
 }
 
 
 def meaning(code: int) -> str:
-    """The name of a status code (``"unknown(N)"`` for codes not listed)."""
+    """The flag name of a status code.
+
+    Args:
+        code: a status code.
+
+    Returns:
+        Its name, e.g. ``"max_steps"``; ``"unknown(12)"`` for a code this
+        version does not know (e.g. a store written by a newer version).
+    """
     return MEANINGS.get(int(code), f"unknown({int(code)})")
 
 
+def is_failure(code) -> np.ndarray | bool:
+    """Whether status code(s) mark a failure (neither success nor pending).
+
+    Args:
+        code: a code or an array of codes.
+
+    Returns:
+        A bool, or a bool array of the same shape.
+    """
+    return np.asarray(code) > SUCCESS if np.ndim(code) else int(code) > SUCCESS
+
+
 def cf_attrs() -> dict:
-    """CF ``flag_values``/``flag_meanings`` attributes for a status variable."""
-    codes = sorted(MEANINGS)
+    """CF attributes of a ``status`` variable (a single run's or a store's).
+
+    Returns:
+        ``long_name``, ``flag_values`` (int8 array, the variable's own type)
+        and ``flag_meanings`` (space-separated names in the same order).
+    """
     return {
-        "flag_values": [int(c) for c in codes],
-        "flag_meanings": " ".join(MEANINGS[c] for c in codes),
         "long_name": "simulation status",
+        "flag_values": np.array(list(CODES.values()), dtype=np.int8),
+        "flag_meanings": " ".join(CODES),
     }

@@ -17,7 +17,7 @@ import json
 import numpy as np
 import xarray as xr
 
-from sweep import status as st
+from solver import status as st
 
 __all__ = ["SweepAccessor"]
 
@@ -101,7 +101,7 @@ class SweepAccessor:
         """
         ds = self._ds
         codes = np.asarray(ds["status"].values)
-        sel = ds.isel(point=np.flatnonzero(codes > st.SUCCESS))
+        sel = ds.isel(point=np.flatnonzero(st.is_failure(codes)))
         meanings = np.array([st.meaning(c) for c in np.asarray(sel["status"].values)], dtype=object)
         return sel.assign_coords(status_meaning=("point", meanings))
 

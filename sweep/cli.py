@@ -27,7 +27,9 @@ from typing import Sequence
 
 import numpy as np
 
+from solver import status as st
 from solver.errors import InputError
+from sweep.runner_cli import main_default, main_sweep
 
 __all__ = ["main", "build_parser", "summary"]
 
@@ -78,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--overwrite", action="store_true")
     mode.add_argument("--retry-failed", action="store_true")
     sw.add_argument("--dry-run", action="store_true")
-    st = sub.add_parser("status", help="progress and status counts of a sweep store")
-    st.add_argument("store")
+    stat = sub.add_parser("status", help="progress and status counts of a sweep store")
+    stat.add_argument("store")
     sub.add_parser("run-default", help="the default RSCR sweep into out/rscr.zarr (make run)")
     return p
 
@@ -141,8 +143,6 @@ def summary(ds, model=None) -> dict:
         max_constraint_residual, energy_drift (where the result has an
         energy: max |E(t) - E(t0)|), conservative (where known), wall_seconds.
     """
-    from solver import status as st
-
     code = int(ds["status"].values)
     res = np.asarray(ds["constraint_residual"].values, dtype=float)
     out = {
@@ -208,8 +208,6 @@ def _simulate(model, params=None):
               f"{model.tend:g}); compiling the first time takes a while")
     t = time.perf_counter()
     ds = model.solve(params)
-    from solver import status as st
-
     code = int(ds["status"].values)
     _progress(f"finished in {time.perf_counter() - t:.1f} s: {st.meaning(code)}, "
               f"{int(ds['steps'].values)} steps")
@@ -259,7 +257,6 @@ def cmd_check(args) -> int:
 
 def cmd_simulate(args) -> int:
     """Solve once; optional result file and JSON summary."""
-    from solver import status as st
     from solver.models import load
 
     model = load(args.model)
@@ -314,34 +311,19 @@ def cmd_animate(args) -> int:
 
 def cmd_sweep(args) -> int:
     """Delegate to ``sweep.runner_cli.main_sweep`` (the sweep pipeline)."""
-    try:
-        from sweep.runner_cli import main_sweep
-    except ImportError as exc:
-        print(f"mechsweep sweep: the sweep runner is not available in this installation "
-              f"({exc})", file=sys.stderr)
-        return EXIT_INPUT
     return int(main_sweep(args) or 0)
 
 
 def cmd_status(args) -> int:
     """Print ``sweep.store.status_report``."""
-    try:
-        from sweep.store import status_report
-    except ImportError as exc:
-        print(f"mechsweep status: the sweep store is not available ({exc})", file=sys.stderr)
-        return EXIT_INPUT
+    from sweep.store import status_report  # dask and zarr: loaded for sweep commands only
+
     print(status_report(args.store))
     return EXIT_OK
 
 
 def cmd_run_default(args) -> int:
     """``make run``: delegate to ``sweep.runner_cli.main_default``."""
-    try:
-        from sweep.runner_cli import main_default
-    except ImportError as exc:
-        print(f"mechsweep run-default: the sweep runner is not available ({exc})",
-              file=sys.stderr)
-        return EXIT_INPUT
     return int(main_default() or 0)
 
 

@@ -1,7 +1,7 @@
 """Run a sweep on Dask: one task per batch, results written by the driver.
 
-The runtime knows nothing about the solver. It is given a *batch function*,
-a picklable module-level callable ::
+The runtime knows nothing about the solver but its status codes. It is given a
+*batch function*, a picklable module-level callable ::
 
     batch_fn(points: dict[str, np.ndarray (B,)], context) -> BatchResult
 
@@ -10,16 +10,17 @@ grid) plus, as attributes, the store :class:`~sweep.store.Schema` (``schema``)
 and the dataset attributes (``attrs``) unless those are passed explicitly.
 
 Flow: prepare the store (template, or resume / retry / overwrite), start or
-connect to a Dask cluster, submit one task per batch to run, and as each one
-completes write it into the store from the driver. Only the driver writes, so
-the Zarr store stays consistent without locks, and a batch counts as done only
-once its ``status`` is written (see :mod:`sweep.store`).
+connect to a Dask cluster, submit one task per batch (:func:`run_batch_task`),
+and as each one completes write it into the store from the driver. Only the
+driver writes, so the Zarr store stays consistent without locks, and a batch
+counts as done only once its ``status`` is written (see :mod:`sweep.store`).
 
-Failures never end a sweep: an exception in the batch function becomes status
-``error`` for its points with the message kept in ``batch_message``; a task
-whose workers died too often (``KilledWorker``) becomes ``worker_lost``; a
-result that does not match the schema becomes ``error``. Tasks cancelled
-because the scheduler went away are left pending for a later resume.
+Failures never end a sweep (status codes from :mod:`solver.status`): an
+exception in the batch function becomes status ``error`` for its points with
+the message kept in ``batch_message``; a task whose workers died too often
+(``KilledWorker``) becomes ``worker_lost``; a result that does not match the
+schema becomes ``error``. Tasks cancelled because the scheduler went away are
+left pending for a later resume.
 """
 
 from __future__ import annotations
@@ -40,14 +41,14 @@ import numpy as np
 import yaml
 import zarr
 
+from solver import status as st
 from solver.errors import InputError
-from sweep import status as st
 from sweep.store import (BatchResult, Schema, batch_slices, prepare_store, read_status,
                          write_batch)
 
 __all__ = [
-    "BatchResult", "SweepSummary", "run_sweep", "run_batch", "check_result", "configure_jax",
-    "JaxSetup", "load_cluster_config", "make_cluster", "default_jax_cache_dir",
+    "BatchResult", "SweepSummary", "run_sweep", "run_batch_task", "check_result",
+    "configure_jax", "JaxSetup", "load_cluster_config", "make_cluster", "default_jax_cache_dir",
 ]
 
 CLUSTER_KEYS = {
@@ -150,8 +151,12 @@ class JaxSetup(_WorkerPlugin):
             pin_to_core(worker.name)
 
 
-def run_batch(batch_fn: Callable, points: dict, context: Any, cache_dir: str) -> BatchResult:
-    """The Dask task: run the batch function, never raise.
+def run_batch_task(batch_fn: Callable, points: dict, context: Any, cache_dir: str) -> BatchResult:
+    """The Dask task of one batch: run the batch function, never raise.
+
+    Not to be confused with the solver's ``Integrator.run_batch`` (many
+    integrations in one vmapped call): this one wraps whatever batch function
+    the sweep was given, times it and turns its exceptions into data.
 
     Args:
         batch_fn: ``batch_fn(points, context) -> BatchResult``.
@@ -488,7 +493,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         summary.batch_seconds[index] = float(result.seconds)
         run_codes.append(result.status)
         bar.update(1)
-        failed = int(sum((c > st.SUCCESS).sum() for c in run_codes))
+        failed = int(sum(st.is_failure(c).sum() for c in run_codes))
         if failed:
             bar.set_postfix(failed=failed)
 
@@ -504,8 +509,8 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             t0 = time.perf_counter()
             for index in todo:
                 sl = slices[index]
-                finish(index, run_batch(batch_fn, {k: v[sl] for k, v in points.items()},
-                                        context, cache_dir))
+                finish(index, run_batch_task(batch_fn, {k: v[sl] for k, v in points.items()},
+                                             context, cache_dir))
             summary.wall_seconds = time.perf_counter() - t0
         else:
             summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
@@ -546,9 +551,9 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         run_id = uuid.uuid4().hex[:8]
         for index in todo:
             sl = slices[index]
-            fut = client.submit(run_batch, batch_fn, {k: v[sl] for k, v in points.items()},
-                                context, cache_dir, key=f"mechsweep-batch-{index}-{run_id}",
-                                pure=False)
+            fut = client.submit(run_batch_task, batch_fn,
+                                {k: v[sl] for k, v in points.items()}, context, cache_dir,
+                                key=f"mechsweep-batch-{index}-{run_id}", pure=False)
             futures[fut.key] = (index, fut)
         threads = _threads(client)
         for fut in as_completed([f for _, f in futures.values()]):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from solver import status as st
 from solver.errors import InputError
 
 __all__ = ["main_sweep", "run_sweep_file", "summary_plot", "DEFAULT_SWEEP"]
@@ -99,7 +100,7 @@ def summary_plot(store, out_png=None):
             value = np.nanmax(a[..., 0], axis=1) - np.nanmin(a[..., 0], axis=1)
         label = f"range of {series[0]}"
     status = ds["status"].values
-    failed = status != 0
+    failed = status != st.SUCCESS
     fig, ax = plt.subplots(figsize=(7, 5))
     if len(params) >= 2:
         x, y = ds[params[0]].values, ds[params[1]].values
@@ -139,11 +140,9 @@ def main_sweep(args) -> int:
         progress=sys.stderr.isatty())
     if summary is None:
         return 0
-    from sweep import status as st
-
     # Failed points anywhere in the store (also those of earlier, resumed runs).
     failed = sum(n for name, n in summary.store_by_status.items()
-                 if st.CODES.get(name, st.ERROR) > st.SUCCESS)
+                 if st.is_failure(st.CODES.get(name, st.ERROR)))
     return 1 if failed else 0
 
 

@@ -27,21 +27,27 @@ n]`` as in numpy (logspace in decades: ``10**a .. 10**b``), and ``range:
 when ``stop`` is reached within a relative tolerance of 1e-9 of a step (so
 ``range: [0, 1, 0.1]`` has 11 values despite rounding); the step may be
 negative but not zero or of the wrong sign.  Values are numbers, or constant
-expression strings such as ``pi/4`` when :mod:`solver.expr` is available.
+expression strings such as ``pi/4`` (evaluated by :mod:`solver.expr`).
 
 Expansion order (fixed, so the same file always gives the same table): the
 groups combine by Cartesian product, product axes first in file order, then
 the zip group as one axis, then the sample as one axis, the last varying
 fastest (like ``itertools.product``).  A name may appear in one place only.
 
-Override merge rule (:func:`deep_merge`): where both the model and the
-override hold a mapping, the mappings merge key by key, recursively; anywhere
-else the override's value replaces the model's (lists are replaced whole, and
-an empty override value sets the key to null).
+The Override is kept here as given; it is merged into the model's YAML data
+when the model is loaded (``solver.models.load(..., overrides=...)``), by the
+one rule of :func:`solver.models.model.deep_merge`: where both the model and
+the override hold a mapping, the mappings merge key by key, recursively;
+anywhere else the override's value replaces the model's (lists are replaced
+whole, and an empty override value sets the key to null).
+
+Batches are :func:`sweep.store.batch_slices` of the points (``Batch`` points
+each, the last one shorter): one task each, one Zarr chunk each.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -53,12 +59,14 @@ from typing import Any, Mapping
 import numpy as np
 
 from solver.errors import InputError
+from solver.expr import evaluate_constant
 from solver.yamlio import (Locator, check_keys, describe_value, format_path, load_yaml,
                            require_int, require_list, require_mapping, require_number,
                            require_str)
+from sweep.store import batch_slices
 
-__all__ = ["SweepSpec", "Axis", "Metric", "Outputs", "load_sweep", "deep_merge",
-           "AXIS_KINDS", "SAMPLE_METHODS", "REDUCTIONS", "MAX_POINTS"]
+__all__ = ["SweepSpec", "Axis", "Metric", "Outputs", "load_sweep", "AXIS_KINDS",
+           "SAMPLE_METHODS", "REDUCTIONS", "MAX_POINTS"]
 
 TOP_KEYS = ("Title", "Model", "Override", "Sweep", "Outputs", "Batch")
 GROUPS = ("product", "zip", "sample", "constants")
@@ -180,49 +188,14 @@ class SweepSpec:
         """Swept names in expansion order."""
         return list(self.points)
 
-    def batches(self) -> list[range]:
-        """Point index ranges of the batches, in order; the last may be short.
+    def batches(self) -> list[slice]:
+        """Point ranges of the batches, in order; the last may be short.
 
         Returns:
-            ``[range(0, batch), range(batch, 2*batch), ...]`` covering every point once.
+            :func:`sweep.store.batch_slices` of this sweep: ``[slice(0, batch),
+            slice(batch, 2*batch), ...]`` covering every point once.
         """
-        return [range(s, min(s + self.batch, self.n_points))
-                for s in range(0, self.n_points, self.batch)]
-
-    def point_params(self, i: int) -> dict[str, float]:
-        """Parameter values of point ``i``: the constants, then the swept names.
-
-        Args:
-            i: point index, ``0 <= i < n_points`` (negative counts from the end).
-
-        Returns:
-            name -> float.
-
-        Raises:
-            IndexError: ``i`` out of range.
-        """
-        if not -self.n_points <= i < self.n_points:
-            raise IndexError(f"point {i} out of range (sweep has {self.n_points} points)")
-        out = dict(self.constants)
-        out.update({name: float(col[i]) for name, col in self.points.items()})
-        return out
-
-    def model_data(self) -> tuple[Any, Locator]:
-        """The model's YAML data with the Override deep-merged in.
-
-        Returns:
-            ``(data, locator)`` of the model file (lines refer to the model
-            file; overridden keys keep the line of the key they replace).
-
-        Raises:
-            InputError: the model file is not valid YAML, or is not a mapping
-                while an Override is given.
-        """
-        data, loc = load_yaml(self.model_text, file=str(self.model_path))
-        if self.override:
-            require_mapping(data, (), loc)
-            data = deep_merge(data, self.override)
-        return data, loc
+        return batch_slices(self.n_points, self.batch)
 
     def compute_hash(self) -> str:
         """sha256 of a canonical JSON of everything that defines the results.
@@ -304,34 +277,6 @@ class SweepSpec:
 
 # ------------------------------------------------------------------ helpers
 
-def deep_merge(base: Any, override: Any) -> Any:
-    """Merge ``override`` into ``base`` without changing either.
-
-    Args:
-        base: the model's data.
-        override: the Override data.
-
-    Returns:
-        Where both are mappings, a new mapping with ``base``'s keys in order
-        (then new keys of ``override``), each merged recursively; otherwise
-        ``override`` itself (lists and scalars replace whole; ``None`` sets null).
-    """
-    if isinstance(base, Mapping) and isinstance(override, Mapping):
-        out = dict(base)
-        for key, value in override.items():
-            out[key] = deep_merge(base[key], value) if key in base else _copy(value)
-        return out
-    return _copy(override)
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
 def _jsonable(value: Any) -> Any:
     """YAML data as JSON data (keys as strings; floats kept exactly by repr)."""
     if isinstance(value, Mapping):
@@ -380,12 +325,6 @@ class _Reader:
             raise self.fail(f"expected a number or a constant expression such as 'pi/4', "
                             f"got {describe_value(value)}", path)
         if isinstance(value, str):
-            try:
-                from solver.expr import evaluate_constant
-            except ImportError:
-                raise self.fail(f"expected a number, got {describe_value(value)} (constant "
-                                f"expressions need solver.expr, which is not installed)",
-                                path) from None
             text = value
             # No names: sweep values are constants of their own, not model params.
             value = evaluate_constant(text, {}, file=self.loc.file, path=format_path(path),
@@ -511,7 +450,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
         model_text = model_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise r.fail(f"cannot read model file {model_path}: {exc}", ("Model",)) from None
-    override = _copy(require_mapping(top.get("Override"), ("Override",), loc, allow_none=True))
+    override = copy.deepcopy(require_mapping(top.get("Override"), ("Override",), loc,
+                                             allow_none=True))
 
     sweep = require_mapping(top["Sweep"], ("Sweep",), loc, allow_none=True,
                             what="a mapping with groups " + ", ".join(GROUPS))

@@ -8,7 +8,7 @@ the sweep's batch size so that one batch is one chunk of every variable):
 - data variables from the :class:`Schema`, ``(point, *dims)`` float64, NaN
   until written (the template never writes their chunks, and NaN is the Zarr
   fill value);
-- ``status(point)`` int8 (codes in :mod:`sweep.status`, -1 = pending) and
+- ``status(point)`` int8 (codes in :mod:`solver.status`, -1 = pending) and
   ``steps(point)`` int64 (-1 until written);
 - ``batch_message(batch)`` text (why a batch failed, empty otherwise) and
   ``batch_seconds(batch)`` (compute time of the batch on its worker).
@@ -30,10 +30,8 @@ import json
 import math
 import os
 import shutil
-import sys
 import warnings
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Mapping
 
@@ -42,13 +40,14 @@ import numpy as np
 import xarray as xr
 import zarr
 
+from solver import status as st
 from solver.errors import InputError
-from sweep import status as st
+from solver.solution import package_versions
 
 __all__ = [
     "BatchResult", "Schema", "MODES", "create_template", "prepare_store", "write_batch",
     "read_status", "pending_batches", "failed_points", "failed_batches", "open_store",
-    "store_attrs", "batch_slices", "package_versions", "status_report",
+    "store_attrs", "batch_slices", "status_report",
 ]
 
 #: How an existing store is treated (see :func:`prepare_store`).
@@ -65,7 +64,7 @@ class BatchResult:
     """What a batch function returns for ``B`` points.
 
     Attributes:
-        status: ``(B,)`` int8 status codes (:mod:`sweep.status`), none pending.
+        status: ``(B,)`` int8 status codes (:mod:`solver.status`), none pending.
         steps: ``(B,)`` integer step counts.
         data: output name -> array with leading dimension ``B`` and the rest as
             in the :class:`Schema` (e.g. ``(B, T)`` or ``(B, T, 3)``).
@@ -143,18 +142,6 @@ class Schema:
                 if d not in sizes:
                     raise ValueError(f"output {name!r} has dimension {d!r}, which is neither "
                                      f"'time' nor one of the schema coords {sorted(self.coords)}")
-
-
-def package_versions() -> dict[str, str]:
-    """Versions of the packages a result depends on (for the store's attrs)."""
-    out = {"python": sys.version.split()[0]}
-    for name in ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask",
-                 "distributed", "cyipopt"):
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 def batch_slices(n_points: int, batch: int) -> list[slice]:
@@ -449,7 +436,7 @@ def failed_batches(path, batch: int | None = None) -> list[int]:
     Returns:
         Batch indices, ascending.
     """
-    return _batches_where(path, batch, lambda s: s > st.SUCCESS)
+    return _batches_where(path, batch, st.is_failure)
 
 
 def _batches_where(path, batch, test) -> list[int]:
@@ -468,7 +455,7 @@ def failed_points(path) -> np.ndarray:
     Returns:
         Point indices, ascending (int64 array).
     """
-    return np.flatnonzero(read_status(path) > st.SUCCESS)
+    return np.flatnonzero(st.is_failure(read_status(path)))
 
 
 def open_store(path) -> xr.Dataset:

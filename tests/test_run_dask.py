@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from distributed import Client
 
+from solver import status as st
 from solver.errors import InputError
-from sweep import status as st
 from sweep import store
 from sweep.run import load_cluster_config, make_cluster, run_sweep
 from toybatch import ToyContext, grid_spec, read_log, serial_reference, toy_batch

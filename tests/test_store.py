@@ -15,8 +15,8 @@ import scipy.integrate
 import xarray as xr
 
 import sweep.accessor  # noqa: F401  (registers ds.sweep)
+from solver import status as st
 from solver.errors import InputError
-from sweep import status as st
 from sweep import store
 from sweep.run import run_sweep
 from sweep.store import BatchResult
@@ -55,18 +55,6 @@ def test_toy_oscillator_matches_scipy():
                                     (0, 2), [1.0, 0.0], t_eval=t, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(x, sol.y[0], atol=1e-9)
     np.testing.assert_allclose(v, sol.y[1], atol=1e-9)
-
-
-def test_status_codes_and_cf_flags():
-    assert (st.PENDING, st.SUCCESS, st.MAX_STEPS, st.STEP_TOO_SMALL, st.SINGULAR_JACOBIAN,
-            st.NONFINITE, st.NO_ASSEMBLY, st.WORKER_LOST, st.ERROR) == (-1, 0, 1, 2, 3, 4, 5, 6, 7)
-    attrs = st.cf_attrs()
-    assert attrs["flag_values"].dtype == np.int8
-    meanings = attrs["flag_meanings"].split()
-    assert len(meanings) == len(attrs["flag_values"])
-    assert dict(zip(attrs["flag_values"].tolist(), meanings))[6] == "worker_lost"
-    assert st.meaning(5) == "no_assembly" and st.meaning(42) == "unknown(42)"
-    assert st.is_failure(np.array([-1, 0, 3])).tolist() == [False, False, True]
 
 
 def test_template_reopens_lazily_with_coords_nan_data_and_attrs(tmp_path):

@@ -9,6 +9,7 @@ import collections
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from solver.errors import InputError
+from solver.models.model import deep_merge
 from solver.yamlio import load_yaml
-from sweep.spec import MAX_POINTS, deep_merge, load_sweep
+from sweep.spec import MAX_POINTS, load_sweep
 
 DATA = Path(__file__).parent / "data" / "sweep"
 MODEL = "Title: tiny\nKind: DAE\nPhysicalParams: {g: 9.81, L: 1.0}\nProblemData: {tend: 10}\n"
@@ -49,22 +51,23 @@ def test_pendulum_grid_example_is_the_product_of_its_axes_last_fastest():
     assert spec.title == "Pendulum length and gravity grid"
     assert spec.model_path == (DATA / "pendulum.yaml").resolve()
     assert (spec.batch, spec.n_batches) == (5, 3)
-    assert spec.batches() == [range(0, 5), range(5, 10), range(10, 12)]
+    assert spec.batches() == [slice(0, 5), slice(5, 10), slice(10, 12)]
     assert spec.outputs.variables == ("x", "y") and spec.outputs.samples == 101
     assert {k: (m.of, m.reduce) for k, m in spec.outputs.metrics.items()} == \
         {"ymin": ("y", "min"), "xswing": ("x", "range")}
 
 
 def test_override_is_deep_merged_into_the_model():
+    # The sweep keeps the Override as given; loading the model merges it by
+    # the one rule (solver.models.model.deep_merge).
     spec = load_sweep(DATA / "pendulum_grid.yaml")
     model, _ = load_yaml(DATA / "pendulum.yaml")
-    merged, loc = spec.model_data()
+    merged = deep_merge(model, spec.override)
     # Overridden leaves change; their siblings and everything else stay.
     assert merged["ProblemData"] == {**model["ProblemData"], "tend": 5, "samples": 501}
     assert merged["SolverParams"] == {"Integration": {"tol": 1e-8, "order": 20}}
     assert {k: v for k, v in merged.items() if k not in ("ProblemData", "SolverParams")} == \
         {k: v for k, v in model.items() if k not in ("ProblemData", "SolverParams")}
-    assert loc.file == str(spec.model_path)
 
 
 def test_deep_merge_rules():
@@ -73,8 +76,8 @@ def test_deep_merge_rules():
     merged = deep_merge(base, over)
     assert merged == {"a": {"b": 1, "c": [9], "e": None}, "d": 4, "f": {"g": 1}}
     assert base == {"a": {"b": 1, "c": [1, 2]}, "d": 4}  # inputs untouched
-    merged["f"]["g"] = 2
-    assert over["f"]["g"] == 1
+    merged["f"]["g"] = 2                                 # the result shares nothing
+    assert over == {"a": {"c": [9], "e": None}, "f": {"g": 1}}
     assert deep_merge({"a": {"b": 1}}, {"a": 3}) == {"a": 3}
 
 
@@ -89,11 +92,12 @@ def test_mechanism0_example_zips_and_samples_by_lhs():
     # Latin hypercube: each of the n equal strata of [1, 3] holds exactly one point.
     strata = np.floor((sample - 1.0) / 2.0 * 16).astype(int)
     assert sorted(strata) == list(range(16))
-    assert spec.point_params(17) == {"L": 1.5, "k": np.logspace(2, 3, 3)[1], "mu": 0.5,
-                                    "m": sample[1]}
+    assert spec.constants == {"L": 1.5}
+    assert {name: col[17] for name, col in spec.points.items()} == \
+        {"k": np.logspace(2, 3, 3)[1], "mu": 0.5, "m": sample[1]}
     assert spec.outputs.dt == 0.01 and spec.outputs.samples is None
     assert spec.outputs.variables is None
-    merged, _ = spec.model_data()
+    merged = deep_merge(load_yaml(spec.model_path)[0], spec.override)
     assert merged["ProblemData"]["tend"] == 2
     assert merged["ProblemData"]["fixedpositions"] == {"Ax": None, "B": None}
 
@@ -137,10 +141,8 @@ def test_axis_kinds(workdir, axis, expected):
 
 def test_no_axes_is_a_single_point_with_the_constants(workdir):
     spec = load_sweep(write(workdir, {"Model": "model.yaml", "Sweep": {"constants": {"g": 1.6}}}))
-    assert spec.n_points == 1 and spec.points == {} and spec.point_params(0) == {"g": 1.6}
-    assert spec.batches() == [range(0, 1)]
-    with pytest.raises(IndexError):
-        spec.point_params(1)
+    assert spec.n_points == 1 and spec.points == {} and spec.constants == {"g": 1.6}
+    assert spec.n_batches == 1 and spec.batches() == [slice(0, 1)]
 
 
 def test_sobol_sample_is_stratified_in_every_coordinate(workdir):
@@ -167,8 +169,7 @@ def test_constants_are_in_every_point_but_not_in_points(workdir):
     spec = load_sweep(write(workdir, {"Model": "model.yaml", "Sweep": {
         "product": {"L": [1, 2]}, "constants": {"g": 1.62, "m": 3}}}))
     assert spec.constants == {"g": 1.62, "m": 3.0} and list(spec.points) == ["L"]
-    assert [spec.point_params(i) for i in range(2)] == \
-        [{"g": 1.62, "m": 3.0, "L": 1.0}, {"g": 1.62, "m": 3.0, "L": 2.0}]
+    assert spec.points["L"].tolist() == [1.0, 2.0]
 
 
 # ------------------------------------------------------------ hash
@@ -176,6 +177,8 @@ def test_constants_are_in_every_point_but_not_in_points(workdir):
 BASE = {"Title": "t", "Model": "model.yaml", "Override": {"ProblemData": {"tend": 5, "t0": 0}},
         "Sweep": {"product": {"L": [1, 2]}, "constants": {"g": 1.0, "m": 2.0}},
         "Outputs": {"samples": 11}, "Batch": 4}
+# The hash of BASE with MODEL (computed with HASH_FORMAT 1).
+HASH_OF_BASE = "b1b2b5838849cfa52ca7e5f5e64da24e38dded46627630b2ab6ba0eb6261cb6f"
 
 
 def test_hash_ignores_mapping_order_and_title(workdir):
@@ -185,7 +188,15 @@ def test_hash_ignores_mapping_order_and_title(workdir):
     reordered["Sweep"] = {"constants": {"m": 2.0, "g": 1.0}, "product": {"L": [1, 2]}}
     reordered["Title"] = "another title"
     assert load_sweep(write(workdir, reordered)).hash == h
-    assert len(h) == 64 and int(h, 16) >= 0
+
+
+def test_hash_is_a_sha256_hex_digest_fixed_across_versions(workdir):
+    # Stores record this hash and a resume compares it, so the same sweep must
+    # give the same hash in every process and every version: a change to
+    # compute_hash() must bump HASH_FORMAT on purpose (and this value).
+    h = load_sweep(write(workdir, BASE)).hash
+    assert re.fullmatch(r"[0-9a-f]{64}", h)
+    assert h == HASH_OF_BASE
 
 
 @pytest.mark.parametrize("change", [
@@ -275,9 +286,10 @@ def test_point_count_is_the_product_of_the_group_sizes(workdir, case):
     assert spec.n_points == math.prod(prod_lengths) * zip_len * sample_n
     assert all(len(col) == spec.n_points for col in spec.points.values())
     assert spec.n_batches == math.ceil(spec.n_points / data["Batch"])
-    covered = [i for r in spec.batches() for i in r]
-    assert covered == list(range(spec.n_points))
-    assert all(0 < len(r) <= spec.batch for r in spec.batches())
+    batches = [range(spec.n_points)[sl] for sl in spec.batches()]
+    assert len(batches) == spec.n_batches
+    assert [i for r in batches for i in r] == list(range(spec.n_points))
+    assert all(0 < len(r) <= spec.batch for r in batches)
 
 
 @PROPERTY

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from sweep import status as st
+from solver import status as st
 from sweep.store import BatchResult, Schema, batch_slices
 
 

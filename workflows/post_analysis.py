@@ -41,7 +41,7 @@ import xarray as xr  # noqa: E402
 
 import sweep.accessor  # noqa: E402,F401  (registers ds.sweep)
 from solver.errors import InputError  # noqa: E402
-from sweep import status as st  # noqa: E402
+from solver import status as st  # noqa: E402
 
 __all__ = ["open_sweep", "metric_names", "derived_metric", "summary_table", "plot_metric",
            "analyse", "main", "MAX_PANELS"]

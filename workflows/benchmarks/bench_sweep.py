@@ -53,8 +53,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from sweep import status as st  # noqa: E402
-from sweep.run import JaxSetup, configure_jax, default_jax_cache_dir, run_batch, run_sweep  # noqa: E402
+from solver import status as st  # noqa: E402
+from sweep.run import JaxSetup, configure_jax, default_jax_cache_dir, run_batch_task, run_sweep  # noqa: E402
 
 BOX = {"L2": (0.98, 1.18), "L3": (0.32, 0.40), "gamma": (1.25, 1.45)}
 TARGETS = {"workers": 1.8, "batching": 5.0, "overhead": 0.10}
@@ -131,7 +131,7 @@ def warm_up(points: dict, context, cache_dir: str) -> dict:
     from sweep import pipeline
 
     t0 = _time.perf_counter()
-    result = run_batch(pipeline.batch_fn, points, context, cache_dir)
+    result = run_batch_task(pipeline.batch_fn, points, context, cache_dir)
     seconds = _time.perf_counter() - t0
     entry = pipeline._MODELS[context.key]
     if "bench_seconds" not in entry:
