@@ -1,9 +1,16 @@
-"""The front door: ``solve(dae, …)`` = analyse → initialise → integrate → Dataset."""
+"""The front door: ``solve`` (one run) and ``solve_batch`` (many designs).
+
+Both go the same way down: check the arguments → the compiled model
+(:func:`solver.compiled.compiled_model`) → consistent initial values (Newton, IPOPT
+where it misses) → integration → :mod:`solver.solution` names the outputs.
+``solve_batch`` is the one way to solve many designs: the sweep pipeline calls
+it and nothing below it.
+"""
 
 from __future__ import annotations
 
 import time as _time
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -11,24 +18,21 @@ import jax
 import jax.numpy as jnp
 
 from . import status as st
+from .compiled import Compiled, compiled_model, compiled_of
 from .dae import DAE
 from .errors import InputError
-from .initialize import InitialValueError, StateSpec, batched_newton, parse_values
+from .initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values
 from .integrate import Integrator, order_for_tol
-from .solution import build_dataset
-from .taylor import TaylorProgram
+from .solution import build_batch_dataset, build_dataset
 
-__all__ = ["solve", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
-
-# A state whose hidden constraints are below this (times its scale) is consistent.
-ASSEMBLY_TOL = 1e-10
+__all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
 
 
 def integrator_for(dae: DAE, order: int, linear: str = "auto") -> Integrator:
-    """The (cached) integrator of a DAE at a Taylor order.
+    """The integrator of a DAE at a Taylor order (that of its compiled model).
 
-    Compiled functions live on the integrator, so repeated solves of one DAE
-    (other parameters, other initial values) reuse them.
+    Repeated calls (other parameters, other initial values) return the same
+    integrator, so its jitted functions are compiled once.
 
     Args:
         dae: the DAE.
@@ -36,33 +40,24 @@ def integrator_for(dae: DAE, order: int, linear: str = "auto") -> Integrator:
         linear: stage solver, ``auto``/``dense``/``kkt`` (see
             :class:`solver.integrate.Integrator`).
 
+    Returns:
+        :class:`solver.integrate.Integrator`.
+
     Raises:
-        InputError: a bad ``linear`` choice.
+        InputError: a bad ``linear`` or order.
     """
-    cache = dae.__dict__.setdefault("_integrators", {})
-    if (order, linear) not in cache:
-        s = dae.structure
-        cache[(order, linear)] = Integrator(TaylorProgram(dae, s.c, s.d, order), linear=linear)
-    return cache[(order, linear)]
+    return compiled_model(dae, order, linear).integrator
 
 
-def _newton_jit(integ: Integrator):
-    fn = getattr(integ, "_newton_jit", None)
-    if fn is None:
-        fn = jax.jit(lambda p, t0, z, free: batched_newton(integ, p, t0, z, free))
-        integ._newton_jit = fn
-    return fn
-
-
-def consistent_point(integ: Integrator, params, t0: float, spec: StateSpec, method: str = "auto",
+def consistent_point(integ: Integrator | Compiled, params, t0: float, spec: StateSpec, method: str = "auto",
                      ipopt_options: Mapping | None = None):
     """A consistent state near the guesses, keeping fixed entries.
 
     Args:
-        integ: the integrator.
+        integ: the integrator (from :func:`integrator_for`) or compiled model.
         params: parameter dict.
         t0: initial time.
-        spec: guesses and fixed entries (:func:`parse_values`).
+        spec: guesses and fixed entries (:func:`solver.initialize.parse_values`).
         method: ``"newton"`` (Gauss–Newton only), ``"ipopt"`` (nearest point
             by IPOPT) or ``"auto"`` (Newton, IPOPT where Newton fails).
         ipopt_options: extra IPOPT options.
@@ -73,35 +68,61 @@ def consistent_point(integ: Integrator, params, t0: float, spec: StateSpec, meth
     Raises:
         InitialValueError: no consistent point; the message lists the violated
             constraints and their residuals.
+        InputError: an unknown method.
     """
-    valid = ("auto", "newton", "ipopt")
-    if method not in valid:
-        raise InputError(f"unknown initialisation method {method!r}; valid: {list(valid)}")
-    z_hat = np.asarray(spec.z_hat, dtype=float)
-    scale = max(1.0, float(np.max(np.abs(z_hat)))) if z_hat.size else 1.0
-    z = z_hat
-    res = np.inf
-    if method in ("auto", "newton"):
-        zz, r = _newton_jit(integ)(params, t0, jnp.asarray(z_hat), jnp.asarray(spec.free))
-        z, res = np.asarray(zz), float(r)
-        if res <= ASSEMBLY_TOL * scale and np.all(np.isfinite(z)):
-            return z
-    if method in ("auto", "ipopt"):
-        try:
-            from .initialize import ipopt_point  # provided with cyipopt
-        except ImportError:  # pragma: no cover - cyipopt is a dependency
-            ipopt_point = None
-        if ipopt_point is not None:
-            return ipopt_point(integ, params, t0, spec, options=ipopt_options)
-    g = np.asarray(integ.hidden_constraints(jnp.asarray(z), t0, params))
-    worst = np.argsort(-np.abs(g))[:8]
-    lines = ", ".join(f"{integ.hidden_labels[i]} = {g[i]:.3g}" for i in worst if abs(g[i]) > ASSEMBLY_TOL * scale)
-    raise InitialValueError(
-        f"no consistent initial point found (largest constraint residual {res:.3g}); violated: {lines}. "
-        "Check the fixed values and the parameters (can the mechanism assemble?), or give better guesses"
-    )
+    comp = integ if isinstance(integ, Compiled) else compiled_of(integ)
+    return comp.consistent_point(params, t0, spec, method=method, ipopt_options=ipopt_options)
 
 
+# ----------------------------------------------------------------- arguments
+def _check_settings(tol, order):
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating)) or not 0 < tol < 1:
+        raise InputError(f"tol must be a number in (0, 1), got {tol!r}")
+    p = int(order) if order else order_for_tol(float(tol))
+    if not 2 <= p <= 60:
+        raise InputError(f"order must be between 2 and 60, got {p}")
+    return float(tol), p
+
+
+def _output_times(t0, t1, t_eval, samples):
+    if t_eval is None:
+        n = int(samples or 101)
+        if n < 1:
+            raise InputError(f"samples must be at least 1, got {samples}")
+        t_eval = np.linspace(t0, t1, n)
+    t_eval = np.asarray(t_eval, dtype=float)
+    if (t_eval.ndim != 1 or t_eval.size == 0 or np.any(np.diff(t_eval) < 0) or t_eval[0] < t0
+            or t_eval[-1] > t1 + 1e-12 * max(1, abs(t1))):
+        raise InputError("t_eval must be sorted times within t_span")
+    return t_eval
+
+
+def _time_span(t_span):
+    try:
+        t0, t1 = (float(x) for x in t_span)
+    except (TypeError, ValueError):
+        raise InputError(f"t_span must be a pair (t0, t1) of numbers, got {t_span!r}") from None
+    if not t1 > t0:
+        raise InputError(f"t_span must have t1 > t0, got ({t0}, {t1})")
+    return t0, t1
+
+
+def _integrate(comp: Compiled, params_b: dict, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, slots):
+    """Integrate B consistent points: ``run`` for one, the slot pool for more."""
+    integ = comp.integrator
+    B = z0.shape[0]
+    if B == 1:
+        res = integ.run({k: jnp.asarray(v[0]) for k, v in params_b.items()}, jnp.asarray(z0[0]),
+                        jnp.asarray(u0[0]), t0, t1, t_eval, tol, max_steps=max_steps, h_max=h_max)
+        res = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], res)
+    else:
+        res = integ.run_batch({k: jnp.asarray(v) for k, v in params_b.items()}, jnp.asarray(z0), jnp.asarray(u0),
+                              t0, t1, t_eval, tol, max_steps=max_steps, h_max=h_max, slots=slots)
+        res = jax.tree_util.tree_map(np.asarray, res)
+    return res
+
+
+# ----------------------------------------------------------------- one run
 def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] | None = None,
           tol: float = 1e-10, t_eval=None, order: int | None = None, params: Mapping | None = None,
           samples: int | None = None, max_steps: int = 100_000, h_max: float | None = None,
@@ -140,28 +161,173 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             transversal.
     """
     wall0 = _time.perf_counter()
-    t0, t1 = (float(x) for x in t_span)
-    if not t1 > t0:
-        raise InputError(f"t_span must have t1 > t0, got ({t0}, {t1})")
-    if not (isinstance(tol, (int, float)) and 0 < tol < 1):
-        raise InputError(f"tol must be a number in (0, 1), got {tol!r}")
-    p = int(order) if order else order_for_tol(tol)
-    if not 2 <= p <= 60:
-        raise InputError(f"order must be between 2 and 60, got {p}")
-    integ = integrator_for(dae, p, linear)
-    pvals = {k: jnp.asarray(v) for k, v in dae.param_values(params).items()}
+    t0, t1 = _time_span(t_span)
+    tol, p = _check_settings(tol, order)
+    comp = compiled_model(dae, p, linear)
+    integ = comp.integrator
+    pvals = dae.param_values(params)
     spec = parse_values(integ, values, fixed)
-    z0 = consistent_point(integ, pvals, t0, spec, method=init, ipopt_options=ipopt_options)
-    if t_eval is None:
-        t_eval = np.linspace(t0, t1, int(samples or 101))
-    t_eval = np.asarray(t_eval, dtype=float)
-    if t_eval.ndim != 1 or np.any(np.diff(t_eval) < 0) or t_eval[0] < t0 or t_eval[-1] > t1 + 1e-12 * max(1, abs(t1)):
-        raise InputError("t_eval must be sorted times within t_span")
-    result = integ.run(pvals, jnp.asarray(z0), jnp.asarray(spec.u_guess), t0, t1, t_eval, tol,
-                       max_steps=max_steps, h_max=h_max)
-    result = jax.tree_util.tree_map(np.asarray, result)
+    z0 = comp.consistent_point(pvals, t0, spec, method=init, ipopt_options=ipopt_options)
+    t_eval = _output_times(t0, t1, t_eval, samples)
+    params_b = {k: np.asarray(v)[None] for k, v in pvals.items()}
+    res = _integrate(comp, params_b, np.asarray(z0)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval, tol,
+                     max_steps, h_max, 1)
+    residual = comp.constraint_residual_series(res["values"], t_eval, params_b)[0]
+    energy = comp.energy_series(res["values"], t_eval, params_b)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1}
-    ds = build_dataset(dae, integ, result, t_eval, pvals, settings, title=title, extra_attrs=dict(extra_attrs or {}))
+    one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0],
+           "steps": res["steps"][0]}
+    ds = build_dataset(dae, one, t_eval, residual=residual, energy=None if energy is None else energy[0],
+                       params=pvals, settings=settings, title=title, extra_attrs=dict(extra_attrs or {}))
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
-    ds.attrs["t_final"] = float(result["t_final"])
+    ds.attrs["t_final"] = float(res["t_final"][0])
+    return ds
+
+
+# ----------------------------------------------------------------- many designs
+def _params_table(dae, params_table, constants):
+    """Checked (B, swept, full per-point parameters) from the table and the constants."""
+    base = dae.param_values(constants)
+    table = dict(params_table.items()) if params_table is not None else {}
+    swept, B = {}, None
+    for name, col in table.items():
+        if name not in dae.params:
+            raise InputError(f"params_table: {name!r} is not a parameter; the parameters are "
+                             f"{', '.join(dae.param_names)}")
+        if constants and name in constants:
+            raise InputError(f"parameter {name!r} is both in params_table (varied) and in params (constant); "
+                             "give it in one of them")
+        try:
+            a = np.asarray(col, dtype=float)
+        except (TypeError, ValueError):
+            raise InputError(f"params_table[{name!r}] must hold numbers") from None
+        shape = dae.params[name].shape
+        if a.shape[1:] != shape or a.ndim != 1 + len(shape):
+            raise InputError(f"params_table[{name!r}] must have shape (points,) + {shape} (one value per point), "
+                             f"got {a.shape}")
+        if B is None:
+            B = a.shape[0]
+        elif a.shape[0] != B:
+            raise InputError(f"params_table columns differ in length: {name!r} has {a.shape[0]} points, "
+                             f"others {B}")
+        swept[name] = a
+    if B is None:
+        B = 1
+    if B < 1:
+        raise InputError("params_table has no points")
+    full = {k: np.broadcast_to(np.asarray(v, dtype=float), (B,) + np.shape(v)).copy() for k, v in base.items()}
+    full.update(swept)
+    return B, swept, {k: v for k, v in base.items() if k not in swept}, full
+
+
+def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | Callable | None = None,
+                fixed: Sequence[str] | None = None, *, params: Mapping | None = None, t_span=None, t_eval=None,
+                samples: int | None = None, tol: float | None = None, order: int | None = None,
+                max_steps: int | None = None, h_max: float | None = None, init: str | None = None,
+                ipopt_options: Mapping | None = None, linear: str = "auto", slots: int = 256,
+                title: str | None = None, extra_attrs: Mapping | None = None):
+    """Solve many designs of one model at once: one Dataset with a ``point`` dimension.
+
+    The one way to solve many designs (the sweep pipeline calls it): every
+    point is initialised by vmapped Gauss–Newton (IPOPT for the points it
+    misses), all are integrated together by
+    :meth:`solver.integrate.Integrator.run_batch` on one compiled model, and
+    :mod:`solver.solution` names the outputs as :func:`solve` does.  A point
+    that fails (no consistent initial values, step too small, …) has NaN
+    series and its status code; it never stops the batch.
+
+    Args:
+        problem: a model from :func:`solver.load` (its problem data are the
+            defaults of every argument below) or a :class:`solver.DAE`.
+        params_table: parameter name -> values, one per point (shape
+            ``(points,) + parameter shape``); the varied parameters.
+        values: initial values and guesses in :func:`solve` syntax, shared by
+            every point, or a function ``values(params) -> mapping`` of one
+            point's full parameter dict (a model's default: its ``positions``
+            evaluated at the point's parameters).
+        fixed: names of values to keep exactly (default: the model's).
+        params: parameter values shared by every point (the constants).
+        t_span: (t0, t1); default the model's ``t0``/``tend`` (required for a DAE).
+        t_eval, samples: output times, as for :func:`solve` (default the
+            model's).
+        tol, order, max_steps, h_max, init, ipopt_options, linear: as for
+            :func:`solve` (default the model's settings).
+        slots: problems advanced together by ``run_batch`` (see there).
+        title, extra_attrs: dataset title and attrs.
+
+    Returns:
+        xarray.Dataset with dims ``point`` and ``time`` (and component
+        dims): each variable and ``NAME_d{k}``, ``constraint_residual``,
+        ``energy`` where defined, ``status(point)`` (CF flags) and
+        ``steps(point)``; the varied parameters are coordinates on ``point``,
+        the constants are in ``attrs["parameters"]``, per-point failure
+        messages in ``attrs["failures"]`` (JSON), and ``wall_seconds``.
+
+    Raises:
+        InputError: unknown parameter names, columns of different lengths,
+            bad settings, initial-value names that the DAE does not have.
+    """
+    wall0 = _time.perf_counter()
+    model = problem if hasattr(problem, "dae") and hasattr(problem, "initial_values") else None
+    dae = model.dae if model is not None else problem
+    if not isinstance(dae, DAE):
+        raise InputError(f"solve_batch needs a model from solver.load or a solver.DAE, got {type(problem).__name__}")
+    if model is not None:
+        if params:
+            checked = model.check_params(params)  # the model's messages for derived/structural names
+            params = {k: checked[k] for k in params}
+        t_span = t_span if t_span is not None else (model.t0, model.tend)
+        if t_eval is None and samples is None:
+            t_eval = model.t_eval()
+        tol = model.tol if tol is None else tol
+        order = model.order if order is None else order
+        max_steps = model.max_steps if max_steps is None else max_steps
+        h_max = model.h_max if h_max is None else h_max
+        init = model.init if init is None else init
+        fixed = model.fixed if fixed is None else fixed
+        values = values if values is not None else model.initial_values
+        title = title or model.title
+        extra = {"model_yaml": model.text, "model_kind": model.kind, "model_path": str(model.path or "")}
+        extra.update(extra_attrs or {})
+        extra_attrs = extra
+    elif t_span is None:
+        raise InputError("solve_batch: t_span=(t0, t1) is required for a DAE (a model has its own)")
+    t0, t1 = _time_span(t_span)
+    tol, p = _check_settings(1e-10 if tol is None else tol, order)
+    max_steps = int(max_steps or 100_000)
+    init = init or "auto"
+    t_eval = _output_times(t0, t1, t_eval, samples)
+    comp = compiled_model(dae, p, linear)
+    integ = comp.integrator
+    B, swept, constants, full = _params_table(dae, params_table, params)
+
+    # Initial values per point (values may depend on the point's parameters).
+    z_hat = np.zeros((B, integ.n_state))
+    u_guess = np.zeros((B, dae.n))
+    free = np.ones((B, integ.n_state), dtype=bool)
+    messages = [""] * B
+    bad = np.zeros(B, dtype=bool)
+    for i in range(B):
+        p_i = {k: v[i] for k, v in full.items()}
+        try:
+            spec = parse_values(integ, values(p_i) if callable(values) else values, fixed)
+        except InputError as err:
+            if not callable(values):
+                raise  # the same for every point: bad input, not a bad design
+            bad[i], messages[i] = True, f"initial values: {err}"
+            continue
+        z_hat[i], u_guess[i], free[i] = spec.z_hat, spec.u_guess, spec.free
+    z0, ok, init_msgs = comp.consistent_points(full, t0, z_hat, free, method=init, ipopt_options=ipopt_options)
+    ok &= ~bad
+    messages = [m or im for m, im in zip(messages, init_msgs)]
+    z0 = np.where(ok[:, None], z0, z_hat)
+    res = _integrate(comp, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots)
+    res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
+    residual = comp.constraint_residual_series(res["values"], t_eval, full)
+    energy = comp.energy_series(res["values"], t_eval, full)
+    settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1}
+    ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, swept=swept,
+                             constants=constants, settings=settings, messages=messages, title=title,
+                             extra_attrs=extra_attrs)
+    ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
     return ds

@@ -8,9 +8,12 @@ paths find one:
   free entries, jit- and vmap-safe: the fast path for a batch of designs;
 * :func:`ipopt_point` — the nearest consistent point to the guesses by IPOPT
   (cyipopt), the robust path and the fallback for points where Newton fails;
-* :func:`batched_consistent_points` — a whole batch of designs: vmapped
-  Newton, IPOPT only for the points Newton misses, an ``ok`` mask instead of
-  an exception.
+* :class:`IpoptDerivatives` — IPOPT's jitted constraints, sparse Jacobian
+  and Hessian (built once per compiled model, :mod:`solver.compiled`).
+
+The policy that combines them (Newton for a whole batch, IPOPT for the
+points it misses) lives in :meth:`solver.compiled.Compiled.consistent_points`,
+which also owns the compiled functions.
 
 Errors a user sees (:class:`InitialValueError`) start with one of
 
@@ -41,7 +44,10 @@ from .errors import InputError
 from .integrate import Integrator
 
 __all__ = ["parse_values", "batched_newton", "InitialValueError", "StateSpec", "ipopt_point",
-           "batched_consistent_points", "hidden_jacobian_pattern", "IPOPT_DEFAULTS"]
+           "IpoptDerivatives", "hidden_jacobian_pattern", "IPOPT_DEFAULTS", "ASSEMBLY_TOL", "state_scale"]
+
+# A state whose hidden constraints are below this (times its scale) is consistent.
+ASSEMBLY_TOL = 1e-10
 
 _KEY = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[\s*(\d+)\s*\])?\s*('*)\s*$")
 
@@ -267,12 +273,15 @@ def _greedy_colouring(pattern: sp.csr_array) -> np.ndarray:
     return colour
 
 
-class _Derivatives:
+class IpoptDerivatives:
     """Jitted hidden constraints, sparse Jacobian and Lagrangian Hessian.
 
-    Built once per integrator (cached on it): all three act on the full state
-    so that one compilation serves every choice of fixed entries; the caller
-    keeps the free columns.
+    All three act on the full state so that one compilation serves every
+    choice of fixed entries; the caller keeps the free columns.  Built once
+    per compiled model (:attr:`solver.compiled.Compiled.ipopt_derivatives`).
+
+    Args:
+        integ: the integrator.
     """
 
     def __init__(self, integ: Integrator):
@@ -315,7 +324,7 @@ class _Derivatives:
         self.n_colours = (jseed.shape[1], hseed.shape[1])
 
 
-def _gauss_newton(der: _Derivatives, params, t0, z, free_idx, rows, iters: int, tol: float):
+def _gauss_newton(der: IpoptDerivatives, params, t0, z, free_idx, rows, iters: int, tol: float):
     """Minimum-norm (least-squares when over-determined) Gauss–Newton in the free entries.
 
     Runs on the host with the already-compiled residual and sparse Jacobian,
@@ -350,14 +359,6 @@ def _gauss_newton(der: _Derivatives, params, t0, z, free_idx, rows, iters: int, 
     return z
 
 
-def _derivatives(integ: Integrator) -> _Derivatives:
-    d = getattr(integ, "_ipopt_derivatives", None)
-    if d is None:
-        d = _Derivatives(integ)
-        integ._ipopt_derivatives = d
-    return d
-
-
 # ------------------------------------------------------------------------ IPOPT
 IPOPT_DEFAULTS = {"print_level": 0, "sb": "yes", "tol": 1e-12, "acceptable_tol": 1e-9,
                   "constr_viol_tol": 1e-12, "max_iter": 200}
@@ -367,13 +368,8 @@ IPOPT_DEFAULTS = {"print_level": 0, "sb": "yes", "tol": 1e-12, "acceptable_tol":
 _IPOPT_OK = (0, 1)
 
 
-def _assembly_tol() -> float:
-    from .api import ASSEMBLY_TOL  # api imports this module: import late
-
-    return ASSEMBLY_TOL
-
-
-def _scale(z_hat) -> float:
+def state_scale(z_hat) -> float:
+    """The scale of a state for :data:`ASSEMBLY_TOL`: max(1, max |z|)."""
     return max(1.0, float(np.max(np.abs(z_hat)))) if np.size(z_hat) else 1.0
 
 
@@ -480,7 +476,8 @@ def _run_ipopt(problem: _Problem, n: int, m: int, x0, options: Mapping):
     return np.asarray(x, dtype=float), int(info["status"]), msg.strip()
 
 
-def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping | None = None) -> np.ndarray:
+def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping | None = None,
+                derivatives: IpoptDerivatives | None = None) -> np.ndarray:
     """The consistent state nearest to the guesses, keeping fixed entries (IPOPT).
 
     Solves ``min Σ_free w (z − ẑ)²`` subject to every hidden constraint = 0,
@@ -505,6 +502,8 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
         spec: guesses, fixed mask and optional weights (:func:`parse_values`).
         options: IPOPT options overriding :data:`IPOPT_DEFAULTS` (for
             example ``{"print_level": 5}`` to see IPOPT's log).
+        derivatives: the compiled :class:`IpoptDerivatives` of ``integ``
+            (pass the compiled model's to reuse them; built here if None).
 
     Returns:
         flat consistent state (numpy), fixed entries exactly as given.
@@ -523,10 +522,10 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
     t0 = float(t0)
     z_hat = np.asarray(spec.z_hat, dtype=float)
     free = np.asarray(spec.free, dtype=bool)
-    tol = _assembly_tol() * _scale(z_hat)
+    tol = ASSEMBLY_TOL * state_scale(z_hat)
     if integ.n_hidden == 0:
         return z_hat.copy()
-    der = _derivatives(integ)
+    der = derivatives if derivatives is not None else IpoptDerivatives(integ)
     free_idx = np.nonzero(free)[0]
     depends = np.zeros(integ.n_hidden, dtype=bool)
     depends[der.jac_rows[free[der.jac_cols]]] = True
@@ -574,73 +573,3 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
         f"(tolerance {tol:.3g}) at the closest point found [{_point_text(integ, z)}]; violated: "
         f"{_residual_list(integ, g, tol)}. Check the fixed values and the parameters (can the mechanism "
         "assemble?), or give better guesses." + _dof_hint(integ, spec))
-
-
-# ---------------------------------------------------------------------- batches
-def _newton_vmap(integ: Integrator):
-    fn = getattr(integ, "_newton_vmap_jit", None)
-    if fn is None:
-        # The iteration limit is traced: changing it does not recompile.
-        fn = jax.jit(jax.vmap(lambda p, t0, z, free, iters: batched_newton(integ, p, t0, z, free, iters=iters),
-                              in_axes=(0, None, 0, 0, None)))
-        integ._newton_vmap_jit = fn
-    return fn
-
-
-def batched_consistent_points(integ: Integrator, params_batch, t0, z_hat_batch, free,
-                              options: Mapping | None = None, fallback: bool = True, newton_iters: int = 40):
-    """Consistent points for a batch of designs: vmapped Newton, IPOPT where it fails.
-
-    Every point is first solved by :func:`batched_newton` (one jit+vmap call
-    for the whole batch).  A point whose residual stays above
-    ``solver.api.ASSEMBLY_TOL`` times its scale is retried by
-    :func:`ipopt_point`; a point IPOPT cannot assemble either gets
-    ``ok = False`` (no exception: one bad design never stops a sweep).
-
-    Args:
-        integ: the integrator.
-        params_batch: dict name -> array with a leading batch axis (every
-            parameter of the DAE).
-        t0: initial time (shared).
-        z_hat_batch: (batch, n_state) guesses/fixed values.
-        free: (n_state,) or (batch, n_state) bool mask of entries that may move.
-        options: IPOPT options for the fallback.
-        fallback: False to skip IPOPT (Newton only).
-        newton_iters: Gauss–Newton iteration limit.
-
-    Returns:
-        (z_batch, ok_mask): numpy (batch, n_state) and (batch,) bool; rows
-        with ok False hold the closest point Newton found.
-
-    Raises:
-        InputError: shapes that do not match the integrator or each other.
-    """
-    z_hat_batch = np.asarray(z_hat_batch, dtype=float)
-    if z_hat_batch.ndim != 2 or z_hat_batch.shape[1] != integ.n_state:
-        raise InputError(f"z_hat_batch must have shape (batch, {integ.n_state}); got {z_hat_batch.shape}")
-    nb = z_hat_batch.shape[0]
-    free_b = np.asarray(free, dtype=bool)
-    if free_b.shape not in ((integ.n_state,), (nb, integ.n_state)):
-        raise InputError(f"free must have shape ({integ.n_state},) or ({nb}, {integ.n_state}); got {free_b.shape}")
-    free_b = np.broadcast_to(free_b, (nb, integ.n_state))
-    params = {}
-    for k, v in params_batch.items():
-        a = np.asarray(v, dtype=float)
-        if a.ndim == 0 or a.shape[0] != nb:
-            raise InputError(f"parameter {k!r}: expected a leading batch axis of length {nb}, got shape {a.shape}")
-        params[k] = jnp.asarray(a)
-    z, res = _newton_vmap(integ)(params, float(t0), jnp.asarray(z_hat_batch), jnp.asarray(free_b),
-                                 jnp.asarray(int(newton_iters)))
-    z, res = np.array(z), np.asarray(res)
-    scale = np.maximum(1.0, np.max(np.abs(z_hat_batch), axis=1)) if integ.n_state else np.ones(nb)
-    ok = (res <= _assembly_tol() * scale) & np.all(np.isfinite(z), axis=1)
-    if fallback:
-        for i in np.nonzero(~ok)[0]:
-            p_i = {k: v[i] for k, v in params.items()}
-            spec = StateSpec(z_hat_batch[i], free_b[i], np.zeros(integ.dae.n))
-            try:
-                z[i] = ipopt_point(integ, p_i, t0, spec, options=options)
-                ok[i] = True
-            except InitialValueError:
-                pass
-    return z, ok

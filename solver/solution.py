@@ -1,25 +1,41 @@
-"""Integration results as an ``xarray.Dataset`` (DESIGN.md "Dataset schema")."""
+"""Integration results as an ``xarray.Dataset`` (DESIGN.md "Dataset schema").
+
+The only place that names outputs: a variable by its name, its k-th
+derivative (k < d_j) as ``NAME_d{k}``, ``constraint_residual``, ``energy``,
+``status`` and ``steps``, with units and CF flags.  One run
+(:func:`build_dataset`) and a batch of designs (:func:`build_batch_dataset`,
+with a ``point`` dimension) come from the same code, so a sweep store and a
+single run hold the same variables and attributes.  :func:`output_layout`
+gives the names and dims before any run (the sweep store's template).
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
-import math
+import json
+import sys
+from typing import Mapping, Sequence
 
 import numpy as np
 import xarray as xr
 
-import jax
-import jax.numpy as jnp
-
 from . import status as st
 
-__all__ = ["component_dim", "build_dataset", "package_versions", "state_at_outputs"]
+__all__ = ["component_dim", "output_layout", "build_dataset", "build_batch_dataset", "package_versions"]
+
+# Packages whose versions a result (one run or a sweep store) records.
+_VERSIONED = ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask", "distributed",
+              "cyipopt-wheels")
 
 
 def package_versions() -> dict:
-    """Versions of the packages a result depends on (for dataset attrs)."""
-    out = {}
-    for pkg in ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask", "cyipopt-wheels"):
+    """Versions of the packages a result depends on (for dataset attrs).
+
+    Returns:
+        dict package name -> version string, for the installed ones.
+    """
+    out = {"python": sys.version.split()[0]}
+    for pkg in _VERSIONED:
         try:
             out[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
@@ -32,6 +48,13 @@ def component_dim(dae, name: str):
 
     A DAE may declare ``dae.component_dims = {name: (dim, labels)}`` (the
     mechanism kind uses ``axis`` with x/y/z); otherwise ``{name}_index``.
+
+    Args:
+        dae: the DAE.
+        name: a vector variable's name.
+
+    Returns:
+        (dimension name, list of labels).
     """
     dims = getattr(dae, "component_dims", {}) or {}
     if name in dims:
@@ -40,113 +63,182 @@ def component_dim(dae, name: str):
     return f"{name}_index", list(range(v.size))
 
 
-def state_at_outputs(integ, values) -> np.ndarray:
-    """Flat normalised states at every output time, from dense output.
-
-    Args:
-        integ: the integrator.
-        values: dict name -> (n_out, L, *shape) derivatives.
-
-    Returns:
-        array (n_out, n_state).
-    """
-    cols = []
-    for v in integ.dae.variables:
-        arr = np.asarray(values[v.name]).reshape(values[v.name].shape[0], values[v.name].shape[1], v.size)
-        for r, c in zip(integ.state_rows[v.name], integ.state_cols[v.name]):
-            cols.append(arr[:, r, c] / math.factorial(int(r)))
-    if not cols:
-        return np.zeros((next(iter(values.values())).shape[0], 0))
-    return np.stack(cols, axis=1)
+def _variable_orders(dae) -> dict:
+    """Variable name -> max d_j over its components (0 for algebraic ones)."""
+    d = dae.structure.d
+    return {v.name: int(d[v.offset: v.offset + v.size].max()) for v in dae.variables}
 
 
-def constraint_residual_series(integ, values, t_eval, params) -> np.ndarray:
-    """max |hidden constraint| at each output time (NaN where not reached)."""
-    if integ.n_hidden == 0:
-        return np.zeros(len(t_eval))
-    Z = state_at_outputs(integ, values)
-    fn = getattr(integ, "_residual_series_jit", None)
-    if fn is None:
-        fn = jax.jit(jax.vmap(lambda z, t, p: jnp.max(jnp.abs(integ.hidden_constraints(z, t, p))), in_axes=(0, 0, None)))
-        integ._residual_series_jit = fn
-    return np.asarray(fn(jnp.asarray(Z), jnp.asarray(t_eval), params))
+def _variable_series(dae, variables=None):
+    """(output name, variable, derivative k, dims, attrs) of every variable series."""
+    orders = _variable_orders(dae)
+    names = [v.name for v in dae.variables] if variables is None else list(variables)
+    for name in names:
+        v = dae.var_index[name]
+        dims = ("time",) if v.shape == () else ("time", component_dim(dae, name)[0])
+        unit = dae.units.get(name)
+        attrs = {"long_name": name, "derivative_order": 0, "d": orders[name]}
+        if unit:
+            attrs["units"] = unit
+        yield name, name, 0, dims, attrs
+        for k in range(1, orders[name]):
+            a = {"long_name": name + "'" * k, "derivative_order": k}
+            if unit:
+                a["units"] = f"{unit}/s^{k}" if k > 1 else f"{unit}/s"
+            yield f"{name}_d{k}", name, k, dims, a
 
 
-def build_dataset(dae, integ, result, t_eval, params, settings: dict, title: str | None = None,
-                  extra_attrs: dict | None = None) -> xr.Dataset:
-    """Assemble a single run's Dataset.
+def output_layout(dae, variables: Sequence[str] | None = None):
+    """Names, dims and attributes of the per-time outputs, before any run.
 
     Args:
         dae: the DAE.
-        integ: its integrator.
-        result: the dict returned by ``Integrator.run`` (numpy or jax arrays).
-        t_eval: output times.
-        params: parameter dict used.
-        settings: solver settings (tol, order, …) for the attrs.
-        title: dataset title (default: the DAE's name).
-        extra_attrs: more attrs (e.g. the model YAML text).
+        variables: variable names to include (default: all).
 
     Returns:
-        xarray.Dataset with dims ``time`` and component dims; variables by
-        name, derivatives ``NAME_d{k}`` (k < d_j), ``constraint_residual``,
-        ``energy`` where the DAE defines one, ``status``, ``steps``.
+        (layout, coords): ``layout`` maps output name -> (dims after the
+        ``point`` dim, attrs), in dataset order: each variable, its
+        derivatives ``NAME_d{k}`` (k < d_j), ``constraint_residual`` and, for
+        a DAE with an energy, ``energy``; ``coords`` maps the component dims
+        of the included variables to their labels.
+
+    Raises:
+        KeyError: an unknown variable name.
     """
-    structure = dae.structure
-    values = {k: np.asarray(v) for k, v in result["values"].items()}
-    data = {}
-    coords = {"time": ("time", np.asarray(t_eval, dtype=float), {"units": getattr(dae, "time_units", "s")})}
-    for v in dae.variables:
-        arr = values[v.name]
-        dmax = int(structure.d[v.offset : v.offset + v.size].max())
-        dims = ("time",)
-        if v.shape != ():
-            dim, labels = component_dim(dae, v.name)
-            dims = ("time", dim)
-            coords.setdefault(dim, (dim, labels))
-        unit = dae.units.get(v.name)
-        attrs = {"long_name": v.name, "derivative_order": 0, "d": dmax}
-        if unit:
-            attrs["units"] = unit
-        data[v.name] = (dims, arr[:, 0], attrs)
-        for k in range(1, dmax):
-            a = {"long_name": f"{v.name}" + "'" * k, "derivative_order": k}
-            if unit:
-                a["units"] = f"{unit}/s^{k}" if k > 1 else f"{unit}/s"
-            data[f"{v.name}_d{k}"] = (dims, arr[:, k], a)
-    data["constraint_residual"] = (("time",), constraint_residual_series(integ, values, t_eval, params),
-                                   {"long_name": "max |hidden constraint| of the state"})
-    energy = getattr(dae, "energy_series", None)
+    layout, coords = {}, {}
+    for name, var, _, dims, attrs in _variable_series(dae, variables):
+        layout[name] = (dims, attrs)
+        if len(dims) > 1:
+            coords[dims[1]] = list(component_dim(dae, var)[1])
+    layout["constraint_residual"] = (("time",), {"long_name": "max |hidden constraint| of the state"})
+    if callable(getattr(dae, "energy_fn", None)):
+        layout["energy"] = (("time",), {"long_name": "energy"})
+    return layout, coords
+
+
+def _structure_attrs(dae) -> dict:
+    s = dae.structure
+    return {"structure_c": [int(x) for x in s.c], "structure_d": [int(x) for x in s.d],
+            "structural_index": int(s.index), "dof": int(s.dof)}
+
+
+def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
+                        swept: Mapping | None = None, constants: Mapping | None = None,
+                        settings: Mapping | None = None, messages: Sequence[str] | None = None,
+                        title: str | None = None, extra_attrs: Mapping | None = None,
+                        mask_failed: bool = True) -> xr.Dataset:
+    """Assemble the Dataset of a batch of runs (dims ``point``, ``time``, components).
+
+    Args:
+        dae: the DAE.
+        result: ``values`` (name -> (B, n_out, L, *shape) derivatives),
+            ``status`` (B,) and ``steps`` (B,), as from
+            :meth:`solver.integrate.Integrator.run_batch`.
+        t_eval: (n_out,) output times.
+        residual: (B, n_out) constraint residual series.
+        energy: (B, n_out) energy series, or None.
+        swept: parameter name -> (B, …) values that vary by point (become
+            coordinates on ``point``).
+        constants: parameter name -> value shared by every point (attrs).
+        settings: solver settings (tol, order, …) stored as ``solver_*`` attrs.
+        messages: per-point failure messages ('' for none); kept in the
+            ``failures`` attr as JSON point -> message.
+        title: dataset title (default: the DAE's name).
+        extra_attrs: more attrs (model YAML text, …).
+        mask_failed: set the series of failed points to NaN (a sweep's rule);
+            False keeps what was computed before the failure.
+
+    Returns:
+        xarray.Dataset: variables as :func:`output_layout` names them with a
+        leading ``point`` dim, ``status(point)`` int8 with CF flags,
+        ``steps(point)``; failed points' series are NaN.
+    """
+    values = {k: np.asarray(v, dtype=float) for k, v in result["values"].items()}
+    status = np.asarray(result["status"]).astype(np.int8)
+    B = status.shape[0]
+    layout, comp_coords = output_layout(dae)
+    t_eval = np.asarray(t_eval, dtype=float)
+    coords = {"time": ("time", t_eval, {"units": getattr(dae, "time_units", "s")})}
+    for dim, labels in comp_coords.items():
+        coords[dim] = (dim, labels)
+    series = {name: values[var][:, :, k] for name, var, k, _, _ in _variable_series(dae)}
+    series["constraint_residual"] = np.asarray(residual, dtype=float)
     if energy is not None:
-        data["energy"] = (("time",), np.asarray(energy(values, np.asarray(t_eval), params)), {"long_name": "energy"})
-    code = int(np.asarray(result["status"]))
-    data["status"] = ((), np.int8(code), st.cf_attrs())
-    data["steps"] = ((), int(np.asarray(result["steps"])), {"long_name": "accepted and rejected steps"})
+        series["energy"] = np.asarray(energy, dtype=float)
+    failed = status != st.SUCCESS
+    data = {}
+    for name, (dims, attrs) in layout.items():
+        if name not in series:
+            continue
+        arr = series[name].reshape((B, len(t_eval)) + series[name].shape[2:]).copy()
+        if mask_failed:
+            arr[failed] = np.nan
+        data[name] = (("point",) + dims, arr, attrs)
+    data["status"] = (("point",), status, st.cf_attrs())
+    data["steps"] = (("point",), np.asarray(result["steps"]).astype(np.int64),
+                     {"long_name": "accepted and rejected steps"})
+    coords["point"] = ("point", np.arange(B))
+    for name, vals in (swept or {}).items():
+        a = np.asarray(vals, dtype=float)
+        unit = dae.units.get(name)
+        cattrs = {"long_name": f"parameter {name}"}
+        if unit:
+            cattrs["units"] = unit
+        if a.ndim == 1:
+            coords[name] = ("point", a, cattrs)
+        else:
+            extra = tuple(f"{name}_index{i}" if i else f"{name}_index" for i in range(a.ndim - 1))
+            coords[name] = (("point",) + extra, a, cattrs)
     attrs = {
         "title": title or dae.name,
         "solver": "mechsweep Taylor-series DAE solver (DAETS method)",
-        "status_meaning": st.meaning(code),
-        "structure_c": [int(x) for x in structure.c],
-        "structure_d": [int(x) for x in structure.d],
-        "structural_index": int(structure.index),
-        "dof": int(structure.dof),
+        **_structure_attrs(dae),
         "variables": [v.name for v in dae.variables],
-        "parameters": {k: np.asarray(vv).tolist() for k, vv in params.items()},
+        "parameters": {k: np.asarray(v).tolist() for k, v in (constants or {}).items()},
         "versions": package_versions(),
     }
-    attrs.update({f"solver_{k}": v for k, v in settings.items()})
+    if messages is not None and any(messages):
+        attrs["failures"] = {str(i): m for i, m in enumerate(messages) if m}
+    attrs.update({f"solver_{k}": v for k, v in (settings or {}).items()})
     attrs.update(extra_attrs or {})
-    ds = xr.Dataset({k: xr.Variable(*v) for k, v in data.items()}, coords={k: xr.Variable(*v) for k, v in coords.items()}, attrs=_json_safe(attrs))
+    return xr.Dataset({k: xr.Variable(*v) for k, v in data.items()},
+                      coords={k: xr.Variable(*v) for k, v in coords.items()}, attrs=_json_safe(attrs))
+
+
+def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, params: Mapping | None = None,
+                  settings: Mapping | None = None, title: str | None = None,
+                  extra_attrs: Mapping | None = None) -> xr.Dataset:
+    """Assemble a single run's Dataset: :func:`build_batch_dataset` of one point, without ``point``.
+
+    Args:
+        dae: the DAE.
+        result: ``values`` (name -> (n_out, L, *shape)), ``status``, ``steps``
+            as from :meth:`solver.integrate.Integrator.run`.
+        t_eval: output times.
+        residual: (n_out,) constraint residual series.
+        energy: (n_out,) energy series or None.
+        params: the parameter values used (``parameters`` attr).
+        settings, title, extra_attrs: as for :func:`build_batch_dataset`.
+
+    Returns:
+        xarray.Dataset with dims ``time`` and component dims; ``status`` is a
+        scalar with CF flags, ``attrs["status_meaning"]`` its name.  A failed
+        run keeps the series computed before the failure (NaN after it).
+    """
+    one = {"values": {k: np.asarray(v)[None] for k, v in result["values"].items()},
+           "status": np.asarray(result["status"]).reshape(1), "steps": np.asarray(result["steps"]).reshape(1)}
+    ds = build_batch_dataset(dae, one, t_eval, residual=np.asarray(residual)[None],
+                             energy=None if energy is None else np.asarray(energy)[None],
+                             constants=params, settings=settings, title=title, extra_attrs=extra_attrs,
+                             mask_failed=False)
+    ds = ds.isel(point=0, drop=True)
+    ds.attrs["status_meaning"] = st.meaning(int(ds["status"]))
     return ds
 
 
 def _json_safe(attrs: dict) -> dict:
     """Attrs that netCDF/Zarr can store: nested dicts become JSON strings."""
-    import json
-
     out = {}
     for k, v in attrs.items():
-        if isinstance(v, dict):
-            out[k] = json.dumps(v, sort_keys=True)
-        else:
-            out[k] = v
+        out[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
     return out

@@ -1,10 +1,13 @@
-"""From a sweep spec and its model to the store schema and the batch function.
+"""A sweep's task function: a batch of the design table → ``solver.solve_batch`` → outputs and metrics.
 
 What varies (the points), what is kept (:class:`SweepContext`: model file,
-override, outputs, time grid) and where it runs (:mod:`sweep.run`) stay
-apart.  :func:`batch_fn` is module level so every worker compiles once per
-model: the model, its integrator and the jit+vmap functions are cached in the
-worker process.
+override, constants, outputs, time grid) and where it runs (:mod:`sweep.run`)
+stay apart.  The pipeline uses the solver's public API only: it turns a batch
+into :func:`solver.solve_batch` arguments and reduces the resulting Dataset to
+the store's outputs, so one run and a sweep share every name and unit.
+:func:`batch_fn` is module level, and a worker keeps one loaded model per
+model hash, whose compiled model (``solver.compiled_model``) is therefore
+built once per worker.
 """
 
 from __future__ import annotations
@@ -14,16 +17,17 @@ import hashlib
 import json
 import math
 import re
-import time
 import warnings
+from collections import OrderedDict
 from typing import Any, Mapping
 
 import numpy as np
 
+import solver
 from solver import status as codes
 from solver.errors import InputError
 
-__all__ = ["SweepContext", "build_context", "batch_fn", "simulate_points", "REDUCERS"]
+__all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS"]
 
 REDUCERS = {
     "min": lambda a: np.nanmin(a, axis=1),
@@ -44,16 +48,19 @@ class SweepContext:
     Attributes:
         model_path: the model file.
         override: nested mapping merged into the model's YAML data.
+        constants: parameter name -> value applied to every point.
         variables: output variable names (values and state derivatives).
         metrics: metric name -> (of, reduce).
         time: output times.
         schema: :class:`sweep.store.Schema` of the per-point outputs.
         attrs: dataset attributes (model text, solver settings, structure).
-        key: cache key of the model on a worker.
+        key: the model's hash (the worker's cache key).
+        batch: points per task; shorter batches are padded to it.
     """
 
     model_path: str
     override: Any
+    constants: dict
     variables: list
     metrics: dict
     time: np.ndarray
@@ -63,33 +70,23 @@ class SweepContext:
     batch: int = 0
 
 
-# ----------------------------------------------------------------- model cache
-_MODELS: dict = {}
+# A worker keeps the models it has loaded, by model hash; each model's DAE
+# keeps its compiled model alive (solver.compiled), so a worker compiles once
+# per model.  Bounded: a long-lived worker serving many sweeps.
+_WORKER_MODELS: "OrderedDict[str, Any]" = OrderedDict()
+_WORKER_MODELS_MAX = 4
 
 
 def _model(path, override, key):
-    """The model with its integrator and compiled batch functions (cached)."""
-    if key not in _MODELS:
-        from solver.models import load
-
-        model = load(path, overrides=override or None)
-        _MODELS[key] = {"model": model}
-    return _MODELS[key]
-
-
-def _integrator(entry):
-    if "integ" not in entry:
-        import jax
-
-        from solver.api import integrator_for
-        from solver.integrate import order_for_tol
-
-        model = entry["model"]
-        p = model.order or order_for_tol(model.tol)
-        integ = integrator_for(model.dae, p)
-        entry["integ"] = integ
-        entry["run"] = jax.jit(jax.vmap(integ._run, in_axes=(0, 0, 0, None, None, None, None, None, None, None)))
-    return entry["integ"]
+    """The loaded model of a sweep on this worker (cached by model hash)."""
+    if key in _WORKER_MODELS:
+        _WORKER_MODELS.move_to_end(key)
+        return _WORKER_MODELS[key]
+    model = solver.load(path, overrides=override or None)
+    _WORKER_MODELS[key] = model
+    while len(_WORKER_MODELS) > _WORKER_MODELS_MAX:
+        _WORKER_MODELS.popitem(last=False)
+    return model
 
 
 # ----------------------------------------------------------------- context
@@ -122,12 +119,11 @@ def build_context(spec) -> SweepContext:
         InputError: swept names that are not parameters of the model, unknown
             output variables or metric targets (with the valid choices).
     """
-    from solver.solution import component_dim, package_versions
+    from solver.integrate import order_for_tol
+    from solver.solution import output_layout
     from sweep.store import Schema
 
-    from solver.models import load
-
-    model = load(spec.model_path, overrides=spec.override or None)
+    model = solver.load(spec.model_path, overrides=spec.override or None)
     dae = model.dae
     valid = sorted(model.params)
     for name in list(spec.points) + list(spec.constants):
@@ -157,31 +153,20 @@ def build_context(spec) -> SweepContext:
         t = model.t0 + spec.outputs.dt * np.arange(n)
     else:
         t = model.t_eval()
-    variables, coords, attrs = {}, {}, {}
-    for w in wanted:
-        var = dae.var_index[w]
-        dims = ("time",)
-        if var.shape != ():
-            dim, labels = component_dim(dae, w)
-            coords[dim] = np.asarray(labels)
-            dims = ("time", dim)
-        dmax = int(structure.d[var.offset: var.offset + var.size].max())
-        variables[w] = dims
-        for k in range(1, dmax):
-            variables[f"{w}_d{k}"] = dims
-    variables["constraint_residual"] = ("time",)
-    if hasattr(dae, "energy_fn"):
-        variables["energy"] = ("time",)
+    layout, coords = output_layout(dae, wanted)
+    variables = {name: dims for name, (dims, _) in layout.items()}
+    var_attrs = {name: attrs for name, (_, attrs) in layout.items()}
     for mname in metrics:
         variables[mname] = ()
-    schema = Schema(time=np.asarray(t, dtype=float), variables=variables, coords=coords, attrs=attrs)
+    schema = Schema(time=np.asarray(t, dtype=float), variables=variables,
+                    coords={k: np.asarray(v) for k, v in coords.items()}, attrs=var_attrs)
     ds_attrs = {
         "title": spec.title,
         "model_yaml": model.text,
         "model_path": str(spec.model_path),
         "model_kind": model.kind,
         "solver_tol": model.tol,
-        "solver_order": model.order or 0,
+        "solver_order": int(model.order or order_for_tol(model.tol)),
         "structure_c": [int(x) for x in structure.c],
         "structure_d": [int(x) for x in structure.d],
         "structural_index": int(structure.index),
@@ -189,58 +174,13 @@ def build_context(spec) -> SweepContext:
     }
     key = hashlib.sha256(json.dumps([str(spec.model_path), model.text, spec.override], sort_keys=True,
                                     default=str).encode()).hexdigest()
-    return SweepContext(model_path=str(spec.model_path), override=spec.override, variables=wanted,
+    return SweepContext(model_path=str(spec.model_path), override=spec.override,
+                        constants={k: float(v) for k, v in spec.constants.items()}, variables=wanted,
                         metrics=metrics, time=schema.time, schema=schema, attrs=ds_attrs, key=key,
                         batch=int(spec.batch))
 
 
 # ----------------------------------------------------------------- the batch
-def simulate_points(model, points: Mapping[str, np.ndarray], t_eval, entry=None):
-    """Initialise and integrate a batch of design points with one jit+vmap call.
-
-    Args:
-        model: a :class:`solver.models.model.Model`.
-        points: parameter name -> (B,) values (others at their defaults).
-        t_eval: output times.
-        entry: cache dict (compiled functions); a fresh one if None.
-
-    Returns:
-        (status (B,) int8, steps (B,), values dict name -> (B, T, L, *shape),
-        params dict name -> (B, ...), integrator).
-    """
-    import jax
-    import jax.numpy as jnp
-
-    from solver.initialize import batched_consistent_points, parse_values
-
-    entry = entry if entry is not None else {"model": model}
-    integ = _integrator(entry)
-    B = len(next(iter(points.values()))) if points else 1
-    defaults = model.params
-    params = {k: np.broadcast_to(np.asarray(v, float), (B,) + np.shape(v)).copy() for k, v in defaults.items()}
-    for k, v in points.items():
-        params[k] = np.asarray(v, dtype=float).reshape((B,) + np.shape(defaults[k]))
-    z_hat, u_guess = [], []
-    free = None
-    for i in range(B):
-        pi = {k: params[k][i] for k in params}
-        spec = parse_values(integ, model.initial_values(pi), model.fixed)
-        z_hat.append(spec.z_hat)
-        u_guess.append(spec.u_guess)
-        free = spec.free
-    z_hat, u_guess = np.stack(z_hat), np.stack(u_guess)
-    jparams = {k: jnp.asarray(v) for k, v in params.items()}
-    z0, ok = batched_consistent_points(integ, jparams, model.t0, z_hat, free)
-    z0 = np.where(np.asarray(ok)[:, None], np.asarray(z0), z_hat)
-    res = entry["run"](jparams, jnp.asarray(z0), jnp.asarray(u_guess), model.t0, model.tend,
-                       jnp.asarray(t_eval), model.tol, model.max_steps or 100_000,
-                       model.h_max if model.h_max else jnp.inf, 0.0)
-    res = jax.tree_util.tree_map(np.asarray, res)
-    status = res["status"].astype(np.int8)
-    status = np.where(np.asarray(ok), status, np.int8(codes.NO_ASSEMBLY)).astype(np.int8)
-    return status, res["steps"], res["values"], params, integ
-
-
 def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     """The sweep's batch function: simulate one batch of design points.
 
@@ -254,89 +194,47 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     """
     from sweep.store import BatchResult
 
-    from solver.solution import state_at_outputs
-
-    entry = _model(context.model_path, context.override, context.key)
-    model = entry["model"]
+    model = _model(context.model_path, context.override, context.key)
     B = len(next(iter(points.values()))) if points else 1
     # A short last batch is padded (repeating its last point) so that every
     # batch has the same shape and the worker compiles once.
     pad = max(context.batch - B, 0) if points else 0
     padded = {k: np.concatenate([np.asarray(v, float), np.repeat(np.asarray(v, float)[-1:], pad)])
               for k, v in points.items()}
-    status, steps, all_values, all_params, integ = simulate_points(model, padded, context.time,
-                                                                   entry)
-    n_all = len(status)
-    status, steps = status[:B], np.asarray(steps)[:B]
-    values = {k: np.asarray(v)[:B] for k, v in all_values.items()}
-    dae = model.dae
+    ds = solver.solve_batch(model, padded, params=context.constants, t_eval=context.time)
+    ds = ds.isel(point=slice(0, B))
+    status = ds["status"].values.astype(np.int8)
     failed = status != codes.SUCCESS
-    data = {}
-    for w in context.variables:
-        arr = np.asarray(values[w], dtype=float)  # (B, T, L, *shape)
-        var = dae.var_index[w]
-        dmax = int(integ.prog.d[var.offset: var.offset + var.size].max())
-        data[w] = arr[:, :, 0]
-        for k in range(1, dmax):
-            data[f"{w}_d{k}"] = arr[:, :, k]
-    # Residuals and energy of the padded batch too (then cut): the same shapes
-    # in every batch, so their jitted functions also compile once per worker.
-    data["constraint_residual"] = _residuals(entry, integ, all_values, context.time, all_params,
-                                             n_all)[:B]
-    if "energy" in context.schema.variables:
-        data["energy"] = _energy(entry, dae, all_values, context.time, all_params, n_all)[:B]
+    data = {name: np.asarray(ds[name].values, dtype=float)
+            for name, dims in context.schema.variables.items() if dims and name in ds}
     for mname, (of, reduce) in context.metrics.items():
-        if of == "constraint_residual":
-            series = data["constraint_residual"]
-        else:
-            var, idx = _component_index(dae, of)
-            series = np.asarray(values[var], dtype=float)[:, :, 0]
-            if idx is not None:
-                series = series.reshape(B, series.shape[1], -1)[:, :, idx]
-            elif series.ndim > 2:
-                series = np.linalg.norm(series.reshape(B, series.shape[1], -1), axis=-1)
+        series = _metric_series(model.dae, ds, of)
         # A failed point's series is all NaN: numpy warns, the metric is NaN.
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            data[mname] = REDUCERS[reduce](series)
-    for k, v in data.items():
-        v = np.array(v, dtype=float)
-        v[failed] = np.nan
-        data[k] = v
+            value = np.array(REDUCERS[reduce](series), dtype=float)
+        value[failed] = np.nan
+        data[mname] = value
     msg = ""
     if failed.any():
         counts = {codes.meaning(c): int((status == c).sum()) for c in np.unique(status[failed])}
         msg = "failed points: " + ", ".join(f"{k}: {n}" for k, n in counts.items())
-    return BatchResult(status=status, steps=np.asarray(steps), data=data, message=msg)
+        reasons = json.loads(ds.attrs.get("failures", "{}"))
+        first = next((reasons[str(i)] for i in range(B) if str(i) in reasons), "")
+        if first:
+            msg += f"; first reason: {first}"
+    return BatchResult(status=status, steps=ds["steps"].values, data=data, message=msg)
 
 
-def _residuals(entry, integ, values, t_eval, params, B):
-    import jax
-    import jax.numpy as jnp
-
-    if integ.n_hidden == 0:
-        return np.zeros((B, len(t_eval)))
-    if "resid" not in entry:
-        one = jax.vmap(lambda z, t, p: jnp.max(jnp.abs(integ.hidden_constraints(z, t, p))), in_axes=(0, 0, None))
-        entry["resid"] = jax.jit(jax.vmap(one, in_axes=(0, None, 0)))
-    Z = np.stack([state_z(integ, values, i) for i in range(B)])
-    return np.asarray(entry["resid"](jnp.asarray(Z), jnp.asarray(t_eval), {k: jnp.asarray(v) for k, v in params.items()}))
-
-
-def state_z(integ, values, i):
-    """Normalised states of point i at every output time."""
-    from solver.solution import state_at_outputs
-
-    return state_at_outputs(integ, {k: np.asarray(v)[i] for k, v in values.items()})
-
-
-def _energy(entry, dae, values, t_eval, params, B):
-    import jax
-    import jax.numpy as jnp
-
-    if "energy" not in entry:
-        one = jax.vmap(lambda t, q, qd, p: dae.energy_fn(t, q, qd, p), in_axes=(0, 0, 0, None))
-        entry["energy"] = jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
-    q = {c.name: jnp.asarray(values[c.name])[:, :, 0] for c in dae.coords}
-    qd = {c.name: jnp.asarray(values[c.name])[:, :, 1] for c in dae.coords}
-    return np.asarray(entry["energy"](jnp.asarray(t_eval), q, qd, {k: jnp.asarray(v) for k, v in params.items()}))
+def _metric_series(dae, ds, of: str) -> np.ndarray:
+    """(B, T) series a metric reduces: a variable (norm of a vector), a component, or the residual."""
+    if of == "constraint_residual":
+        return np.asarray(ds["constraint_residual"].values, dtype=float)
+    var, idx = _component_index(dae, of)
+    series = np.asarray(ds[var].values, dtype=float)
+    B, T = series.shape[:2]
+    if idx is not None:
+        return series.reshape(B, T, -1)[:, :, idx]
+    if series.ndim > 2:
+        return np.linalg.norm(series.reshape(B, T, -1), axis=-1)
+    return series

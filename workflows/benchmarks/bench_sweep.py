@@ -111,7 +111,7 @@ def write_sweep(folder: Path, n: int, batch: int, tend: float) -> Path:
 
 # ------------------------------------------------------------ on the workers
 # These run in the worker processes (pickled by value from this script); what
-# they keep lives in the worker's model cache, sweep.pipeline._MODELS.
+# they keep lives on the worker's solver.api module (a wrapper of its _integrate).
 
 def warm_up(points: dict, context, cache_dir: str) -> dict:
     """Run one batch (compiling for its shape), then time the integration call.
@@ -126,37 +126,36 @@ def warm_up(points: dict, context, cache_dir: str) -> dict:
     """
     import time as _time
 
-    import jax
-
+    import solver.api as api
     from sweep import pipeline
 
     t0 = _time.perf_counter()
     result = run_batch_task(pipeline.batch_fn, points, context, cache_dir)
     seconds = _time.perf_counter() - t0
-    entry = pipeline._MODELS[context.key]
-    if "bench_seconds" not in entry:
-        pipeline._integrator(entry)
-        run = entry["run"]
+    if not hasattr(api, "_bench_clock"):
+        # Time the integration inside solve_batch (it returns numpy arrays,
+        # so the clock stops after the device work).
+        inner = api._integrate
+        api._bench_clock = [0.0, 0]
 
-        def timed(*args):
+        def timed(*args, **kwargs):
             t = _time.perf_counter()
-            out = jax.block_until_ready(run(*args))
-            entry["bench_seconds"] += _time.perf_counter() - t
-            entry["bench_calls"] += 1
+            out = inner(*args, **kwargs)
+            api._bench_clock[0] += _time.perf_counter() - t
+            api._bench_clock[1] += 1
             return out
 
-        entry["run"] = timed
-        entry["bench_seconds"], entry["bench_calls"] = 0.0, 0
+        api._integrate = timed
     return {"seconds": seconds, "status": np.asarray(result.status).tolist(),
             "message": result.message}
 
 
 def integration_clock(key: str) -> tuple[float, int]:
     """(seconds inside the integration call, calls) so far in this worker."""
-    from sweep import pipeline
+    import solver.api as api
 
-    entry = pipeline._MODELS.get(key, {})
-    return float(entry.get("bench_seconds", 0.0)), int(entry.get("bench_calls", 0))
+    seconds, calls = getattr(api, "_bench_clock", (0.0, 0))
+    return float(seconds), int(calls)
 
 
 # ------------------------------------------------------------ on the driver

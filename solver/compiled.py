@@ -1,0 +1,312 @@
+"""The compiled model: every jitted function of one DAE at one Taylor order.
+
+A :class:`Compiled` is built once per (DAE, order, stage solver) by
+:func:`compiled_model` and kept in this module's one registry, weakly keyed by the
+DAE, so it lives exactly as long as its DAE.  It owns
+
+* the :class:`~solver.integrate.Integrator` (whose ``run``/``run_batch`` are
+  jitted on it),
+* the vmapped Gauss–Newton of the consistent initialisation,
+* IPOPT's jitted constraint, sparse Jacobian and Hessian functions,
+* the per-output-time constraint-residual and energy series,
+
+and the one initialisation policy: Gauss–Newton for every point at once,
+IPOPT for the points Newton misses (:meth:`Compiled.consistent_points`).
+Nothing else hangs compiled functions on other objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import weakref
+from typing import Mapping
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+from .errors import InputError
+from .initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
+                         ipopt_point, state_scale)
+from .integrate import Integrator
+from .taylor import TaylorProgram
+
+__all__ = ["Compiled", "compiled_model", "INIT_METHODS", "LINEAR_CHOICES"]
+
+INIT_METHODS = ("auto", "newton", "ipopt")
+LINEAR_CHOICES = ("auto", "dense", "kkt")
+
+# DAE -> {(order, linear): Compiled}; an entry goes with its DAE.
+_REGISTRY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def compiled_model(dae, order: int, linear: str = "auto") -> "Compiled":
+    """The compiled model of a DAE at a Taylor order (built once, then reused).
+
+    Args:
+        dae: the DAE (:class:`solver.DAE` or a Lagrangian one).
+        order: Taylor order p (2 to 60).
+        linear: stage solver, one of ``auto``/``dense``/``kkt`` (see
+            :class:`solver.integrate.Integrator`).
+
+    Returns:
+        The :class:`Compiled` of ``(dae, order, linear)``; the same object on
+        every call while the DAE lives.
+
+    Raises:
+        InputError: an order outside 2..60 or an unknown ``linear``.
+    """
+    if not 2 <= int(order) <= 60:
+        raise InputError(f"order must be between 2 and 60, got {order}")
+    if linear not in LINEAR_CHOICES:
+        raise InputError(f"linear must be one of {', '.join(LINEAR_CHOICES)}; got {linear!r}")
+    per_dae = _REGISTRY.setdefault(dae, {})
+    key = (int(order), linear)
+    if key not in per_dae:
+        s = dae.structure
+        integ = Integrator(TaylorProgram(dae, s.c, s.d, int(order)), linear=linear)
+        per_dae[key] = Compiled(dae=dae, order=int(order), linear=linear, integrator=integ)
+    return per_dae[key]
+
+
+def compiled_of(integ: Integrator) -> "Compiled":
+    """The :class:`Compiled` that owns an integrator (one made by :func:`compiled_model`).
+
+    Raises:
+        InputError: the integrator was built by hand, not by :func:`compiled_model`.
+    """
+    for c in _REGISTRY.get(integ.dae, {}).values():
+        if c.integrator is integ:
+            return c
+    raise InputError("this Integrator was not made by solver.compiled_model() "
+                     "(or solver.api.integrator_for); build it through them to reuse its compiled functions")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Compiled:
+    """Every jitted function of one DAE at one order (see the module docstring).
+
+    Attributes:
+        dae: the DAE.
+        order: Taylor order p.
+        linear: the stage solver asked for (``integrator.linear`` is the one
+            chosen).
+        integrator: the :class:`~solver.integrate.Integrator`.
+
+    The jitted functions are built on first use (``functools.cached_property``)
+    and compiled by JAX on first call for each shape.
+    """
+
+    dae: object
+    order: int
+    linear: str
+    integrator: Integrator
+
+    # ------------------------------------------------------------ functions
+    @functools.cached_property
+    def newton_batch(self):
+        """jit(vmap(Gauss–Newton)): (params (B,…), t0, z_hat (B,n), free (B,n), iters) -> (z, residual)."""
+        integ = self.integrator
+        return jax.jit(jax.vmap(lambda p, t0, z, free, iters: batched_newton(integ, p, t0, z, free, iters=iters),
+                                in_axes=(0, None, 0, 0, None)))
+
+    @functools.cached_property
+    def ipopt_derivatives(self) -> IpoptDerivatives:
+        """IPOPT's jitted constraints, sparse Jacobian and Lagrangian Hessian."""
+        return IpoptDerivatives(self.integrator)
+
+    @functools.cached_property
+    def _residual_series(self):
+        integ = self.integrator
+        one = jax.vmap(lambda z, t, p: jnp.max(jnp.abs(integ.hidden_constraints(z, t, p))), in_axes=(0, 0, None))
+        return jax.jit(jax.vmap(one, in_axes=(0, None, 0)))
+
+    @functools.cached_property
+    def _energy_series(self):
+        dae = self.dae
+        one = jax.vmap(lambda t, q, qd, p: dae.energy_fn(t, q, qd, p), in_axes=(0, 0, 0, None))
+        return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
+
+    @property
+    def has_energy(self) -> bool:
+        """Whether the DAE defines an energy (Lagrangian and mechanism models)."""
+        return callable(getattr(self.dae, "energy_fn", None))
+
+    # ------------------------------------------------------------ series
+    def states_at_outputs(self, values) -> np.ndarray:
+        """Flat normalised states at every output time of every point.
+
+        Args:
+            values: dict name -> (B, n_out, L, *shape) derivatives (dense output).
+
+        Returns:
+            (B, n_out, n_state) array.
+        """
+        integ = self.integrator
+        first = np.asarray(next(iter(values.values())))
+        B, T = first.shape[:2]
+        cols = []
+        for v in self.dae.variables:
+            arr = np.asarray(values[v.name]).reshape(B, T, -1, v.size)
+            for r, c in zip(integ.state_rows[v.name], integ.state_cols[v.name]):
+                cols.append(arr[:, :, r, c] / float(np.prod(np.arange(1, int(r) + 1))))
+        if not cols:
+            return np.zeros((B, T, 0))
+        return np.stack(cols, axis=-1)
+
+    def constraint_residual_series(self, values, t_eval, params) -> np.ndarray:
+        """max |hidden constraint| of the state at every output time.
+
+        Args:
+            values: dict name -> (B, n_out, L, *shape).
+            t_eval: (n_out,) output times.
+            params: dict name -> (B, …) parameter values.
+
+        Returns:
+            (B, n_out) array; NaN where the output was not reached.
+        """
+        Z = self.states_at_outputs(values)
+        if self.integrator.n_hidden == 0:
+            return np.zeros(Z.shape[:2])
+        return np.asarray(self._residual_series(jnp.asarray(Z), jnp.asarray(t_eval, dtype=float),
+                                                {k: jnp.asarray(v) for k, v in params.items()}))
+
+    def energy_series(self, values, t_eval, params) -> np.ndarray | None:
+        """Energy ``q'·∂L/∂q' − L`` at every output time, or None without one.
+
+        Args: as :meth:`constraint_residual_series`.
+
+        Returns:
+            (B, n_out) array or None.
+        """
+        if not self.has_energy:
+            return None
+        q = {c.name: jnp.asarray(values[c.name])[:, :, 0] for c in self.dae.coords}
+        qd = {c.name: jnp.asarray(values[c.name])[:, :, 1] for c in self.dae.coords}
+        return np.asarray(self._energy_series(jnp.asarray(t_eval, dtype=float), q, qd,
+                                              {k: jnp.asarray(v) for k, v in params.items()}))
+
+    # ------------------------------------------------------------ initial values
+    def consistent_points(self, params_batch: Mapping, t0: float, z_hat, free, method: str = "auto",
+                          ipopt_options: Mapping | None = None, newton_iters: int = 40):
+        """Consistent states for a batch of points: Newton for all, IPOPT where it misses.
+
+        The one initialisation policy of the package: every point is solved
+        by vmapped Gauss–Newton (one compiled call for the batch, unless
+        ``method="ipopt"``); a point whose residual stays above
+        :data:`~solver.initialize.ASSEMBLY_TOL` times its scale is retried by
+        :func:`~solver.initialize.ipopt_point` (unless ``method="newton"``).
+        A point that neither assembles gets ``ok = False`` and a message; no
+        exception, so one bad design never stops a batch.
+
+        Args:
+            params_batch: dict name -> array with a leading batch axis (every
+                parameter of the DAE).
+            t0: initial time.
+            z_hat: (B, n_state) guesses and fixed values (normalised).
+            free: (n_state,) or (B, n_state) bool mask of entries that may move.
+            method: ``auto``, ``newton`` or ``ipopt``.
+            ipopt_options: options for IPOPT.
+            newton_iters: Gauss–Newton iteration limit.
+
+        Returns:
+            (z (B, n_state), ok (B,) bool, messages: list of str, '' where ok);
+            rows with ok False hold the closest point found.
+
+        Raises:
+            InputError: an unknown method, or shapes that do not match.
+        """
+        if method not in INIT_METHODS:
+            raise InputError(f"unknown initialisation method {method!r}; valid: {list(INIT_METHODS)}")
+        integ = self.integrator
+        n = integ.n_state
+        z_hat = np.asarray(z_hat, dtype=float)
+        if z_hat.ndim != 2 or z_hat.shape[1] != n:
+            raise InputError(f"z_hat must have shape (batch, {n}); got {z_hat.shape}")
+        nb = z_hat.shape[0]
+        free_b = np.asarray(free, dtype=bool)
+        if free_b.shape not in ((n,), (nb, n)):
+            raise InputError(f"free must have shape ({n},) or ({nb}, {n}); got {free_b.shape}")
+        free_b = np.broadcast_to(free_b, (nb, n))
+        params = {}
+        for k, v in params_batch.items():
+            a = np.asarray(v, dtype=float)
+            if a.ndim == 0 or a.shape[0] != nb:
+                raise InputError(f"parameter {k!r}: expected a leading batch axis of length {nb}, got shape {a.shape}")
+            params[k] = jnp.asarray(a)
+        scale = np.array([state_scale(z) for z in z_hat])
+        z = z_hat.copy()
+        ok = np.zeros(nb, dtype=bool)
+        if method in ("auto", "newton"):
+            z, ok = self._newton(params, t0, z_hat, free_b, scale, newton_iters)
+        messages = [""] * nb
+        for i in np.nonzero(~ok)[0]:
+            p_i = {k: v[i] for k, v in params.items()}
+            if method == "newton":
+                messages[i] = self._newton_failure(z[i], p_i, t0, scale[i])
+                continue
+            spec = StateSpec(z_hat[i], free_b[i], np.zeros(self.dae.n))
+            try:
+                z[i] = ipopt_point(self.integrator, p_i, t0, spec, options=ipopt_options,
+                                   derivatives=self.ipopt_derivatives)
+                ok[i] = True
+            except InitialValueError as err:
+                messages[i] = str(err)
+        return z, ok, messages
+
+    def _newton(self, params, t0, z_hat, free, scale, iters):
+        zz, rr = self.newton_batch(params, float(t0), jnp.asarray(z_hat), jnp.asarray(free),
+                                   jnp.asarray(int(iters)))
+        z, res = np.array(zz), np.asarray(rr)
+        return z, (res <= ASSEMBLY_TOL * scale) & np.all(np.isfinite(z), axis=1)
+
+    def _newton_failure(self, z, params, t0, scale) -> str:
+        if self.integrator.n_hidden == 0:
+            return "no consistent initial point found: the state is not finite"
+        g = np.asarray(self.ipopt_derivatives.g({k: jnp.asarray(v) for k, v in params.items()}, float(t0),
+                                                jnp.asarray(z)))
+        res = float(np.max(np.abs(g))) if np.all(np.isfinite(g)) else np.inf
+        worst = np.argsort(-np.abs(g))[:8]
+        lines = ", ".join(f"{self.integrator.hidden_labels[i]} = {g[i]:.3g}" for i in worst
+                          if not abs(g[i]) <= ASSEMBLY_TOL * scale)
+        return (f"no consistent initial point found by Gauss-Newton (largest constraint residual {res:.3g}); "
+                f"violated: {lines}. Check the fixed values and the parameters (can the mechanism assemble?), "
+                "give better guesses, or use init='auto' to let IPOPT try")
+
+    def consistent_point(self, params: Mapping, t0: float, spec: StateSpec, method: str = "auto",
+                         ipopt_options: Mapping | None = None) -> np.ndarray:
+        """A consistent state near the guesses, keeping fixed entries (one point).
+
+        The same policy as :meth:`consistent_points`, with IPOPT's own error
+        (violated constraints, closest point) raised when it fails.
+
+        Args:
+            params: parameter dict (no batch axis).
+            t0: initial time.
+            spec: guesses and fixed entries (:func:`solver.initialize.parse_values`).
+            method: ``auto``, ``newton`` or ``ipopt``.
+            ipopt_options: extra IPOPT options.
+
+        Returns:
+            flat consistent state (numpy).
+
+        Raises:
+            InitialValueError: no consistent point; the message lists the
+                violated constraints and their residuals.
+            InputError: an unknown method.
+        """
+        if method not in INIT_METHODS:
+            raise InputError(f"unknown initialisation method {method!r}; valid: {list(INIT_METHODS)}")
+        z_hat = np.asarray(spec.z_hat, dtype=float)
+        if method in ("auto", "newton"):
+            p1 = {k: jnp.asarray(np.asarray(v, dtype=float)[None]) for k, v in params.items()}
+            scale = np.array([state_scale(z_hat)])
+            z, ok = self._newton(p1, t0, z_hat[None], np.asarray(spec.free, dtype=bool)[None], scale, 40)
+            if ok[0]:
+                return z[0]
+            if method == "newton":
+                raise InitialValueError(self._newton_failure(z[0], params, t0, scale[0]))
+        return ipopt_point(self.integrator, params, t0, spec, options=ipopt_options,
+                           derivatives=self.ipopt_derivatives)

@@ -1,0 +1,152 @@
+"""solver.api: the front door, ``solve`` for one run and ``solve_batch`` for many designs.
+
+References: scipy's DOP853 on the pendulum's angle ODE (an independent
+integrator on the ODE form of the same physics), and ``solve`` itself for
+``solve_batch`` (the same run, point by point).
+"""
+
+import json
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import solver
+from solver import status as st
+
+T_END = 3.0
+TIMES = np.linspace(0.0, T_END, 31)
+
+
+def pendulum(t, v, p):
+    x, y, lam = v["x"], v["y"], v["lam"]
+    return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], x[0] ** 2 + y[0] ** 2 - p["L"] ** 2]
+
+
+PEND = solver.DAE(pendulum, variables=["x", "y", "lam"], params={"g": 9.81, "L": 1.0})
+
+
+def release(p):
+    """Released at rest from x = 0.8 L (y found by the consistent-point solver)."""
+    return {"x": 0.8 * float(p["L"]), "y": 0.5, "x'": 0.0, "y'": 0.0}
+
+
+def scipy_x(L, g=9.81):
+    """x(t) = L sin θ(t), θ'' = −(g/L) sin θ, from DOP853 at tight tolerances."""
+    sol = solve_ivp(lambda t, s: [s[1], -(g / L) * np.sin(s[0])], (0.0, T_END), [np.arcsin(0.8), 0.0],
+                    method="DOP853", rtol=1e-13, atol=1e-13, t_eval=TIMES)
+    return L * np.sin(sol.y[0])
+
+
+@pytest.fixture(scope="module")
+def batch():
+    lengths = np.array([0.5, 1.0, 2.0, 0.25])
+    return lengths, solver.solve_batch(PEND, {"L": lengths}, release, ["x", "x'"], t_span=(0.0, T_END),
+                                       t_eval=TIMES, tol=1e-10)
+
+
+def test_solve_batch_matches_an_independent_integrator_for_every_design(batch):
+    lengths, ds = batch
+    assert ds.sizes["point"] == 4 and (ds["status"].values == st.SUCCESS).all()
+    np.testing.assert_array_equal(ds["L"].values, lengths)
+    for i, L in enumerate(lengths):
+        np.testing.assert_allclose(ds["x"].values[i], scipy_x(L), rtol=0, atol=1e-8 * L)
+    assert ds["constraint_residual"].max() < 1e-9
+
+
+def test_each_point_of_a_batch_is_the_run_solve_makes(batch):
+    lengths, ds = batch
+    for i, L in enumerate(lengths):
+        one = solver.solve(PEND, (0.0, T_END), release({"L": L}), ["x", "x'"], tol=1e-10, t_eval=TIMES,
+                           params={"L": L})
+        assert set(one.data_vars) == set(ds.data_vars)
+        for name in ("x", "x_d1", "y", "y_d1", "lam"):
+            np.testing.assert_allclose(ds[name].values[i], one[name].values, rtol=0, atol=1e-12)
+        assert int(ds["steps"].values[i]) == int(one["steps"])
+
+
+def test_a_design_that_cannot_assemble_fails_alone_with_its_reason():
+    # x0 = 0.8 L with a fixed x0 of 1.6: a rod of length 1 cannot reach it.
+    ds = solver.solve_batch(PEND, {"L": [1.0, 2.0]}, {"x": 1.6, "y": 0.5, "x'": 0.0, "y'": 0.0}, ["x", "x'"],
+                            t_span=(0.0, 1.0), samples=5, tol=1e-8)
+    assert ds["status"].values.tolist() == [st.NO_ASSEMBLY, st.SUCCESS]
+    assert np.isnan(ds["x"].values[0]).all() and np.isfinite(ds["x"].values[1]).all()
+    reason = json.loads(ds.attrs["failures"])
+    assert list(reason) == ["0"] and reason["0"].startswith("no consistent initial point found")
+
+
+def test_constants_apply_to_every_point_and_are_recorded():
+    moon = solver.solve_batch(PEND, {"L": [1.0]}, release, ["x", "x'"], params={"g": 1.6},
+                              t_span=(0.0, T_END), t_eval=TIMES, tol=1e-10)
+    np.testing.assert_allclose(moon["x"].values[0], scipy_x(1.0, g=1.6), rtol=0, atol=1e-8)
+    assert json.loads(moon.attrs["parameters"]) == {"g": 1.6}
+
+
+def test_a_model_supplies_every_default(tmp_path):
+    path = tmp_path / "pendulum.yaml"
+    path.write_text("""\
+Title: Pendulum
+Kind: DAE
+PhysicalParams: {g: 9.81, L: 1.0}
+Variables: [x, y, lam]
+Equations: ["x'' + lam*x", "y'' + lam*y - g", "x**2 + y**2 - L**2"]
+ProblemData:
+  tend: 3
+  values: {x: 0.8*L, y: 0.5, x': 0, y': 0}
+  fixed: [x, x']
+  samples: 31
+SolverParams:
+  Integration: {tol: 1.0e-10}
+""")
+    model = solver.load(path)
+    ds = solver.solve_batch(model, {"L": [0.5, 2.0]})
+    assert ds.attrs["title"] == "Pendulum" and ds.attrs["model_kind"] == "DAE"
+    np.testing.assert_allclose(ds["time"].values, TIMES)
+    for i, L in enumerate((0.5, 2.0)):
+        np.testing.assert_allclose(ds["x"].values[i], scipy_x(L), rtol=0, atol=1e-8 * L)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"params_table": {"M": [1.0]}}, "params_table: 'M' is not a parameter; the parameters are L, g"),
+    ({"params_table": {"L": [1.0, 2.0], "g": [1.0]}},
+     "params_table columns differ in length: 'g' has 1 points, others 2"),
+    ({"params_table": {"L": [1.0]}, "params": {"L": 2.0}},
+     "parameter 'L' is both in params_table (varied) and in params (constant); give it in one of them"),
+    ({"params_table": {"L": [[1.0]]}},
+     "params_table['L'] must have shape (points,) + () (one value per point), got (1, 1)"),
+])
+def test_bad_tables_are_refused_with_the_fix(kwargs, message):
+    with pytest.raises(solver.InputError) as err:
+        solver.solve_batch(PEND, values=release({"L": 1.0}), fixed=["x"], t_span=(0.0, 1.0), **kwargs)
+    assert str(err.value) == message
+
+
+def test_a_dae_needs_a_time_span_and_the_problem_must_be_a_model_or_dae():
+    with pytest.raises(solver.InputError, match=r"t_span=\(t0, t1\) is required for a DAE"):
+        solver.solve_batch(PEND, {"L": [1.0]}, release)
+    with pytest.raises(solver.InputError, match="needs a model from solver.load or a solver.DAE, got dict"):
+        solver.solve_batch({"L": 1.0}, {"L": [1.0]}, release)
+
+
+def test_one_compiled_model_per_dae_and_order():
+    comp = solver.compiled_model(PEND, 6)
+    assert solver.compiled_model(PEND, 6) is comp
+    assert solver.api.integrator_for(PEND, 6) is comp.integrator
+    assert solver.compiled_model(PEND, 7) is not comp
+    twin = solver.DAE(pendulum, variables=["x", "y", "lam"], params={"g": 9.81, "L": 1.0})
+    assert solver.compiled_model(twin, 6) is not comp
+    with pytest.raises(solver.InputError, match="order must be between 2 and 60, got 61"):
+        solver.compiled_model(PEND, 61)
+    with pytest.raises(solver.InputError, match="linear must be one of auto, dense, kkt; got 'lu'"):
+        solver.compiled_model(PEND, 6, linear="lu")
+
+
+def test_solve_checks_its_arguments():
+    with pytest.raises(solver.InputError, match=r"t_span must have t1 > t0, got \(1.0, 0.0\)"):
+        solver.solve(PEND, (1.0, 0.0), release({"L": 1.0}))
+    with pytest.raises(solver.InputError, match=r"tol must be a number in \(0, 1\), got 2"):
+        solver.solve(PEND, (0.0, 1.0), release({"L": 1.0}), tol=2)
+    with pytest.raises(solver.InputError, match="t_eval must be sorted times within t_span"):
+        solver.solve(PEND, (0.0, 1.0), release({"L": 1.0}), t_eval=[0.5, 0.2])
+    with pytest.raises(solver.InputError, match=r"unknown initialisation method 'lsq'; valid: \['auto', 'newton', 'ipopt'\]"):
+        solver.solve(PEND, (0.0, 1.0), release({"L": 1.0}), init="lsq", order=6)
