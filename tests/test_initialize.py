@@ -2,7 +2,7 @@
 
 References are closed forms worked out by hand: the nearest point of a circle
 and the tangent projection for the pendulum, the intersection of two circles
-for the four-bar linkage (:func:`solver.examples_linkages.four_bar_assembly`).
+for the four-bar linkage (:func:`models_for_tests.four_bar_assembly`).
 """
 
 import math
@@ -15,9 +15,8 @@ import jax.numpy as jnp
 
 import solver
 from solver.api import integrator_for
-from solver.examples_linkages import four_bar, four_bar_assembly
-from solver.initialize import (InitialValueError, StateSpec, batched_consistent_points,
-                               hidden_jacobian_pattern, ipopt_point, parse_values)
+from models_for_tests import four_bar, four_bar_assembly
+from solver.initialize import InitialValueError, StateSpec, hidden_jacobian_pattern, parse_values
 
 ORDER = 4  # the hidden constraints do not depend on the Taylor order: keep compiles small
 
@@ -41,6 +40,20 @@ def pend():
 @pytest.fixture(scope="module")
 def link():
     return integrator_for(LINK, ORDER)
+
+
+def ipopt_point(integ, params, t0, spec, options=None):
+    """The nearest consistent point by IPOPT, with the compiled model's derivatives."""
+    comp = solver.compiled_model(integ.dae, integ.p)
+    return comp.consistent_point(params, t0, spec, method="ipopt", ipopt_options=options)
+
+
+def batched_consistent_points(integ, params, t0, guess, free, fallback=True, newton_iters=40):
+    """(z, ok) of the compiled model's batch policy: Newton, then IPOPT if ``fallback``."""
+    comp = solver.compiled_model(integ.dae, integ.p)
+    z, ok, _ = comp.consistent_points(params, t0, guess, free, method="auto" if fallback else "newton",
+                                      newton_iters=newton_iters)
+    return z, ok
 
 
 def state(integ, values):
@@ -216,6 +229,20 @@ def test_batch_marks_impossible_designs_and_keeps_the_rest(link):
     np.testing.assert_allclose(zb[ok], exact[ok], atol=1e-11)
 
 
+def test_batch_failure_messages_say_why_and_leave_the_others_empty(link):
+    params, guess, free, _ = design_batch(link, np.random.default_rng(2))
+    params["d"] = params["d"].copy()
+    params["d"][2] = 9.0
+    comp = solver.compiled_model(LINK, ORDER)
+    _, ok, messages = comp.consistent_points(params, 0.0, guess, free)
+    assert [bool(m) for m in messages] == list(~ok) == [i == 2 for i in range(BATCH)]
+    assert messages[2].startswith("no consistent initial point found (IPOPT status")
+    _, _, newton_only = comp.consistent_points(params, 0.0, guess, free, method="newton")
+    assert newton_only[2].startswith("no consistent initial point found by Gauss-Newton")
+    with pytest.raises(solver.InputError, match=r"unknown initialisation method 'lsq'; valid: \['auto', 'newton', 'ipopt'\]"):
+        comp.consistent_points(params, 0.0, guess, free, method="lsq")
+
+
 def test_batch_falls_back_to_ipopt_where_newton_stops_short(link):
     # Two Newton iterations cannot converge from these rough guesses; IPOPT
     # completes every point.
@@ -229,9 +256,7 @@ def test_batch_falls_back_to_ipopt_where_newton_stops_short(link):
 
 # ------------------------------------------------------------ derivatives, options
 def test_compressed_jacobian_and_hessian_match_central_differences(link):
-    from solver.initialize import _derivatives
-
-    der = _derivatives(link)
+    der = solver.compiled_model(LINK, ORDER).ipopt_derivatives
     rng = np.random.default_rng(4)
     z, lam = rng.normal(size=link.n_state), rng.normal(size=link.n_hidden)
     n, h = link.n_state, 1e-6

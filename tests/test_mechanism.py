@@ -300,7 +300,7 @@ def test_unknown_names_in_expressions_point_at_the_character(tmp_path):
 
 
 def test_explicit_points_and_split_names(tmp_path):
-    from solver.models.mechanism import split_point_names
+    from solver.models.mechanism_kind import split_point_names
 
     assert split_point_names("OA") == ["O", "A"]
     assert split_point_names("DC1") == ["D", "C1"]

@@ -5,8 +5,9 @@ A model file's ``Kind`` picks the builder (DESIGN.md "YAML model files"):
 * ``DAE`` — equations written out (:mod:`solver.models.dae_kind`);
 * ``Lagrangian`` — coordinates, energies, constraints
   (:mod:`solver.models.lagrangian_kind`);
-* ``Mechanism`` — the talk's parts format (:mod:`solver.models.mechanism`);
-  the default when ``PartData`` is present.
+* ``Mechanism`` — the talk's parts format (:mod:`solver.models.mechanism_kind`,
+  the physics in :mod:`solver.mechanism`); the default when ``PartData`` is
+  present.
 
 Each kind module provides ``build(data, locator, path, overrides=None) ->
 Model``.  :data:`KINDS` maps a kind name to its module; :func:`register_kind`
@@ -30,7 +31,7 @@ __all__ = ["load", "load_data", "Model", "KINDS", "register_kind", "deep_merge"]
 
 # kind name -> module path (imported lazily) or a build callable
 KINDS: dict[str, Any] = {
-    "Mechanism": "solver.models.mechanism",
+    "Mechanism": "solver.models.mechanism_kind",
     "Lagrangian": "solver.models.lagrangian_kind",
     "DAE": "solver.models.dae_kind",
 }

@@ -38,7 +38,7 @@ parameters used in sizes are *structural*: evaluated once at load time, not
 traced, and refused as sweep axes (change them with an ``Override``).
 
 ``Generator: {cloth: {...}}`` builds the talk's particle–spring cloth
-(:func:`solver.examples.cloth`) instead of reading energies, because its grid
+(:func:`solver.cloth.cloth`) instead of reading energies, because its grid
 of m×n particles cannot be written in the expression language (it has no
 loops or index arithmetic); see :func:`_cloth`.
 """
@@ -51,8 +51,9 @@ import numpy as np
 
 import jax.numpy as jnp
 
+from solver.cloth import cloth, cloth_rest_positions
 from solver.errors import InputError
-from solver.expr import ExprError, evaluate_constant, parse
+from solver.expr import evaluate_constant, parse
 from solver.lagrangian import lagrangian, point_force
 from solver.yamlio import (Locator, check_keys, format_path, require_list, require_mapping,
                            require_str)
@@ -316,8 +317,6 @@ def _cloth(data: Mapping, options: Any, loc: Locator, path, overrides) -> Model:
     is pushed upward with speed ``push``.  Coordinate ``r`` holds the 3mn
     positions; the state is fully given (an ODE for ``fixed: edges``).
     """
-    from solver.examples import cloth, cloth_rest_positions
-
     base = ("Generator", "cloth")
     opts = require_mapping(options, base, loc)
     check_keys(opts, ("rows", "cols", "fixed", "push"), ("rows", "cols"), base, loc)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from solver.dae import DAEDefinitionError
 from solver.errors import InputError
-from solver.expr import Expr, check_name, evaluate_constant, parse
+from solver.expr import check_name, evaluate_constant, parse
 from solver.sparsity import UnsupportedPrimitiveError
 from solver.structure import StructurallySingularError
 from solver.yamlio import (Locator, check_keys, format_path, require_int, require_list,
@@ -39,18 +39,36 @@ INIT_METHODS = ("auto", "newton", "ipopt")
 
 
 def deep_merge(base: Any, override: Any) -> Any:
-    """Merge ``override`` into ``base`` (neither is changed).
+    """Merge ``override`` into ``base`` without changing either.
 
-    Where both are mappings they merge key by key, recursively; anywhere else
-    the override replaces the base value whole (lists included).  This is the
-    sweep files' ``Override`` rule.
+    The one merge rule of model overrides and of the sweep files' ``Override``.
+
+    Args:
+        base: the model's data.
+        override: the data merged into it.
+
+    Returns:
+        Where both are mappings, a new mapping with ``base``'s keys in order
+        (then new keys of ``override``), each merged recursively; otherwise
+        ``override`` itself (lists and scalars replace whole; ``None`` sets
+        null).  What comes from ``override`` is copied (mappings and lists),
+        so the result shares no mutable part with it.
     """
     if isinstance(base, Mapping) and isinstance(override, Mapping):
         out = dict(base)
         for key, value in override.items():
-            out[key] = deep_merge(base[key], value) if key in base else value
+            out[key] = deep_merge(base[key], value) if key in base else _copy(value)
         return out
-    return override
+    return _copy(override)
+
+
+def _copy(value: Any) -> Any:
+    """A copy of YAML data's mappings and lists (leaves shared)."""
+    if isinstance(value, Mapping):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
 
 
 def relocate(err: InputError, file: str | None) -> InputError:

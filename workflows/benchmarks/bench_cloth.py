@@ -41,7 +41,7 @@ import jax.numpy as jnp  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report  # noqa: E402
-import solver.examples as ex  # noqa: E402
+import solver.cloth as ex  # noqa: E402
 from solver.api import integrator_for  # noqa: E402
 from solver.integrate import order_for_tol  # noqa: E402
 

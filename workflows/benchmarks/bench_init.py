@@ -5,9 +5,9 @@ speed; the crank (B, B') is fixed and the guesses for C, C' are rough (C off
 by 0.1, C' zero), so both methods have real work to do.  Compilation is done
 once before timing (a sweep compiles once and then runs many batches).
 
-The batched path is :func:`solver.initialize.batched_consistent_points` on all
+The batched path is :meth:`solver.Compiled.consistent_points` on all
 N points (one jit+vmap Gauss–Newton call, IPOPT only where Newton fails).  The
-reference is :func:`solver.initialize.ipopt_point` called point by point on
+reference is :func:`solver.initialize.ipopt_point` (``method='ipopt'``) called point by point on
 the first M points, scaled to N (said so in the output).  Every result is
 checked against the closed-form assembly.
 
@@ -20,15 +20,18 @@ import math
 import platform
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
 import jax
 import jax.numpy as jnp
 
-from solver.api import integrator_for
-from solver.examples_linkages import four_bar, four_bar_assembly
-from solver.initialize import StateSpec, batched_consistent_points, ipopt_point
+import solver
+from solver.initialize import StateSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from models_for_tests import four_bar, four_bar_assembly  # noqa: E402  (the tests' four-bar)
 
 
 def designs(integ, dae, n, seed=0):
@@ -58,27 +61,35 @@ def designs(integ, dae, n, seed=0):
 
 def main(n: int = 1000, m: int = 100):
     dae = four_bar()
-    integ = integrator_for(dae, 4)
+    comp = solver.compiled_model(dae, 4)
+    integ = comp.integrator
     params, guess, free, exact = designs(integ, dae, n)
 
+    def batched_consistent_points(fallback=True):
+        z, ok, _ = comp.consistent_points(params, 0.0, guess, free, method="auto" if fallback else "newton")
+        return z, ok
+
+    def ipopt_point(p_i, spec):
+        return comp.consistent_point(p_i, 0.0, spec, method="ipopt")
+
     # Warm up (compile) both paths on a batch of the timed size.
-    batched_consistent_points(integ, params, 0.0, guess, free)
+    batched_consistent_points()
     p0 = {k: jnp.asarray(v[0]) for k, v in params.items()}
-    ipopt_point(integ, p0, 0.0, StateSpec(guess[0], free, np.zeros(dae.n)))
+    ipopt_point(p0, StateSpec(guess[0], free, np.zeros(dae.n)))
 
     reps = 5
     t = time.perf_counter()
     for _ in range(reps):
-        zb, ok = batched_consistent_points(integ, params, 0.0, guess, free)
+        zb, ok = batched_consistent_points()
     t_batch = (time.perf_counter() - t) / reps
     err_b = float(np.max(np.abs(zb - exact)))
-    _, ok_newton = batched_consistent_points(integ, params, 0.0, guess, free, fallback=False)
+    _, ok_newton = batched_consistent_points(fallback=False)
 
     t = time.perf_counter()
     zi = []
     for i in range(m):
         p_i = {k: jnp.asarray(v[i]) for k, v in params.items()}
-        zi.append(ipopt_point(integ, p_i, 0.0, StateSpec(guess[i], free, np.zeros(dae.n))))
+        zi.append(ipopt_point(p_i, StateSpec(guess[i], free, np.zeros(dae.n))))
     t_loop_m = time.perf_counter() - t
     t_loop = t_loop_m * n / m
     err_i = float(np.max(np.abs(np.array(zi) - exact[:m])))

@@ -1,27 +1,37 @@
-"""Example mechanical models built with the Lagrangian facility.
+"""Models for the tests (and the initialisation benchmark), not part of the package.
 
-Each builder returns a :class:`solver.lagrangian.LagrangianDAE`; physical
-constants are DAE parameters (so sweeps can vary them).  Most come from the
-talk (``shared/seeds/000_8ef9bbbd8e3e220d.txt``); the car is the "rigid frame
-on four springs" of the vehicle-dynamics article.  Helpers give consistent
-initial values where they are not obvious.
+Mechanical models built with the Lagrangian facility: each builder returns a
+:class:`solver.lagrangian.LagrangianDAE` whose physical constants are DAE
+parameters (so sweeps can vary them).  Most come from the talk
+(``shared/seeds/000_8ef9bbbd8e3e220d.txt``); the car is the "rigid frame on
+four springs" of the vehicle-dynamics article.  Helpers give consistent
+initial values where they are not obvious.  The cloth lives in
+:mod:`solver.cloth` (production code builds it) and is re-exported here.
+
+Below them, a planar four-bar linkage written as a plain :class:`solver.DAE`
+with its closed-form assembly, for the initialisation tests.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 import jax
 import jax.numpy as jnp
 
-from .errors import InputError
-from .lagrangian import LagrangianDAE, lagrangian, point_force
-from .natural import assemble
+from solver.cloth import cloth, cloth_rest_positions
+from solver.dae import DAE
+from solver.errors import InputError
+from solver.lagrangian import LagrangianDAE, lagrangian, point_force
+from solver.natural import assemble
 
 __all__ = [
     "pendulum_cartesian", "pendulum_angle", "pendulum_chain", "two_particles_spring",
     "rigid_body_euler", "euler_zxz", "cloth", "cloth_rest_positions", "car",
-    "rotation_zyx", "body_angular_velocity", "omega_zxz", "omega_zyx",
+    "rotation_zyx", "body_angular_velocity", "omega_zxz", "omega_zyx", "four_bar",
+    "four_bar_assembly",
 ]
 
 
@@ -180,89 +190,6 @@ def rigid_body_euler(m=1.0, I1=1.0, I2=2.0, I3=3.0) -> LagrangianDAE:
                       name="free rigid body (Euler angles)", mass_blocks={"x": 1})
 
 
-# ------------------------------------------------------------------ cloth
-def _spring_energy(a, b, p):
-    """Σ ½ k (|b − a| − l)² over springs between arrays of end points (…, 3)."""
-    length = jnp.sqrt(_sq(b - a))
-    return 0.5 * p["k"] * jnp.sum((length - p["l"]) ** 2)
-
-
-def cloth_rest_positions(m: int, n: int, dx=1.0, dy=1.0, z=0.0) -> np.ndarray:
-    """Grid positions (m, n, 3) of particles (i, j), i = 1..m, j = 1..n: (i·dx, j·dy, z)."""
-    i, j = np.meshgrid(np.arange(1, m + 1), np.arange(1, n + 1), indexing="ij")
-    return np.stack([i * dx, j * dy, np.full(i.shape, float(z))], axis=-1)
-
-
-def cloth(m: int, n: int, M=1.0, k=100.0, l=1.0, kd=1.0, g=9.81, dx=1.0, dy=1.0,
-          fixed: str = "edges") -> LagrangianDAE:
-    """Damped particle–spring cloth of m×n particles (talk), vectorised.
-
-    Coordinate ``r`` of size 3mn (particle (i, j) at ``r.reshape(m, n, 3)[i-1, j-1]``),
-    z upward.  Each particle has mass M and energy M g z; each spring
-    ``½ k (|Δr| − l)²`` and, between two moving particles, dissipation
-    ``½ kd |Δr'|²`` (the talk's table; boundary springs undamped).
-
-    Args:
-        m, n: grid size.
-        fixed: ``"edges"``: as in the talk, indices 0 and m+1 (n+1) are fixed
-            positions (i·dx, j·dy, 0) joined by springs to the border
-            particles (an ODE of size 3mn).  ``"corners"``: no fixed ring;
-            the four corner particles are held at their rest positions by 12
-            constraints (an index-3 DAE).
-
-    Raises:
-        InputError: bad sizes or ``fixed``.
-    """
-    for nm, v in (("m", m), ("n", n)):
-        if not isinstance(v, (int, np.integer)) or v < 2:
-            raise InputError(f"cloth: {nm} must be an integer >= 2, got {v!r}")
-    if fixed not in ("edges", "corners"):
-        raise InputError(f"cloth: fixed must be 'edges' or 'corners', got {fixed!r}")
-    gi, gj = np.meshgrid(np.arange(m + 2), np.arange(n + 2), indexing="ij")
-    ring = np.ones((m + 2, n + 2, 1))
-    ring[1:-1, 1:-1] = 0.0
-    unit_i = (gi[..., None] * np.array([1.0, 0.0, 0.0])) * ring
-    unit_j = (gj[..., None] * np.array([0.0, 1.0, 0.0])) * ring
-
-    def L(t, q, qd, p):
-        r, rd = q["r"].reshape(m, n, 3), qd["r"].reshape(m, n, 3)
-        T = 0.5 * p["M"] * jnp.sum(rd * rd)
-        V = p["M"] * p["g"] * jnp.sum(r[..., 2])
-        if fixed == "edges":
-            # Padded (m+2)x(n+2) grid: the ring holds the fixed positions.
-            # Horizontal springs (i, j)-(i, j+1), i = 1..m, j = 0..n; vertical
-            # (i, j)-(i+1, j), i = 0..m, j = 1..n (ring corners are unused).
-            P = jnp.pad(r, ((1, 1), (1, 1), (0, 0))) + p["dx"] * unit_i + p["dy"] * unit_j
-            V = V + _spring_energy(P[1:-1, :-1], P[1:-1, 1:], p) \
-                  + _spring_energy(P[:-1, 1:-1], P[1:, 1:-1], p)
-        else:
-            V = V + _spring_energy(r[:, :-1], r[:, 1:], p) + _spring_energy(r[:-1], r[1:], p)
-        return T - V
-
-    def R(t, q, qd, p):
-        rd = qd["r"].reshape(m, n, 3)
-        return 0.5 * p["kd"] * (jnp.sum((rd[:, 1:] - rd[:, :-1]) ** 2)
-                                + jnp.sum((rd[1:] - rd[:-1]) ** 2))
-
-    constraints = None
-    if fixed == "corners":
-        ci = np.array([1, 1, m, m], dtype=float)
-        cj = np.array([1, n, 1, n], dtype=float)
-        rest_i = np.ravel(np.stack([ci, 0 * ci, 0 * ci], axis=-1))
-        rest_j = np.ravel(np.stack([0 * cj, cj, 0 * cj], axis=-1))
-
-        def constraints(t, q, p):
-            r = q["r"].reshape(m, n, 3)
-            # Static slices (not a gather) keep the jaxpr simple for the Taylor engine.
-            held = [r[0, 0], r[0, n - 1], r[m - 1, 0], r[m - 1, n - 1]]
-            rest = (p["dx"] * rest_i + p["dy"] * rest_j).reshape(4, 3)
-            return [h - rest[c] for c, h in enumerate(held)]
-
-    return lagrangian(L, {"r": 3 * m * n}, constraints=constraints, dissipation=R,
-                      params={"M": M, "k": k, "l": l, "kd": kd, "g": g, "dx": dx, "dy": dy},
-                      name=f"cloth {m}x{n} ({fixed} fixed)", mass_blocks="diagonal")
-
-
 # ------------------------------------------------------------------ car
 def car(m=300.0, Ixx=60.0, Iyy=120.0, Izz=150.0, k=3.0e4, c=0.0, h0=0.5, a=1.2, b=0.7,
         g=9.81, forces=None) -> LagrangianDAE:
@@ -316,3 +243,87 @@ def car(m=300.0, Ixx=60.0, Iyy=120.0, Izz=150.0, k=3.0e4, c=0.0, h0=0.5, a=1.2, 
                       params={"m": m, "Ixx": Ixx, "Iyy": Iyy, "Izz": Izz, "k": k, "c": c,
                               "h0": h0, "g": g, "F": F0},
                       name="car: rigid frame on four springs", mass_blocks={"x": 1})
+
+
+# ------------------------------------------------------------------ four-bar linkage
+# Planar, in natural (Cartesian) coordinates: ground pivots A = (0, 0) and
+# D = (d, 0), crank A–B of length a, coupler B–C of length b, rocker C–D of
+# length c.  The moving joints B and C carry point masses m under gravity g
+# (−y).  Unknowns: B (2), C (2) and the three multipliers lam of the
+# link-length constraints; an index-3 DAE with two degrees of freedom (one
+# position, one velocity).  four_bar_assembly gives the closed-form positions
+# and velocities for a crank angle and speed on either assembly branch (the
+# textbook intersection of two circles), so tests compare against geometry,
+# not against the solver.
+
+
+def _four_bar_residual(t, v, p):
+    B, C, lam = v["B"], v["C"], v["lam"][0]
+    # Spread each multiplier over the two components explicitly: the Taylor
+    # engine's product rule wants equal shapes for two series.
+    l0, l1, l2 = (jnp.broadcast_to(lam[k], (2,)) for k in range(3))
+    D = jnp.concatenate([p["d"][None], 0.0 * p["d"][None]])
+    grav = jnp.concatenate([0.0 * p["g"][None], p["m"][None] * p["g"][None]])
+    eq_b = p["m"] * B[2] + grav + 2.0 * l0 * B[0] + 2.0 * l1 * (B[0] - C[0])
+    eq_c = p["m"] * C[2] + grav + 2.0 * l1 * (C[0] - B[0]) + 2.0 * l2 * (C[0] - D)
+    # (jnp.stack has no Taylor rule; concatenation does.)
+    cons = jnp.concatenate([
+        (jnp.sum(B[0] ** 2) - p["a"] ** 2)[None],
+        (jnp.sum((C[0] - B[0]) ** 2) - p["b"] ** 2)[None],
+        (jnp.sum((C[0] - D) ** 2) - p["c"] ** 2)[None],
+    ])
+    return [eq_b, eq_c, cons]
+
+
+def four_bar(a=1.0, b=3.0, c=2.5, d=3.0, m=1.0, g=9.81) -> DAE:
+    """The four-bar linkage DAE (see the comment above).
+
+    Args:
+        a, b, c, d: crank, coupler, rocker and ground link lengths.
+        m: mass of each moving joint.
+        g: gravity.
+
+    Returns:
+        solver.DAE with variables ``B`` (2), ``C`` (2), ``lam`` (3) and
+        parameters ``a, b, c, d, m, g``.  The hidden constraints are the
+        three length constraints (``f2[i]``) and their time derivatives
+        (``f2[i]'``).
+    """
+    return DAE(_four_bar_residual, variables={"B": 2, "C": 2, "lam": 3},
+               params={"a": a, "b": b, "c": c, "d": d, "m": m, "g": g}, name="four-bar linkage")
+
+
+def four_bar_assembly(theta, omega, a, b, c, d, branch=+1):
+    """Closed-form assembled state for crank angle ``theta`` and speed ``omega``.
+
+    ``C`` is the intersection of the circle of radius ``b`` about ``B`` with
+    the circle of radius ``c`` about ``D``; ``branch = +1`` takes it to the
+    left of the direction ``B -> D`` (elbow up for a crank near the x axis),
+    ``-1`` to the right.  Velocities from the differentiated constraints.
+
+    Args:
+        theta, omega: crank angle and angular velocity.
+        a, b, c, d: link lengths.
+        branch: +1 or -1.
+
+    Returns:
+        dict with numpy arrays ``B, C, Bd, Cd``.
+
+    Raises:
+        ValueError: the links cannot close at this crank angle.
+    """
+    B = a * np.array([math.cos(theta), math.sin(theta)])
+    D = np.array([d, 0.0])
+    e = D - B
+    r = float(np.hypot(*e))
+    x = (b * b - c * c + r * r) / (2 * r)
+    h2 = b * b - x * x
+    if h2 < 0:
+        raise ValueError(f"the four-bar ({a}, {b}, {c}, {d}) cannot close at crank angle {theta}")
+    u = e / r
+    C = B + x * u + branch * math.sqrt(h2) * np.array([-u[1], u[0]])
+    Bd = a * omega * np.array([-math.sin(theta), math.cos(theta)])
+    # (C − B)·(C' − B') = 0 and (C − D)·C' = 0.
+    M = np.array([C - B, C - D])
+    Cd = np.linalg.solve(M, np.array([(C - B) @ Bd, 0.0]))
+    return {"B": B, "C": C, "Bd": Bd, "Cd": Cd}

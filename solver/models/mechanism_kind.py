@@ -1,10 +1,12 @@
-"""Kind: Mechanism — the talk's parts format, assembled into a Lagrangian DAE.
+"""Kind: Mechanism — reading the talk's parts format into a model.
 
 A mechanism file (``configs/mechanisms/mechanism0.yaml`` is the talk's
-Mechanism0, verbatim) lists parts that share named points; this module turns
-it into L = T − V, holonomic constraints C, a Rayleigh dissipation R and
-applied forces Q in natural coordinates, and hands them to
-:func:`solver.lagrangian.lagrangian`.
+Mechanism0, verbatim) lists parts that share named points.  This module
+reads and checks it (every message names the file, key path and line) into
+a :class:`solver.mechanism.Mechanism`, the physics that assembles L = T − V,
+the constraints C, a Rayleigh dissipation R and applied forces Q in natural
+coordinates into a Lagrangian DAE, and wraps that DAE with the file's
+problem data in a :class:`MechanismModel` (:func:`build`).
 
 Top-level keys::
 
@@ -111,22 +113,22 @@ order follows from it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-import jax
 import jax.numpy as jnp
 
 from solver.errors import InputError
 from solver.expr import ExprError, Expr, check_name, parse
-from solver.lagrangian import LagrangianDAE, lagrangian
-from solver.natural import RigidBody, rod_kinetic_energy
+from solver.mechanism import AXES, FIELDS, Mechanism, Part
+from solver.mechanism import PART_KINDS as MECHANISM_PARTS
+from solver.natural import RigidBody
 from solver.models.model import (Model, analyse, read_animation, read_solver_params, read_times,
                                read_title, relocate)
-from solver.models.scope import ParamInfo, PositionScope, read_params
+from solver.models.scope import PositionScope, read_params
 from solver.yamlio import (Locator, check_keys, describe_value, did_you_mean, format_path,
                            require_int, require_list, require_mapping, require_str)
 
@@ -135,18 +137,13 @@ __all__ = ["build", "Mechanism", "MechanismModel", "split_point_names", "PART_KI
 
 TOP_KEYS = ("Title", "Kind", "Dimension", "PhysicalParams", "PartData", "AppliedForces",
             "ProblemData", "SolverParams", "Animation")
-PART_KINDS = ("Fixed", "Particles", "Springs", "DampedSprings", "Rods", "Rigids")
+PART_KINDS = ("Fixed",) + MECHANISM_PARTS
 FORCE_KEYS = ("Gravity", "PointForces")
 PROBLEM_KEYS = ("t0", "tend", "positions", "fixedpositions", "velocities", "samples", "dt")
 DEFAULT_GRAVITY = 9.81
-AXES = "xyz"
 
 # Positional fields of the list form, in order, and their mapping-form names.
-_FIELDS = {
-    "Springs": ("stiffness", "length", "mass"),
-    "DampedSprings": ("stiffness", "length", "mass", "damping"),
-    "Rods": ("mass", "length"),
-}
+_FIELDS = {kind: FIELDS[kind] for kind in ("Springs", "DampedSprings", "Rods")}
 _LIST_FORM = {
     "Springs": "[stiffness, rest length, mass]",
     "DampedSprings": "[stiffness, rest length, mass, damping]",
@@ -206,12 +203,6 @@ def _f64(x):
     return jnp.asarray(x, dtype=jnp.float64)
 
 
-def _stack(items, axis=0):
-    """``jnp.stack`` written as concatenate: the Taylor engine has no rule for
-    jax's ``stack`` primitive, and these arrays depend on the state."""
-    return jnp.concatenate([jnp.expand_dims(x, axis) for x in items], axis=axis)
-
-
 def _shape_words(shape) -> str:
     if shape == ():
         return "a scalar"
@@ -222,337 +213,19 @@ def _shape_words(shape) -> str:
 
 @dataclass
 class _Quantity:
-    """One expression from the file, with where it came from."""
+    """One expression from the file, with where it came from.
+
+    Called as the physics wants its values (:class:`solver.mechanism.Part`):
+    ``q(values)`` or, for a point force, ``q(values, rates)``.
+    """
 
     expr: Expr
     path: tuple
     default: np.ndarray = None  # value at the default parameters
+    what: str = "a PhysicalParams constant"  # what a name is, for messages
 
-    def __call__(self, scope):
-        return _f64(self.expr.evaluate(scope))
-
-
-@dataclass
-class _Part:
-    kind: str
-    name: str
-    points: tuple
-    path: tuple
-    q: dict = field(default_factory=dict)  # field name -> _Quantity
-
-
-# ------------------------------------------------------------------ the model
-class Mechanism:
-    """A mechanism read from a file: parts, points, forces, initial data.
-
-    Built by :func:`build`; it provides the Lagrangian pieces as pure
-    ``jax.numpy`` callables of traced parameters (``lagrangian_fn``,
-    ``constraints_fn``, ``dissipation_fn``, ``forces_fn``) and
-    :meth:`to_dae`.
-
-    Attributes:
-        dim: 2 or 3.
-        title: the Title.
-        param_info: the PhysicalParams (:class:`solver.models.scope.ParamInfo`):
-            free ones are the DAE's traced parameters, derived ones are
-            computed from them inside the residual.
-        parts: list of parts (kind, name, points, quantities).
-        fixed_points: name -> :class:`_Quantity` of its world position.
-        moving: names of the moving points (coordinates), in order of first use.
-        gravity: :class:`_Quantity` of the gravity vector, or None.
-        point_forces: point -> :class:`_Quantity` of the applied force.
-        multiplier: the multiplier variable's name.
-    """
-
-    def __init__(self, dim: int, title: str):
-        self.dim, self.title = dim, title
-        self.param_info: ParamInfo | None = None
-        self.parts: list[_Part] = []
-        self.fixed_points: dict[str, _Quantity] = {}
-        self.moving: list[str] = []
-        self.gravity: _Quantity | None = None
-        self.point_forces: dict[str, _Quantity] = {}
-        self.multiplier = "lam"
-
-    # -------------------------------------------------------- evaluation
-    def env(self, p) -> "_Env":
-        """Every parameter-dependent quantity of the parts, evaluated once.
-
-        Args:
-            p: the free (traced) parameters; derived ones are computed here.
-
-        Returns:
-            :class:`_Env` holding the scope, the parts' values, the rigid
-            bodies' frames and mass properties, the fixed points and gravity.
-        """
-        # The Lagrangian facility calls L, C, R and Q several times per
-        # residual (inside grad/jvp) with the same parameter values; building
-        # the environment once keeps the traced residual small.  The cache
-        # holds the values themselves, so identity means the same trace.
-        values = tuple(p[k] for k in self.param_info.free)
-        cached = getattr(self, "_env_cache", None)
-        if cached is not None and len(cached[0]) == len(values) and all(
-                a is b for a, b in zip(cached[0], values)):
-            return cached[1]
-        env = _Env(self, p)
-        self._env_cache = (values, env)
-        return env
-
-    def _axes(self, X, frame):
-        """The body's moving orthonormal axes [i, j, (k)] (world columns of Q)
-        from the world positions X of its basic points (the frame rule)."""
-        R = frame
-        i = (X[1] - X[0]) / R[0]
-        if self.dim == 2:
-            return [i, _stack([-i[1], i[0]])]
-        j = (X[2] - X[0] - R[1] * i) / R[2]
-        return [i, j, jnp.cross(i, j)]
-
-    def _axes_rate(self, X, V, frame):
-        """Rates [i̇, j̇, (k̇)] of the axes; k = i × j gives k̇ = i̇ × j + i × j̇."""
-        R = frame
-        i = (X[1] - X[0]) / R[0]
-        di = (V[1] - V[0]) / R[0]
-        if self.dim == 2:
-            return [di, _stack([-di[1], di[0]])]
-        j = (X[2] - X[0] - R[1] * i) / R[2]
-        dj = (V[2] - V[0] - R[1] * di) / R[2]
-        return [di, dj, jnp.cross(di, j) + jnp.cross(i, dj)]
-
-    @staticmethod
-    def _combine(axes, coeffs):
-        """Σ_k coeffs[k] axes[k]: a canonical vector taken to the world."""
-        out = coeffs[0] * axes[0]
-        for k in range(1, len(axes)):
-            out = out + coeffs[k] * axes[k]
-        return out
-
-    def _points(self, q, env):
-        out = dict(env.fixed)
-        out.update({n: _f64(q[n]) for n in self.moving})
-        return out
-
-    def _rates(self, qd):
-        zero = jnp.zeros((self.dim,), dtype=jnp.float64)
-        out = {n: zero for n in self.fixed_points}
-        out.update({n: _f64(qd[n]) for n in self.moving})
-        return out
-
-    def kinetic_energy(self, t, q, qd, p, env=None):
-        """Total kinetic energy T (q, qd: dicts point -> array; p: free params)."""
-        env = env or self.env(p)
-        X, V = self._points(q, env), self._rates(qd)
-        T = jnp.float64(0.0)
-        for part, val in zip(self.parts, env.parts):
-            if part.kind == "Particles":
-                v = V[part.points[0]]
-                T = T + 0.5 * val["mass"] * jnp.dot(v, v)
-            elif part.kind in ("Springs", "DampedSprings", "Rods"):
-                a, b = part.points
-                T = T + rod_kinetic_energy(val["mass"], V[a], V[b])
-            elif part.kind == "Rigids":
-                basic = part.points[:self.dim]
-                if all(n in self.fixed_points for n in basic):
-                    continue
-                pos, vel = [X[n] for n in basic], [V[n] for n in basic]
-                rates = self._axes_rate(pos, vel, val["frame"])
-                T = T + _rigid_kinetic(val["mass"], val["centroid_K"], val["Theta_K"], vel[0],
-                                       rates)
-        return T
-
-    def potential_energy(self, t, q, p, env=None):
-        """Total potential energy V: springs and gravity."""
-        env = env or self.env(p)
-        X, g = self._points(q, env), env.gravity
-        V = jnp.float64(0.0)
-        for part, val in zip(self.parts, env.parts):
-            if part.kind in ("Springs", "DampedSprings"):
-                a, b = part.points
-                dx = X[a] - X[b]
-                V = V + 0.5 * val["stiffness"] * (jnp.sqrt(jnp.dot(dx, dx)) - val["length"]) ** 2
-            if g is None:
-                continue
-            if part.kind == "Particles":
-                V = V - val["mass"] * jnp.dot(g, X[part.points[0]])
-            elif part.kind in ("Springs", "DampedSprings", "Rods"):
-                a, b = part.points
-                V = V - val["mass"] * jnp.dot(g, 0.5 * (X[a] + X[b]))
-            elif part.kind == "Rigids":
-                basic = [X[n] for n in part.points[:self.dim]]
-                axes = self._axes(basic, val["frame"])
-                V = V - val["mass"] * jnp.dot(g, basic[0] + self._combine(axes, val["centroid_K"]))
-        return V
-
-    def lagrangian_fn(self, t, q, qd, p):
-        """L = T − V (the callable given to :func:`solver.lagrangian.lagrangian`)."""
-        env = self.env(p)
-        return self.kinetic_energy(t, q, qd, p, env) - self.potential_energy(t, q, p, env)
-
-    def constraint_list(self, X, env) -> list[tuple[str, tuple, Any]]:
-        """Every holonomic constraint as (label, points involved, value)."""
-        out = []
-        for part, val in zip(self.parts, env.parts):
-            if part.kind == "Rods":
-                a, b = part.points
-                dx = X[a] - X[b]
-                out.append((f"Rods.{part.name}: length", (a, b),
-                            jnp.dot(dx, dx) - val["length"] ** 2))
-            elif part.kind == "Rigids":
-                out += self._rigid_constraints(part, val, X)
-        return out
-
-    def _rigid_constraints(self, part, val, X):
-        geom = val["Geom"]
-        pts, d = part.points, self.dim
-        o = X[pts[0]]
-        b, b0 = X[pts[1]] - o, geom[0]
-        where = f"Rigids.{part.name}"
-        out = [(f"{where}: |{pts[1]}-{pts[0]}|", pts[:2], jnp.dot(b, b) - jnp.dot(b0, b0))]
-        if d == 3:
-            c, c0 = X[pts[2]] - o, geom[1]
-            out += [(f"{where}: |{pts[2]}-{pts[0]}|", (pts[0], pts[2]),
-                     jnp.dot(c, c) - jnp.dot(c0, c0)),
-                    (f"{where}: angle at {pts[0]}", pts[:3], jnp.dot(b, c) - jnp.dot(b0, c0))]
-        if len(pts) > d:
-            axes = self._axes([X[n] for n in pts[:d]], val["frame"])
-            for k in range(d, len(pts)):
-                gap = X[pts[k]] - (o + self._combine(axes, val["Geom_K"][k - 1]))
-                for ax in range(d):
-                    out.append((f"{where}: {pts[k]}{AXES[ax]} on the body",
-                                tuple(pts[:d]) + (pts[k],), gap[ax]))
-        return out
-
-    def constraints_fn(self, t, q, p):
-        """Constraints (= 0) that involve at least one moving point."""
-        env = self.env(p)
-        return [val for _, pts, val in self.constraint_list(self._points(q, env), env)
-                if any(n not in self.fixed_points for n in pts)]
-
-    def dissipation_fn(self, t, q, qd, p):
-        """Rayleigh R = ½ c (d/dt|A − B|)² summed over damped springs."""
-        env = self.env(p)
-        X, V = self._points(q, env), self._rates(qd)
-        R = jnp.float64(0.0)
-        for part, val in zip(self.parts, env.parts):
-            if part.kind == "DampedSprings":
-                a, b = part.points
-                dx, dv = X[a] - X[b], V[a] - V[b]
-                rate = jnp.dot(dx, dv) / jnp.sqrt(jnp.dot(dx, dx))
-                R = R + 0.5 * val["damping"] * rate ** 2
-        return R
-
-    def forces_fn(self, t, q, qd, p):
-        """Applied point forces as generalised forces {point: F}."""
-        values = {k: _f64(v) for k, v in self.param_info.resolve(p).items()}
-        values["t"] = _f64(t)
-        values.update({n: _f64(q[n]) for n in self.moving})
-        scope = _Scope(values, {n: _f64(qd[n]) for n in self.moving}, what="a parameter")
-        return {n: f(scope) for n, f in self.point_forces.items()}
-
-    # -------------------------------------------------------- the DAE
-    def to_dae(self) -> LagrangianDAE:
-        """The Euler–Lagrange DAE (coordinates = moving points)."""
-        has_c = any(any(n not in self.fixed_points for n in pts)
-                    for _, pts, _ in self._constraint_labels())
-        dae = lagrangian(
-            self.lagrangian_fn, {n: self.dim for n in self.moving},
-            constraints=self.constraints_fn if has_c else None,
-            dissipation=self.dissipation_fn if any(pt.kind == "DampedSprings" for pt in self.parts) else None,
-            forces=self.forces_fn if self.point_forces else None,
-            params=self.param_info.free, name=self.title, multiplier=self.multiplier)
-        dae.component_dims = {n: ("axis", list(AXES[:self.dim])) for n in self.moving}
-        return dae
-
-    def _constraint_labels(self):
-        env = self.env({k: _f64(v) for k, v in self.param_info.free.items()})
-        q = {n: jnp.zeros(self.dim) + 1.0 + i for i, n in enumerate(self.moving)}
-        return self.constraint_list(self._points(q, env), env)
-
-    def constraint_labels(self) -> list[str]:
-        """Labels of the constraints kept in the DAE, in multiplier order."""
-        return [lab for lab, pts, _ in self._constraint_labels()
-                if any(n not in self.fixed_points for n in pts)]
-
-    def links(self) -> list[tuple[str, str]]:
-        """Point pairs to draw: rods, springs, rigid-body outlines."""
-        out = []
-        for part in self.parts:
-            if part.kind in ("Springs", "DampedSprings", "Rods"):
-                out.append(tuple(part.points))
-            elif part.kind == "Rigids":
-                pts = part.points
-                out += [(pts[i], pts[i + 1]) for i in range(len(pts) - 1)]
-                if len(pts) > 2:
-                    out.append((pts[-1], pts[0]))
-        return out
-
-
-class _Env:
-    """Parameter-dependent values of a mechanism, evaluated once per call.
-
-    Attributes:
-        scope: expression scope of every parameter (free and derived).
-        parts: per part, a dict of its values (``mass``, ``length``… and for
-            rigid bodies ``Geom``, ``frame`` = (E, R), ``centroid``,
-            ``Theta`` = second moment about the origin point).
-        fixed: Fixed point name -> world position.
-        gravity: the gravity vector, or None.
-    """
-
-    def __init__(self, mech: "Mechanism", p):
-        self.scope = _Scope({k: _f64(v) for k, v in mech.param_info.resolve(p).items()})
-        self.fixed = {n: q(self.scope) for n, q in mech.fixed_points.items()}
-        self.gravity = None if mech.gravity is None else mech.gravity(self.scope)
-        self.parts = []
-        for part in mech.parts:
-            val = {k: q(self.scope) for k, q in part.q.items()}
-            if part.kind == "Rigids":
-                # Canonical (frame-rule) coordinates: the moving axes are then
-                # the columns of Q themselves and no matrix products are traced.
-                E, val["frame"] = _frame(val["Geom"], mech.dim)
-                val["centroid_K"] = E.T @ val["centroid"]
-                val["Geom_K"] = val["Geom"] @ E
-                Theta = _second_moment(val["mass"], val["centroid"], val["inertia"], mech.dim)
-                val["Theta_K"] = E.T @ Theta @ E
-            self.parts.append(val)
-
-
-def _frame(geom, d):
-    """(E, R) of the frame rule from the local rows of the points after the
-    origin: E's columns are the canonical axes in the local frame, R the
-    upper-triangular factor (as a tuple r11[, r12, r22]).  In these canonical
-    coordinates Q's columns are the moving axes, and W = Q Eᵀ maps local to
-    world coordinates."""
-    b = geom[0]
-    r11 = jnp.sqrt(jnp.dot(b, b))
-    e1 = b / r11
-    if d == 2:
-        return _stack([e1, _stack([-e1[1], e1[0]])], axis=1), (r11,)
-    c = geom[1]
-    r12 = jnp.dot(c, e1)
-    w = c - r12 * e1
-    r22 = jnp.sqrt(jnp.dot(w, w))
-    e2 = w / r22
-    return _stack([e1, e2, jnp.cross(e1, e2)], axis=1), (r11, r12, r22)
-
-
-def _rigid_kinetic(m, c, Theta, Od, rates):
-    """T = ½ m|Ȯ|² + m Ȯ·(Q̇ c) + ½ tr(Q̇ Θ Q̇ᵀ), canonical c and Θ, Q̇ given by
-    its columns.  Written with one (d, d) matrix so that the AD passes of
-    the Lagrangian facility stay small."""
-    Qd = _stack(rates, axis=1)
-    return (0.5 * m * jnp.dot(Od, Od) + m * jnp.dot(Od, Qd @ c)
-            + 0.5 * jnp.sum((Qd @ Theta) * Qd))
-
-
-def _second_moment(m, c, inertia, d):
-    """Θ = ∫ X Xᵀ dm about the local origin from the central inertia."""
-    if d == 2:
-        theta_c = 0.5 * inertia * jnp.eye(2)
-    else:
-        I = jnp.diag(inertia) if inertia.shape == (3,) else inertia
-        theta_c = 0.5 * jnp.trace(I) * jnp.eye(3) - I
-    return theta_c + m * jnp.outer(c, c)
+    def __call__(self, values, rates=None):
+        return _f64(self.expr.evaluate(_Scope(values, rates, what=self.what)))
 
 
 # ------------------------------------------------------------------ reading
@@ -702,7 +375,7 @@ class _Reader:
                        if isinstance(value, list) else describe_value(value))
                 raise self.fail(f"expected {form} ({len(fields)} items), got {got}", path)
             items = {f: (v, path + (k,)) for k, (f, v) in enumerate(zip(fields, value))}
-        part = _Part(kind, name, pts, path)
+        part = Part(kind, name, pts, path)
         for f, (v, p) in items.items():
             positive = f == "length"
             part.q[f] = self.quantity(v, p, ((),), f"{f} (a scalar)" if not positive else
@@ -725,7 +398,7 @@ class _Reader:
         if name in self.mech.fixed_points:
             raise self.fail(f"'{name}' is a Fixed point; a particle there would never move",
                             path)
-        part = _Part("Particles", name, (name,), path)
+        part = Part("Particles", name, (name,), path)
         part.q["mass"] = self.quantity(value, path, ((),), "mass (a scalar)", positive=True)
         return part
 
@@ -734,7 +407,7 @@ class _Reader:
         value = require_mapping(value, path, self.loc, what="a mapping with Geom and Dyna")
         check_keys(value, ("points", "Geom", "Dyna"), ("Geom", "Dyna"), path, self.loc)
         pts = self.part_points("Rigids", name, value.get("points"), (d, 64), path)
-        part = _Part("Rigids", name, pts, path)
+        part = Part("Rigids", name, pts, path)
         gp = path + ("Geom",)
         geom = require_list(value["Geom"], gp, self.loc,
                             what=f"a list of the local coordinates of {', '.join(pts[1:])}")
@@ -836,7 +509,7 @@ class _Reader:
             p = path + ("PointForces", name)
             if name not in mech.moving:
                 raise self.fail(self.unknown_point(name, "PointForces"), p)
-            qty = _Quantity(self.expr(value, p), p)
+            qty = _Quantity(self.expr(value, p), p, what="a parameter")
             try:
                 shape = np.shape(qty.expr.evaluate(scope))
             except ExprError as err:
@@ -952,22 +625,22 @@ class _Reader:
         mech, d = self.mech, self.mech.dim
         positions, velocities = self.positions, self.velocities
 
-        def component(entry, scope):
+        def component(entry, pvalues):
             qty, idx, _ = entry
-            val = np.asarray(qty(scope), dtype=float)
+            val = np.asarray(qty(pvalues), dtype=float)
             return float(val if idx is None else val[idx])
 
         def values(params: Mapping) -> dict:
-            scope = _Scope({k: _f64(v) for k, v in params.items()})
+            pvalues = {k: _f64(v) for k, v in params.items()}
             out = {}
             for pt in mech.moving:
-                out[pt] = np.array([component(positions[(pt, a)], scope) for a in range(d)])
+                out[pt] = np.array([component(positions[(pt, a)], pvalues) for a in range(d)])
                 axes = [a for a in range(d) if (pt, a) in velocities]
                 if len(axes) == d:
-                    out[pt + "'"] = np.array([component(velocities[(pt, a)], scope) for a in axes])
+                    out[pt + "'"] = np.array([component(velocities[(pt, a)], pvalues) for a in axes])
                 else:
                     for a in axes:
-                        out[f"{pt}[{a}]'"] = component(velocities[(pt, a)], scope)
+                        out[f"{pt}[{a}]'"] = component(velocities[(pt, a)], pvalues)
             return out
 
         return values
@@ -992,8 +665,8 @@ class MechanismModel(Model):
         Returns:
             dict name -> numpy array (d,).
         """
-        scope = _Scope({k: _f64(v) for k, v in self.all_params(params).items()})
-        return {n: np.asarray(q(scope)) for n, q in self.mechanism.fixed_points.items()}
+        values = {k: _f64(v) for k, v in self.all_params(params).items()}
+        return {n: np.asarray(q(values)) for n, q in self.mechanism.fixed_points.items()}
 
 
 def build(data: Any, locator: Locator, path: str | None = None,
@@ -1029,8 +702,8 @@ def build(data: Any, locator: Locator, path: str | None = None,
     analyse(dae, locator, ("PartData",))
 
     def point_scope(t, values, params):
-        pscope = _Scope({k: _f64(v) for k, v in params.items()})
-        q = {n: q_(pscope) for n, q_ in mech.fixed_points.items()}
+        pvalues = {k: _f64(v) for k, v in params.items()}
+        q = {n: q_(pvalues) for n, q_ in mech.fixed_points.items()}
         q.update({n: values[n] for n in mech.moving})
         return PositionScope(t, params, [], q, what="an animation point")
 
