@@ -3,7 +3,12 @@
 A residual is a Python function ``residual(t, v, p)`` returning a list of
 equations (scalars or arrays, each = 0).  ``v[name][k]`` is the k-th time
 derivative of variable ``name`` (an array of the declared shape) and ``p`` a
-dict of parameters.  ``ddt(expr)`` is d/dt of a sub-expression.
+dict of parameters.  ``ddt(expr)`` is d/dt of a sub-expression (defined in
+:mod:`solver.ddt`, re-exported here).
+
+This module imports :mod:`solver.ddt` and :mod:`solver.structure` (which
+never import it back); :mod:`solver.taylor` and :mod:`solver.integrate` build
+on it.
 
 The residual is traced once to a jaxpr whose inputs are, in order::
 
@@ -15,15 +20,15 @@ which the structural analysis (Σ) and the Taylor engine interpret.
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jex_core
-from jax.interpreters import ad, batching
+
+from .ddt import ddt, ddt_p
+from .structure import analyse_dae
 
 __all__ = ["DAE", "Variable", "ddt", "ddt_p", "DAEDefinitionError"]
 
@@ -34,40 +39,6 @@ MAX_DERIVATIVE_ORDER = 12
 
 class DAEDefinitionError(ValueError):
     """The residual, its variables or parameters are inconsistent."""
-
-
-# --------------------------------------------------------------------------- ddt
-ddt_p = jex_core.Primitive("ddt")
-
-
-def ddt(x):
-    """d/dt of a sub-expression of a residual.
-
-    Args:
-        x: any array expression of the residual's variables, their
-            derivatives, parameters and time.
-
-    Returns:
-        An array of the same shape standing for dx/dt.  It is understood by
-        the structural analysis (orders of every variable below it rise by
-        one) and by the Taylor engine (a shift of the series); it has no
-        pointwise numeric value of its own.
-    """
-    return ddt_p.bind(jnp.asarray(x, dtype=jnp.float64))
-
-
-def _ddt_impl(x):
-    raise RuntimeError(
-        "solver.ddt(...) has no pointwise value: evaluate the residual through "
-        "the solver (solver.solve / the Taylor engine), which differentiates it"
-    )
-
-
-ddt_p.def_impl(_ddt_impl)
-ddt_p.def_abstract_eval(lambda x: x)
-# d/dt commutes with linear maps: jvp and batching are the op itself.
-ad.deflinear2(ddt_p, lambda ct, x: [ddt_p.bind(ct)])
-batching.primitive_batchers[ddt_p] = lambda args, dims: (ddt_p.bind(args[0]), dims[0])
 
 
 # ---------------------------------------------------------------------- layout
@@ -345,8 +316,6 @@ class DAE:
     def structure(self):
         """Σ-method structural analysis (:class:`solver.structure.Structure`)."""
         if self._structure is None:
-            from .structure import analyse_dae
-
             self._structure = analyse_dae(self)
         return self._structure
 

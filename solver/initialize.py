@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from . import linalg
 from .errors import InputError
 from .integrate import Integrator
 
@@ -196,9 +197,7 @@ def batched_newton(integ: Integrator, params, t0, z_hat, free, iters: int = 40, 
         z, it, _ = c
         r = g(z)
         G = jax.jacfwd(g)(z) * mask[None, :]
-        A = G @ G.T
-        A = A + jnp.eye(A.shape[0]) * (1e-14 * jnp.trace(A) / A.shape[0] + 1e-300)
-        dz = -G.T @ jnp.linalg.solve(A, r)
+        dz = linalg.min_norm_correction(G, r)
         # Damp wild early steps from rough guesses (keeps branches apart).
         nrm = jnp.max(jnp.abs(dz))
         lim = 0.5 * (1.0 + jnp.max(jnp.abs(z)))

@@ -30,8 +30,9 @@ from jax import lax
 
 from . import linalg
 from . import status as st
+from .ddt import ddt_p
 from .errors import InputError
-from .kkt import kkt_factor, kkt_solve
+from .kkt import KKTBlocks, kkt_factor, kkt_solve
 from .taylor import TaylorProgram, order_sum, write_row
 
 __all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE"]
@@ -56,7 +57,11 @@ class Integrator:
             ``[[M, Gᵀ], [G, 0]]`` by mass blocks and a Schur complement,
             :mod:`solver.kkt`), or ``"auto"`` (default): ``"kkt"`` for a
             Lagrangian DAE of at least :data:`KKT_MIN_SIZE` unknowns whose
-            mass matrix is block diagonal, else ``"dense"``.
+            mass matrix is block diagonal, else ``"dense"``.  A DAE has the
+            Lagrangian structure when it offers ``kkt_blocks()`` returning
+            a :class:`solver.kkt.KKTBlocks` (as
+            :class:`solver.lagrangian.LagrangianDAE` does) and its offsets
+            fit that system Jacobian.
 
     Raises:
         InputError: an unknown ``linear``, or ``"kkt"`` for a DAE without the
@@ -110,12 +115,14 @@ class Integrator:
         self.max_c = int(program.c.max())
         self.max_d = int(d.max())
         self.out_orders = {v.name: max(1, int(d[v.offset : v.offset + v.size].max())) for v in dae.variables}
-        from .dae import ddt_p
-
         self._pointwise_jacobian = all(e.prim is not ddt_p for e in program.eqns)
+        self._kkt: KKTBlocks | None = None  # the DAE's KKTBlocks on the "kkt" path
         self.linear = self._choose_linear(linear)
-        # Found (and checked) eagerly: it cannot be computed inside a trace.
-        self._mass_structure = dae.mass_blocks if self.linear == "kkt" else None
+        if self.linear == "kkt":
+            # Found (and checked) eagerly: it cannot be computed inside a trace.
+            self._mass_structure = self._kkt.mass_structure
+        else:
+            self._kkt = self._mass_structure = None
         self._run_jit = jax.jit(self._run)
         # On a CPU the batch is faster without Eigen's threading of its many
         # small contractions (0.74 -> 0.54 ms per pendulum run on 2 cores;
@@ -135,18 +142,22 @@ class Integrator:
                 raise InputError(f"linear='kkt' needs a Lagrangian DAE with the system Jacobian "
                                  f"[[M, Gᵀ], [G, 0]]: {why}; use linear='dense'")
             return "kkt"
-        if why or self.dae.n < KKT_MIN_SIZE or not self.dae.mass_blocks.block_diagonal:
+        if why or self.dae.n < KKT_MIN_SIZE or not self._kkt.mass_structure.block_diagonal:
             return "dense"
         return "kkt"
 
     def _kkt_mismatch(self) -> str:
-        """Why the structured KKT solve does not apply ('' when it does)."""
-        from .lagrangian import LagrangianDAE
+        """Why the structured KKT solve does not apply ('' when it does).
 
-        dae = self.dae
-        if not isinstance(dae, LagrangianDAE):
+        Sets ``self._kkt`` to the DAE's :class:`~solver.kkt.KKTBlocks` when
+        it offers them.
+        """
+        offer = getattr(self.dae, "kkt_blocks", None)
+        kkt = offer() if callable(offer) else None
+        if not isinstance(kkt, KKTBlocks):
             return "this DAE was not built by solver.lagrangian"
-        c, d, nq = self.prog.c, self.prog.d, dae.n_q
+        self._kkt = kkt
+        c, d, nq = self.prog.c, self.prog.d, kkt.n_q
         # The EL rows (c = 0) pair with q'' (d = 2), the constraints (c = 2)
         # with λ (d = 0); anything else (e.g. a coordinate without inertia)
         # has another system Jacobian.
@@ -355,17 +366,12 @@ class Integrator:
         and λ; M and G depend on the state only, so one factorisation serves
         Newton and every later stage.
         """
-        dae = self.dae
-        p = {name: consts[self.prog.param_ids[name]] for name in dae.param_names}
-        q = {cd.name: X[cd.name][0] for cd in dae.coords}
-        qd = {cd.name: X[cd.name][1] for cd in dae.coords}
-        blocks = [(idx, 2.0 * B) for idx, B in dae._k_blocks(t0, q, qd, p, self._mass_structure)]
-        G = None
-        if dae.n_c:
-            cflat = lambda x: dae._constraints_flat(t0, dae._unflatten(x), p)
-            # Reverse mode costs n_c passes, forward mode n_q: take the fewer.
-            G = (jax.jacrev if dae.n_c < dae.n_q else jax.jacfwd)(cflat)(dae._flatten(q))
-        fact = kkt_factor(blocks, G)
+        kkt = self._kkt
+        p = {name: consts[self.prog.param_ids[name]] for name in self.dae.param_names}
+        q = {name: X[name][0] for name in kkt.coords}
+        qd = {name: X[name][1] for name in kkt.coords}
+        blocks = [(idx, 2.0 * B) for idx, B in kkt.mass_blocks(t0, q, qd, p)]
+        fact = kkt_factor(blocks, kkt.constraint_jacobian(t0, q, p))
         solve = lambda r: kkt_solve(fact, r)
         u, _ = self._newton(lambda uu: (solve(g0(uu)), ()), u_guess, (), newton_iters)
         return u, solve, fact.singular
@@ -485,14 +491,12 @@ class Integrator:
         mask = jnp.ones(z.shape) if free is None else jnp.asarray(free, dtype=z.dtype)
         G, r = jax.jacfwd(lambda y: (g(y), g(y)), has_aux=True)(z)
         G = G * mask[None, :]
-        A = G @ G.T
-        A = A + jnp.eye(A.shape[0]) * (1e-14 * jnp.trace(A) / A.shape[0] + 1e-300)
-        fact = linalg.lu_factor(A)
-        z = z - G.T @ linalg.lu_solve(fact, r)
+        fact = linalg.min_norm_factor(G)
+        z = z + linalg.min_norm_step(fact, G, r)
         res = jnp.max(jnp.abs(r))
         for _ in range(iters - 1):
             r = g(z)
-            z = z - G.T @ linalg.lu_solve(fact, r)
+            z = z + linalg.min_norm_step(fact, G, r)
             res = jnp.max(jnp.abs(r))
         return z, res
 
@@ -514,8 +518,8 @@ class Integrator:
 
         Returns:
             dict with ``values`` (name -> (n_out, L, *shape)), ``status``
-            (int8), ``steps``, ``rejected``, ``t_final``, ``z_final``,
-            ``u_final``.
+            (int8), ``steps`` (steps taken, a failed last one included),
+            ``t_final``, ``z_final``, ``u_final``.
         """
         h_max = jnp.inf if h_max is None else h_max
         fixed_step = 0.0 if fixed_step is None else fixed_step

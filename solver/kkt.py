@@ -10,20 +10,134 @@ costs O(n) per Taylor coefficient.
 
 Everything here is pure ``jax.numpy`` (safe under ``jit`` and ``vmap``);
 block indices are static numpy arrays, kept outside the traced values.
+
+The integrator learns a DAE's structure from data, not from its class: a DAE
+that offers ``kkt_blocks()`` returning :class:`KKTBlocks` (the block structure
+of M as :class:`MassBlocks`, functions for the blocks and the constraints, and
+the coordinate layout) can be solved this way.  :class:`solver.lagrangian.LagrangianDAE`
+is one; this module imports no facility.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
 from .linalg import lu_factor, lu_solve, pivots_singular
 
-__all__ = ["KKTFactor", "kkt_factor", "kkt_solve"]
+__all__ = ["MassBlocks", "KKTBlocks", "KKTFactor", "kkt_factor", "kkt_solve"]
+
+
+# ------------------------------------------------------------- the structure
+@dataclasses.dataclass(frozen=True)
+class MassBlocks:
+    """Block-diagonal structure of the mass matrix ``M = ∂²L/∂q'²``.
+
+    Attributes:
+        n: number of flat coordinates.
+        groups: tuple of int arrays of shape (nb, b): each row lists the flat
+            coordinate indices of one diagonal block; groups with equal block
+            size b are kept together so blocks can be solved batched.  All
+            indices together partition 0..n−1.  M has no entries outside
+            these blocks.
+        source: how it was found: ``"structural"`` (coupling between named
+            coordinates from the jaxpr of ∂L/∂q'), plus ``"+declared"`` when
+            the model builder declared finer blocks inside coordinates.
+    """
+
+    n: int
+    groups: tuple
+    source: str = "structural"
+
+    @property
+    def block_diagonal(self) -> bool:
+        """True unless M is one dense n×n block."""
+        return not (len(self.groups) == 1 and self.groups[0].shape[0] == 1)
+
+    @property
+    def block_sizes(self) -> list[int]:
+        """Block size b of every group."""
+        return [int(g.shape[1]) for g in self.groups]
+
+    def extract(self, M) -> list:
+        """The blocks of a dense M as ``[(index, blocks), ...]`` (for :func:`kkt_factor`)."""
+        M = jnp.asarray(M, dtype=jnp.float64)
+        return [(idx, M[idx[:, :, None], idx[:, None, :]]) for idx in self.groups]
+
+    def assemble(self, blocks) -> jnp.ndarray:
+        """Dense M from ``[(index, blocks), ...]`` (for checks and small models)."""
+        M = jnp.zeros((self.n, self.n), dtype=jnp.float64)
+        for idx, B in blocks:
+            M = M.at[idx[:, :, None], idx[:, None, :]].set(B)
+        return M
+
+    def __str__(self):
+        parts = ", ".join(f"{g.shape[0]}×({g.shape[1]}×{g.shape[1]})" for g in self.groups)
+        return f"MassBlocks(n={self.n}: {parts}; {self.source})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class KKTBlocks:
+    """A DAE's system Jacobian ``[[M, Gᵀ], [G, 0]]``, described as data.
+
+    What a DAE hands the integrator (through a method ``kkt_blocks()``) so
+    that its stage systems are solved by mass blocks and a Schur complement.
+    The DAE's unknowns are the coordinates q first (``n_q`` flat entries, in
+    the order of ``coords``), then the ``n_c`` multipliers; the equations are
+    the n_q equations of motion, then the n_c constraints C(t, q) = 0.
+
+    Attributes:
+        coords: names of the coordinate variables, in flat order.
+        n_q: number of flat coordinates.
+        n_c: number of constraints (0: an ODE).
+        mass_blocks: ``mass_blocks(t, q, qd, p) -> [(index, B), ...]``, the
+            diagonal blocks of M at a point in the layout of
+            :attr:`mass_structure` (ready for :func:`kkt_factor`); ``q``,
+            ``qd`` are dicts coordinate name -> array, ``p`` the parameter
+            dict.  Pure ``jax.numpy``.
+        constraints: ``constraints(t, q_flat, p) -> (n_c,)`` the flat
+            constraints, or None when n_c = 0.
+        flatten: coordinate dict -> flat (n_q,) array.
+        unflatten: flat (n_q,) array -> coordinate dict.
+        find_mass_structure: ``() -> MassBlocks``; host-side, may be costly
+            the first time (the DAE caches it) and may raise the DAE's own
+            errors (e.g. a declared block size that M contradicts).
+    """
+
+    coords: tuple
+    n_q: int
+    n_c: int
+    mass_blocks: Callable
+    constraints: Callable | None
+    flatten: Callable
+    unflatten: Callable
+    find_mass_structure: Callable
+
+    @property
+    def mass_structure(self) -> MassBlocks:
+        """The block structure of M (found on first use; never inside a trace)."""
+        return self.find_mass_structure()
+
+    def constraint_jacobian(self, t, q, p):
+        """G = ∂C/∂q (n_c, n_q) at a point; None when there are no constraints.
+
+        Args:
+            t: time.
+            q: coordinate dict.
+            p: parameter dict.
+        """
+        if not self.n_c:
+            return None
+        cflat = lambda x: self.constraints(t, x, p)
+        # Reverse mode costs n_c passes, forward mode n_q: take the fewer.
+        return (jax.jacrev if self.n_c < self.n_q else jax.jacfwd)(cflat)(self.flatten(q))
+
 
 @dataclasses.dataclass
 class KKTFactor:

@@ -33,7 +33,6 @@ whether ``solver`` exposes the module or the function.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import types
 from typing import Any, Callable, Mapping, Sequence
@@ -46,7 +45,7 @@ from jax.extend import core as jex_core
 
 from .dae import DAE, DAEDefinitionError, _parse_variables
 from .errors import InputError
-from .kkt import kkt_factor, kkt_solve
+from .kkt import KKTBlocks, MassBlocks, kkt_factor, kkt_solve
 
 __all__ = ["lagrangian", "LagrangianDAE", "MassBlocks", "point_force", "solve_kkt"]
 
@@ -193,54 +192,6 @@ def solve_kkt(M_blocks, G, rhs):
     if nc and tuple(G.shape) != (nc, n):
         raise InputError(f"solve_kkt: G has shape {tuple(G.shape)}, expected ({nc}, {n})")
     return kkt_solve(kkt_factor(groups, _f64(G) if nc else None), rhs)
-
-
-# ---------------------------------------------------------------- mass blocks
-@dataclasses.dataclass(frozen=True)
-class MassBlocks:
-    """Block-diagonal structure of the mass matrix ``M = ∂²L/∂q'²``.
-
-    Attributes:
-        n: number of flat coordinates.
-        groups: tuple of int arrays of shape (nb, b): each row lists the flat
-            coordinate indices of one diagonal block; groups with equal block
-            size b are kept together so blocks can be solved batched.  All
-            indices together partition 0..n−1.  M has no entries outside
-            these blocks.
-        source: how it was found: ``"structural"`` (coupling between named
-            coordinates from the jaxpr of ∂L/∂q'), plus ``"+declared"`` when
-            the model builder declared finer blocks inside coordinates.
-    """
-
-    n: int
-    groups: tuple
-    source: str = "structural"
-
-    @property
-    def block_diagonal(self) -> bool:
-        """True unless M is one dense n×n block."""
-        return not (len(self.groups) == 1 and self.groups[0].shape[0] == 1)
-
-    @property
-    def block_sizes(self) -> list[int]:
-        """Block size b of every group."""
-        return [int(g.shape[1]) for g in self.groups]
-
-    def extract(self, M) -> list:
-        """The blocks of a dense M as ``[(index, blocks), ...]`` (for solve_kkt)."""
-        M = _f64(M)
-        return [(idx, M[idx[:, :, None], idx[:, None, :]]) for idx in self.groups]
-
-    def assemble(self, blocks) -> jnp.ndarray:
-        """Dense M from ``[(index, blocks), ...]`` (for checks and small models)."""
-        M = jnp.zeros((self.n, self.n), dtype=jnp.float64)
-        for idx, B in blocks:
-            M = M.at[idx[:, :, None], idx[:, None, :]].set(B)
-        return M
-
-    def __str__(self):
-        parts = ", ".join(f"{g.shape[0]}×({g.shape[1]}×{g.shape[1]})" for g in self.groups)
-        return f"MassBlocks(n={self.n}: {parts}; {self.source})"
 
 
 def _input_dependence(closed) -> list[set]:
@@ -689,6 +640,22 @@ class LagrangianDAE(DAE):
             return self._k_blocks(*args, structure)
         structure = self.mass_blocks
         return self._jit("blocks", lambda *a: self._k_blocks(*a, structure))(*args)
+
+    def kkt_blocks(self) -> KKTBlocks:
+        """The system Jacobian ``[[M, Gᵀ], [G, 0]]`` as data, for the structured solve.
+
+        What :class:`solver.integrate.Integrator` needs for ``linear="kkt"``
+        (see :class:`solver.kkt.KKTBlocks`): the mass-block structure (found
+        on first use, :attr:`mass_blocks`), the blocks of M at a point, the
+        flat constraints and the coordinate layout.  Cheap: nothing is
+        traced until the structure is asked for.
+        """
+        return KKTBlocks(
+            coords=tuple(c.name for c in self.coords), n_q=self.n_q, n_c=self.n_c,
+            mass_blocks=lambda t, q, qd, p: self._k_blocks(t, q, qd, p, self.mass_blocks),
+            constraints=(lambda t, q, p: self._constraints_flat(t, self._unflatten(q), p)) if self.n_c else None,
+            flatten=self._flatten, unflatten=self._unflatten,
+            find_mass_structure=lambda: self.mass_blocks)
 
     def _k_blocks(self, t, q, qd, p, structure):
         qd_flat = self._flatten(qd)

@@ -12,6 +12,11 @@ factorisation up to :data:`FACTOR_UNROLL_MAX` unknowns, the triangular
 solves up to :data:`SOLVE_UNROLL_MAX`.  Larger systems keep LAPACK, whose
 pivot vector the unrolled solve reads as well.
 
+Gauss–Newton's minimum-norm correction ``−Gᵀ(G Gᵀ)⁻¹r``, with its
+regularised normal matrix, is written once here (:func:`min_norm_factor`,
+:func:`min_norm_step`) for the projection after a step and for the
+consistent initialisation.
+
 Partial pivoting is LAPACK's (the largest magnitude in the column, the first
 one on ties, one row swap per column), so both paths give the same factors
 up to rounding.
@@ -25,7 +30,9 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
-__all__ = ["LU", "lu_factor", "lu_solve", "solve", "pivots_singular", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "SINGULAR_RTOL"]
+__all__ = ["LU", "lu_factor", "lu_solve", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
+           "min_norm_correction", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "SINGULAR_RTOL",
+           "MIN_NORM_RTOL", "MIN_NORM_ATOL"]
 
 # Measured on XLA:CPU under vmap (ns per batch element,
 # workflows/benchmarks/results/linalg.txt): the unrolled factor beats getrf
@@ -37,6 +44,13 @@ SOLVE_UNROLL_MAX = 8
 
 # A pivot below this fraction of the largest one counts as singular.
 SINGULAR_RTOL = 1e-13
+
+# Gauss–Newton's normal matrix G Gᵀ is regularised by
+# (MIN_NORM_RTOL · trace(G Gᵀ)/m + MIN_NORM_ATOL) · I: a rank-deficient G
+# (a redundant constraint, or no free entry in a row) then still factors, and
+# the relative shift is far below the accuracy the projection needs.
+MIN_NORM_RTOL = 1e-14
+MIN_NORM_ATOL = 1e-300
 
 
 @jax.tree_util.register_dataclass
@@ -147,3 +161,43 @@ def solve(A, b):
         raised.
     """
     return lu_solve(lu_factor(A), b)
+
+
+def min_norm_factor(G) -> LU:
+    """Factorise Gauss–Newton's regularised normal matrix for :func:`min_norm_step`.
+
+    Args:
+        G: (m, n) constraint Jacobian (m >= 1), typically of full row rank.
+
+    Returns:
+        The :class:`LU` of ``A = G Gᵀ + (MIN_NORM_RTOL·trace(G Gᵀ)/m +
+        MIN_NORM_ATOL)·I``.  Reuse it for several right-hand sides (a chord
+        iteration with G frozen).
+    """
+    A = G @ G.T
+    m = A.shape[0]
+    A = A + jnp.eye(m, dtype=A.dtype) * (MIN_NORM_RTOL * jnp.trace(A) / m + MIN_NORM_ATOL)
+    return lu_factor(A)
+
+
+def min_norm_step(fact: LU, G, r):
+    """The minimum-norm correction ``δ = −Gᵀ (G Gᵀ)⁻¹ r``.
+
+    For G of full row rank, δ is the shortest vector with ``G δ = −r``: one
+    Gauss–Newton step towards ``g(z) = 0`` from a point with residual
+    ``r = g(z)`` and Jacobian ``G`` is ``z + δ``.
+
+    Args:
+        fact: :func:`min_norm_factor` of the same G.
+        G: (m, n) the Jacobian.
+        r: (m,) the residual.
+
+    Returns:
+        δ, shape (n,).
+    """
+    return -(G.T @ lu_solve(fact, r))
+
+
+def min_norm_correction(G, r):
+    """``min_norm_step(min_norm_factor(G), G, r)``: one Gauss–Newton correction."""
+    return min_norm_step(min_norm_factor(G), G, r)

@@ -39,11 +39,10 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex_core
 
+from .ddt import ddt_p
+from .primitives import CALL_JAXPR_PARAM, UnsupportedPrimitiveError, call_body
+
 __all__ = ["UnsupportedPrimitiveError", "dependency_pattern", "jaxpr_dependencies"]
-
-
-class UnsupportedPrimitiveError(ValueError):
-    """The residual uses a JAX primitive the structural analysis has no rule for."""
 
 
 # ----------------------------------------------------------------- primitive sets
@@ -74,11 +73,7 @@ _SCATTERS = frozenset("scatter scatter-add scatter_add scatter-mul scatter_mul "
 # every input element (structurally exact for a generic full matrix).
 _DENSE = frozenset("lu triangular_solve cholesky qr householder_product eigh svd "
                    "custom_linear_solve sort lu_pivots_to_permutation".split())
-# Calls whose body is a jaxpr taking exactly the equation's operands.
-_CALL_PARAM = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
-               "core_call": "call_jaxpr", "remat": "jaxpr", "remat2": "jaxpr", "checkpoint": "jaxpr",
-               "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
-               "custom_vjp_call_jaxpr": "fun_jaxpr"}
+# Calls (pjit, custom_jvp_call, ...) are looked through: solver.primitives.
 
 
 # -------------------------------------------------------------- sparse helpers
@@ -198,7 +193,7 @@ class _Interpreter:
                     return [(None, c) for c in folded]
             return [(None, None)] * n_outs
         name = prim.name
-        if name in _CALL_PARAM:  # constants computed inside stay known
+        if name in CALL_JAXPR_PARAM:  # constants computed inside stay known
             outs = _call(self, eqn, deps, consts)
             return [(d if _is_float(v.aval) else None, c) for v, (d, c) in zip(eqn.outvars, outs)]
         if not any(_is_float(v.aval) for v in eqn.outvars):
@@ -390,8 +385,7 @@ def _dense_rule(it, eqn, deps, consts):
 
 
 def _call(it, eqn, deps, consts):
-    sub = eqn.params[_CALL_PARAM[eqn.primitive.name]]
-    jaxpr, sub_consts = (sub.jaxpr, sub.consts) if isinstance(sub, jex_core.ClosedJaxpr) else (sub, [])
+    jaxpr, sub_consts = call_body(eqn)
     return it.run(jaxpr, sub_consts, deps, consts)
 
 
@@ -437,7 +431,7 @@ def _contains_ddt(params, ddt_primitive) -> bool:
 
 
 # ----------------------------------------------------------------- public API
-def jaxpr_dependencies(closed_jaxpr, in_deps: Sequence, n_cols: int, ddt_primitive,
+def jaxpr_dependencies(closed_jaxpr, in_deps: Sequence, n_cols: int, ddt_primitive=ddt_p,
                        in_consts: Sequence | None = None) -> list:
     """Propagate dependency patterns through a closed jaxpr.
 
@@ -446,7 +440,8 @@ def jaxpr_dependencies(closed_jaxpr, in_deps: Sequence, n_cols: int, ddt_primiti
         in_deps: per input, a CSR pattern (rows = the input's flat elements,
             columns = unknowns, data = 1 + derivative order) or None.
         n_cols: number of unknowns (columns).
-        ddt_primitive: the primitive standing for d/dt of its operand.
+        ddt_primitive: the primitive standing for d/dt of its operand
+            (default :data:`solver.ddt.ddt_p`).
         in_consts: per input, a known numpy value or None.
 
     Returns:
@@ -474,8 +469,6 @@ def dependency_pattern(dae) -> sp.csr_array:
     Raises:
         UnsupportedPrimitiveError: the residual uses a primitive with no rule.
     """
-    from .dae import ddt_p
-
     n = dae.n
     in_deps = []
     for key in dae.input_keys:

@@ -21,6 +21,8 @@ import scipy.sparse as sp
 from scipy.optimize import linear_sum_assignment
 from scipy.sparse.csgraph import maximum_bipartite_matching, min_weight_full_bipartite_matching
 
+from .sparsity import dependency_pattern
+
 __all__ = ["NEG_INF", "StructurallySingularError", "SparseSignature", "Structure",
            "signature", "signature_matrix", "analyse", "analyse_dae"]
 
@@ -127,11 +129,9 @@ def signature(dae) -> SparseSignature:
         The finite entries of Σ (n_eq x n_var, element level for vectors).
 
     Raises:
-        solver.sparsity.UnsupportedPrimitiveError: the residual uses a JAX
+        solver.primitives.UnsupportedPrimitiveError: the residual uses a JAX
             primitive the analysis has no rule for.
     """
-    from .sparsity import dependency_pattern
-
     return SparseSignature.from_pattern(dependency_pattern(dae))
 
 
@@ -146,7 +146,7 @@ def signature_matrix(dae) -> np.ndarray:
         :func:`signature` (memory proportional to the nonzeros).
 
     Raises:
-        solver.sparsity.UnsupportedPrimitiveError: as :func:`signature`.
+        solver.primitives.UnsupportedPrimitiveError: as :func:`signature`.
     """
     return signature(dae).todense()
 
@@ -393,6 +393,6 @@ def analyse_dae(dae) -> Structure:
     Raises:
         StructurallySingularError: as :func:`analyse`, naming the DAE's
             equations (``f0``, ``f1[2]``…) and components (``x``, ``q[1]``…).
-        solver.sparsity.UnsupportedPrimitiveError: as :func:`signature`.
+        solver.primitives.UnsupportedPrimitiveError: as :func:`signature`.
     """
     return analyse(signature(dae), dae.equation_names(), dae.component_names())

@@ -31,13 +31,11 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex_core
 
-from .dae import DAE, ddt_p
+from .dae import DAE
+from .ddt import ddt_p
+from .primitives import CALL_JAXPR_PARAM, UnsupportedPrimitiveError, call_body
 
 __all__ = ["TaylorProgram", "UnsupportedPrimitiveError"]
-
-
-class UnsupportedPrimitiveError(NotImplementedError):
-    """The residual uses an operation the Taylor engine has no rule for."""
 
 
 # ---------------------------------------------------------------- jaxpr flattening
@@ -53,21 +51,6 @@ class _Eqn:
 @dataclasses.dataclass
 class _Lit:
     val: Any
-
-
-_CALL_PRIMS = {"pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call",
-               "custom_vjp_call_jaxpr", "remat", "checkpoint", "jit"}
-
-
-def _sub_jaxpr(eqn):
-    p = eqn.params
-    for key in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
-        if key in p:
-            j = p[key]
-            if hasattr(j, "jaxpr"):
-                return j.jaxpr, list(j.consts)
-            return j, []
-    return None, None
 
 
 def _source(eqn) -> str:
@@ -110,10 +93,8 @@ class _Flattener:
 
         for eqn in jaxpr.eqns:
             ins = [read(a) for a in eqn.invars]
-            if eqn.primitive.name in _CALL_PRIMS:
-                sub, subconsts = _sub_jaxpr(eqn)
-                if sub is None:
-                    raise UnsupportedPrimitiveError(f"cannot inline {eqn.primitive.name}")
+            if eqn.primitive.name in CALL_JAXPR_PARAM:
+                sub, subconsts = call_body(eqn)
                 # custom_vjp_call carries extra (fwd/bwd) params only; its
                 # first len(sub.invars) inputs are the primal inputs.
                 ins_ids = []

@@ -15,11 +15,10 @@ import jax
 import jax.numpy as jnp
 
 import solver
-from solver import examples as ex
+import models_for_tests as ex
 from solver.dae import DAE
 from solver.errors import InputError
 from solver.lagrangian import LagrangianDAE, MassBlocks, lagrangian, point_force, solve_kkt
-from solver.kkt import kkt_factor
 
 RNG = np.random.default_rng(20240601)
 
@@ -566,20 +565,25 @@ def test_natural_coordinate_input_errors():
         natural.RigidFrame([[0, 0], [1, 0]], ("vector", "point"))
 
 
-# ----------------------------------------------------------- factorised KKT
-def test_kkt_factor_flags_a_singular_mass_block_and_a_singular_schur_complement():
-    B = _spd(4, 1)
-    assert not bool(kkt_factor([(None, B)], RNG.standard_normal((2, 4))).singular)
-    B0 = B.copy()
-    B0[2] = 0.0                                   # a coordinate without inertia
-    assert bool(kkt_factor([(None, B0)]).singular)
-    G = np.ones((2, 4))                           # two equal constraint rows
-    assert bool(kkt_factor([(None, B)], G).singular)
-    B3 = _spd(2, 3)
-    B3[1] = np.outer([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])  # a rank-1 3×3 block
-    assert bool(kkt_factor([(None, B3)]).singular)
+# ----------------------------------------------------------- the KKT structure as data
+def test_kkt_blocks_hand_the_integrator_the_mass_blocks_and_constraints_as_data():
+    m, l = 1.7, 0.8
+    dae = ex.pendulum_cartesian(m=m, l=l)
+    kkt = dae.kkt_blocks()
+    assert (kkt.coords, kkt.n_q, kkt.n_c) == (("x", "y"), 2, 1)
+    assert kkt.mass_structure is dae.mass_blocks and kkt.mass_structure.block_sizes == [1]
+    q, qd = {"x": jnp.asarray(0.3), "y": jnp.asarray(0.5)}, {"x": jnp.asarray(-0.2), "y": jnp.asarray(0.4)}
+    p = {k: jnp.asarray(v) for k, v in dae.params.items()}
+    blocks = kkt.mass_blocks(0.0, q, qd, p)
+    np.testing.assert_allclose(dae.mass_blocks.assemble(blocks), m * np.eye(2), rtol=1e-14)
+    np.testing.assert_allclose(kkt.constraint_jacobian(0.0, q, p), [[0.6, 1.0]], rtol=1e-14)
+    np.testing.assert_allclose(kkt.constraints(0.0, kkt.flatten(q), p), [0.3**2 + 0.5**2 - l**2], rtol=1e-14)
+    np.testing.assert_array_equal(kkt.flatten(kkt.unflatten(jnp.asarray([1.0, 2.0]))), [1.0, 2.0])
+    free = lagrangian(lambda t, q, qd, p: 0.5 * jnp.sum(qd["r"] ** 2), {"r": 3})
+    assert free.kkt_blocks().n_c == 0 and free.kkt_blocks().constraints is None
 
 
+# ----------------------------------------------------------- integrator's choice
 def test_integrator_linear_choice_and_its_errors():
     from solver.integrate import Integrator
     from solver.taylor import TaylorProgram

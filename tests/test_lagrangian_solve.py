@@ -12,7 +12,7 @@ from scipy.special import ellipj, ellipk
 import jax.numpy as jnp
 
 import solver
-from solver import examples as ex
+import models_for_tests as ex
 from solver import natural
 from solver.lagrangian import lagrangian
 

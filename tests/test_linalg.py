@@ -59,3 +59,42 @@ def test_pivot_rule_scales_with_the_matrix():
     """A well-conditioned matrix scaled by 1e-200 is not singular."""
     A, _ = random_system(4, 2)
     assert not bool(linalg.lu_factor(jnp.asarray(1e-200 * A)).singular)
+
+
+# ------------------------------------------------ Gauss–Newton's minimum-norm step
+@pytest.mark.parametrize("m,n", [(1, 3), (2, 4), (3, 3), (linalg.FACTOR_UNROLL_MAX + 1, 9), (12, 20)])
+def test_min_norm_step_is_the_shortest_solution_of_the_linearised_constraints(m, n):
+    # δ = −Gᵀ(GGᵀ)⁻¹r solves G δ = −r and is what numpy's pseudo-inverse
+    # (the minimum-norm least-squares solution) gives.
+    rng = np.random.default_rng(10 * m + n)
+    G, r = rng.standard_normal((m, n)), rng.standard_normal(m)
+    fact = linalg.min_norm_factor(jnp.asarray(G))
+    step = np.asarray(linalg.min_norm_step(fact, jnp.asarray(G), jnp.asarray(r)))
+    np.testing.assert_allclose(G @ step, -r, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(step, -np.linalg.pinv(G) @ r, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(linalg.min_norm_correction(jnp.asarray(G), jnp.asarray(r)), step, rtol=0, atol=0)
+    assert not bool(fact.singular)
+
+
+def test_min_norm_factor_regularises_a_rank_deficient_jacobian():
+    # A repeated constraint row (or a row with no free entry) leaves G Gᵀ
+    # singular; the regularised matrix still factors, and the step still
+    # solves the consistent linearised constraints.
+    rng = np.random.default_rng(7)
+    g = rng.standard_normal(4)
+    G = jnp.asarray(np.stack([g, g, np.zeros(4)]))
+    r = jnp.asarray([0.3, 0.3, 0.0])
+    fact = linalg.min_norm_factor(G)
+    step = np.asarray(linalg.min_norm_step(fact, G, r))
+    assert np.all(np.isfinite(step))
+    np.testing.assert_allclose(np.asarray(G) @ step, -np.asarray(r), atol=1e-12)
+    np.testing.assert_allclose(step, -0.3 * g / (g @ g), rtol=1e-10)
+
+
+def test_min_norm_step_under_vmap_equals_one_by_one():
+    rng = np.random.default_rng(8)
+    Gs, rs = rng.standard_normal((5, 2, 4)), rng.standard_normal((5, 2))
+    f = jax.jit(jax.vmap(lambda G, r: linalg.min_norm_step(linalg.min_norm_factor(G), G, r)))
+    got = np.asarray(f(Gs, rs))
+    for i in range(5):
+        np.testing.assert_allclose(got[i], -np.linalg.pinv(Gs[i]) @ rs[i], rtol=1e-10, atol=1e-12)

@@ -2,9 +2,9 @@
 
 References: Pryce, "A simple structural analysis method for DAEs", BIT 41
 (2001); Nedialkov & Pryce, "Solving DAEs by Taylor series (I)", BIT 45 (2005);
-METHOD.md §2 (the pendulum's published offsets).  Signature matrices of
-vectorised residuals are checked against the sparsity of a numeric Jacobian
-computed here by jax.jacfwd (the analysis itself never evaluates one).
+METHOD.md §2 (the pendulum's published offsets).  The dependency patterns
+Σ is read from (primitive by primitive, against numeric Jacobians) are
+specified in tests/test_sparsity.py.
 """
 
 from __future__ import annotations
@@ -16,16 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-import jax
 import jax.numpy as jnp
-from jax import lax
 import scipy.sparse as sp
 
-from solver.dae import DAE, ddt, ddt_p
+from solver.dae import DAE, ddt
 from solver import structure
 from solver.structure import (NEG_INF, SparseSignature, StructurallySingularError, analyse,
-                              analyse_dae, signature, signature_matrix)
-from solver.sparsity import UnsupportedPrimitiveError, jaxpr_dependencies
+                              analyse_dae, signature_matrix)
 
 N = NEG_INF
 
@@ -259,124 +256,6 @@ def test_sparse_and_dense_assignment_give_the_same_offsets(sigma):
     np.testing.assert_array_equal(dense.c, sparse.c)
     np.testing.assert_array_equal(dense.d, sparse.d)
     assert dense.hvt_value == sparse.hvt_value
-
-
-# ------------------------------------------------- the jaxpr interpreter
-def numeric_sigma(f, n_in=6, levels=3, seed=0):
-    """σ from the nonzeros of jacfwd at a random point (reference only)."""
-    rng = np.random.default_rng(seed)
-    args = [jnp.asarray(rng.uniform(0.3, 1.7, n_in)) for _ in range(levels)]
-    out = f(*args)
-    sig = np.full((out.size, n_in), N, dtype=np.int64)
-    for lvl in range(levels):
-        jac = np.asarray(jax.jacfwd(f, argnums=lvl)(*args)).reshape(out.size, n_in)
-        sig[jac != 0] = lvl
-    return sig
-
-
-def structural_sigma(f, n_in=6, levels=3):
-    args = [jnp.zeros(n_in) for _ in range(levels)]
-    closed = jax.make_jaxpr(f)(*args)
-    deps = [sp.csr_array((np.full(n_in, lvl + 1), np.arange(n_in), np.arange(n_in + 1)),
-                         shape=(n_in, n_in)) for lvl in range(levels)]
-    (out,) = jaxpr_dependencies(closed, deps, n_in, ddt_p)
-    sig = np.full((closed.out_avals[0].size, n_in), N, dtype=np.int64)
-    if out is not None:
-        sig[out.toarray() > 0] = out.toarray()[out.toarray() > 0] - 1
-    return sig
-
-
-@jax.jit
-def _pick(x):
-    """A jitted helper that also returns the (constant) index array it used."""
-    idx = jnp.array([2, 0])
-    return x[idx], idx
-
-
-_A = np.array([[1.0, 0, 0, 2, 0, 0], [0, 0, 0, 0, 0, 3], [0, 4, 5, 0, 0, 0]])
-VECTORISED = {
-    "cross": lambda x, v, a: jnp.cross(x[:3], a[3:]),
-    "constant sparse matvec": lambda x, v, a: jnp.asarray(_A) @ v + x[:3],
-    "cumsum and reverse": lambda x, v, a: jnp.cumsum(v) * x[::-1],
-    "roll": lambda x, v, a: jnp.roll(x, 2) + a,
-    "gather with index array": lambda x, v, a: x[jnp.array([5, 0, 0, -3])] * v[jnp.array([1, 2, 3, 4])],
-    "scatter-add with duplicates": lambda x, v, a: jnp.zeros(6).at[jnp.array([0, 3, 3])].add(v[:3]) + x,
-    "scatter set overwrites": lambda x, v, a: (x * 2.0).at[2].set(a[0]),
-    "norm with keepdims": lambda x, v, a: (x.reshape(2, 3) / jnp.linalg.norm(x.reshape(2, 3), axis=1,
-                                                                                 keepdims=True)).ravel(),
-    "batched einsum": lambda x, v, a: jnp.einsum("bi,bi->b", x.reshape(2, 3), a.reshape(2, 3)),
-    "outer": lambda x, v, a: jnp.outer(x[:2], v[4:]).ravel(),
-    "transpose and flip": lambda x, v, a: jnp.flip(x.reshape(2, 3).T, axis=0).ravel() * v[0],
-    "concatenate and stack": lambda x, v, a: jnp.concatenate([x[:2], jnp.stack([v[3], a[5]])]),
-    "tile and diff": lambda x, v, a: jnp.diff(jnp.tile(x[:2], 3)),
-    "dynamic slices": lambda x, v, a: lax.dynamic_slice(x, (2,), (3,))
-    + lax.dynamic_update_slice(v, a[:2], (1,))[:3],
-    "custom_jvp softplus": lambda x, v, a: jax.nn.softplus(x) * v,
-    "pow atan2 exp": lambda x, v, a: jnp.sin(x) ** v + jnp.arctan2(x, a) + jnp.exp(-x ** 2),
-    "interior padding": lambda x, v, a: lax.pad(x[:3], 0.0, [(1, 1, 1)]) + v[0],
-    "sum and prod": lambda x, v, a: jnp.sum(x[:4]) * jnp.prod(v[:2]) + a[1:4],
-    "dense linear solve": lambda x, v, a: jnp.linalg.solve(jnp.outer(x[:3], x[3:]) + jnp.eye(3), v[:3]),
-    "matrix product": lambda x, v, a: (x.reshape(2, 3) @ v.reshape(3, 2)).ravel(),
-    "split": lambda x, v, a: jnp.split(x, 3)[1] * v[:2],
-    "unstack": lambda x, v, a: jnp.unstack(x.reshape(2, 3))[1] + a[:3],
-    "gather filling out of bounds": lambda x, v, a: x.at[jnp.array([1, 9])].get(mode="fill", fill_value=0.0)
-    + v[:2],
-    "where with a constant mask": lambda x, v, a: jnp.where(jnp.arange(6) > 2, x, a) * jnp.linalg.norm(v[:2]),
-    "fractional power": lambda x, v, a: x ** 1.5 + jnp.abs(v - 3.0),
-    "index array returned by a jitted helper": lambda x, v, a: _pick(x)[0] + a[_pick(x)[1]],
-    "checkpoint": lambda x, v, a: jax.checkpoint(lambda y: jnp.sin(y) * v)(x),
-}
-
-
-@pytest.mark.parametrize("name", sorted(VECTORISED))
-def test_vectorised_ops_match_jacobian_sparsity(name):
-    f = VECTORISED[name]
-    np.testing.assert_array_equal(structural_sigma(f), numeric_sigma(f))
-
-
-def test_select_and_clamp_keep_every_branch_and_sign_drops_out():
-    """where/clip depend on all branches; sign(x) is piecewise constant."""
-    sig = structural_sigma(lambda x, v, a: jnp.concatenate([
-        jnp.where(x[:2] > 0, v[:2], a[:2]),
-        jnp.clip(x[2:4], v[0], 1.0),
-        jnp.sign(v[4:6]) + x[4:6]]))
-    expect = np.full((6, 6), N)
-    expect[0, 0], expect[1, 1] = 2, 2          # a_i (x only in the predicate)
-    expect[2, 2], expect[3, 3] = 0, 0
-    expect[2, 0] = expect[3, 0] = 1            # the clip bound v_0
-    expect[4, 4], expect[5, 5] = 0, 0          # x, not sign(v)
-    np.testing.assert_array_equal(sig, expect)
-
-
-@jax.custom_vjp
-def _square(x):
-    return x ** 2
-
-
-_square.defvjp(lambda x: (x ** 2, x), lambda x, g: (2 * x * g,))
-
-
-def test_cond_custom_vjp_and_parameter_indices():
-    """cond joins its branches; custom_vjp is read through; an index that
-    depends on a parameter may pick any element (conservative)."""
-    def residual(t, v, p):
-        x, y, q = v["x"], v["y"], v["q"]
-        branch = lax.cond(t > 1.0, lambda a, b: a, lambda a, b: 2.0 * b, y[0], x[0])
-        pick = q[0][p["k"].astype(int)]
-        return [x[1] - branch, _square(y[0]) * q[2][0] - t, q[1] - pick]
-
-    sig = signature_matrix(DAE(residual, {"x": None, "y": None, "q": 2}, {"k": 1.0}))
-    np.testing.assert_array_equal(sig, [[1, 0, N, N], [N, 0, 2, N], [N, N, 1, 0], [N, N, 0, 1]])
-
-
-def test_unsupported_primitive_is_named():
-    def residual(t, v, p):
-        x = v["x"]
-        y = lax.while_loop(lambda c: c[1] < 3, lambda c: (c[0] * 2.0, c[1] + 1), (x[0], 0))[0]
-        return [x[1] - y]
-
-    with pytest.raises(UnsupportedPrimitiveError, match="'while'"):
-        signature(DAE(residual, ["x"]))
 
 
 # ----------------------------------------------------------- large systems
