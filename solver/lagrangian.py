@@ -490,24 +490,6 @@ class LagrangianDAE(DAE):
         pq = sum(jnp.vdot(_f64(qd[c.name]), mom[c.name]) for c in self.coords)
         return pq - self.lagrangian_value(t, q, qd, p)
 
-    def energy_series(self, values, t_eval, params):
-        """Energy at every output time, for :func:`solver.solution.build_dataset`.
-
-        Args:
-            values: dict variable name -> array (n_out, L, *shape) whose
-                ``[:, k]`` is the k-th derivative (k = 0, 1 used).
-            t_eval: output times (n_out,).
-            params: the full parameter dict of the run.
-
-        Returns:
-            numpy array (n_out,) (NaN where the state is NaN, e.g. not reached).
-        """
-        fn = self._jit("energy_series", jax.vmap(
-            lambda t, q, qd, p: self.energy_fn(t, q, qd, p), in_axes=(0, 0, 0, None)))
-        q = {c.name: _f64(values[c.name])[:, 0] for c in self.coords}
-        qd = {c.name: _f64(values[c.name])[:, 1] for c in self.coords}
-        return np.asarray(fn(_f64(t_eval), q, qd, {k: _f64(v) for k, v in params.items()}))
-
     def energy(self, t, q, qd, params=None):
         """Energy ``q'·∂L/∂q' − L`` at a point (T + V for L = T − V natural)."""
         return self._jit("energy", self.energy_fn)(
@@ -699,9 +681,13 @@ class LagrangianDAE(DAE):
 
     # ----------------------------------------------------------- misc
     def with_params(self, **overrides) -> "LagrangianDAE":
-        """A copy with other parameter defaults (same structure, same class)."""
+        """A copy with other parameter defaults (same structure, same class).
+
+        The copy shares the structural analysis but none of the jitted
+        kernels: those belong to the object that built them.
+        """
         new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__)
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k != "_kernels"})
         new.params = self.param_values(overrides)
         return new
 
