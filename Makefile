@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test run install bench bench-sweep clean
+.PHONY: test run install bench bench-sweep bench-peers clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || (command -v $(PYTHON) >/dev/null && $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV))
@@ -29,6 +29,13 @@ bench: $(STAMP)
 # The sweep pipeline on 2,000 RSCR points (a quarter of an hour on 2 cores; run it on a quiet machine).
 bench-sweep: $(STAMP)
 	$(PY) workflows/benchmarks/bench_sweep.py --out workflows/benchmarks/results/sweep.txt
+
+# mechsweep against diffrax (Dopri8) and heyoka, side by side (issue 11): pendulum, Andrews'
+# squeezer, RSCR, Mechanism0, the 90x90 cloth, and a GPU section when one is present.  Mostly
+# compiling: run it on a quiet machine.  `bench_peers.py --quick` is a smoke test.
+bench-peers: $(STAMP)
+	$(PY) -m pip install -q -e ".[peers]"
+	$(PY) workflows/benchmarks/bench_peers.py --out workflows/benchmarks/results/peers.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache
