@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from . import status as st
-from .compiled import Compiled, compiled_model, compiled_of
+from .compiled import Compiled, compile_clock, compiled_model, compiled_of
 from .dae import DAE
 from .errors import InputError
 from .initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values
@@ -28,7 +28,7 @@ from .solution import build_batch_dataset, build_dataset
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
 
 
-def integrator_for(dae: DAE, order: int, linear: str = "auto") -> Integrator:
+def integrator_for(dae: DAE, order: int, linear: str = "auto", mode: str = "auto") -> Integrator:
     """The integrator of a DAE at a Taylor order (that of its compiled model).
 
     Repeated calls (other parameters, other initial values) return the same
@@ -39,14 +39,15 @@ def integrator_for(dae: DAE, order: int, linear: str = "auto") -> Integrator:
         order: Taylor order p.
         linear: stage solver, ``auto``/``dense``/``kkt`` (see
             :class:`solver.integrate.Integrator`).
+        mode: Taylor engine, ``auto``/``unrolled``/``looped``.
 
     Returns:
         :class:`solver.integrate.Integrator`.
 
     Raises:
-        InputError: a bad ``linear`` or order.
+        InputError: a bad ``linear``, ``mode`` or order.
     """
-    return compiled_model(dae, order, linear).integrator
+    return compiled_model(dae, order, linear, mode).integrator
 
 
 def consistent_point(integ: Integrator | Compiled, params, t0: float, spec: StateSpec, method: str = "auto",
@@ -127,7 +128,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
           tol: float = 1e-10, t_eval=None, order: int | None = None, params: Mapping | None = None,
           samples: int | None = None, max_steps: int = 100_000, h_max: float | None = None,
           init: str = "auto", ipopt_options: Mapping | None = None, title: str | None = None,
-          extra_attrs: Mapping | None = None, linear: str = "auto"):
+          extra_attrs: Mapping | None = None, linear: str = "auto", mode: str = "auto"):
     """Solve a DAE initial-value problem.
 
     Args:
@@ -147,12 +148,19 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
         linear: stage solver (``auto``/``dense``/``kkt``, see
             :class:`solver.integrate.Integrator`); ``auto`` picks the
             structured KKT solve for large block-diagonal Lagrangian models.
+        mode: Taylor engine: ``unrolled`` (straight-line code per order,
+            fast steps, compile time growing with order and model size),
+            ``looped`` (a loop over the orders, compile time independent of
+            the order) or ``auto`` (unrolled for small and medium models;
+            :func:`solver.integrate.choose_mode`).
         title: dataset title.
         extra_attrs: more dataset attrs.
 
     Returns:
-        xarray.Dataset (DESIGN.md schema) with ``status`` (0 = success) and
-        ``attrs["wall_seconds"]``.
+        xarray.Dataset (DESIGN.md schema) with ``status`` (0 = success),
+        ``attrs["wall_seconds"]`` and ``attrs["compile_seconds"]`` (the part
+        of it JAX spent tracing and compiling; near 0 on a second solve of
+        the same DAE, or with a warm persistent compilation cache).
 
     Raises:
         InputError: bad arguments or initial values.
@@ -160,10 +168,17 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
         solver.structure.StructurallySingularError: the DAE has no finite
             transversal.
     """
+    with compile_clock() as clock:
+        return _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_steps, h_max, init,
+                      ipopt_options, title, extra_attrs, linear, mode, clock)
+
+
+def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_steps, h_max, init,
+           ipopt_options, title, extra_attrs, linear, mode, clock):
     wall0 = _time.perf_counter()
     t0, t1 = _time_span(t_span)
     tol, p = _check_settings(tol, order)
-    comp = compiled_model(dae, p, linear)
+    comp = compiled_model(dae, p, linear, mode)
     integ = comp.integrator
     pvals = dae.param_values(params)
     spec = parse_values(integ, values, fixed)
@@ -174,12 +189,14 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
                      max_steps, h_max, 1)
     residual = comp.constraint_residual_series(res["values"], t_eval, params_b)[0]
     energy = comp.energy_series(res["values"], t_eval, params_b)
-    settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1}
+    settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
+                "linear": integ.linear}
     one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0],
            "steps": res["steps"][0]}
     ds = build_dataset(dae, one, t_eval, residual=residual, energy=None if energy is None else energy[0],
                        params=pvals, settings=settings, title=title, extra_attrs=dict(extra_attrs or {}))
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
+    ds.attrs["compile_seconds"] = clock.seconds
     ds.attrs["t_final"] = float(res["t_final"][0])
     return ds
 
@@ -224,7 +241,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 fixed: Sequence[str] | None = None, *, params: Mapping | None = None, t_span=None, t_eval=None,
                 samples: int | None = None, tol: float | None = None, order: int | None = None,
                 max_steps: int | None = None, h_max: float | None = None, init: str | None = None,
-                ipopt_options: Mapping | None = None, linear: str = "auto", slots: int = 256,
+                ipopt_options: Mapping | None = None, linear: str = "auto", mode: str | None = None,
+                slots: int = 256,
                 title: str | None = None, extra_attrs: Mapping | None = None):
     """Solve many designs of one model at once: one Dataset with a ``point`` dimension.
 
@@ -250,8 +268,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         t_span: (t0, t1); default the model's ``t0``/``tend`` (required for a DAE).
         t_eval, samples: output times, as for :func:`solve` (default the
             model's).
-        tol, order, max_steps, h_max, init, ipopt_options, linear: as for
-            :func:`solve` (default the model's settings).
+        tol, order, max_steps, h_max, init, ipopt_options, linear, mode: as
+            for :func:`solve` (default the model's settings).
         slots: problems advanced together by ``run_batch`` (see there).
         title, extra_attrs: dataset title and attrs.
 
@@ -284,6 +302,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         max_steps = model.max_steps if max_steps is None else max_steps
         h_max = model.h_max if h_max is None else h_max
         init = model.init if init is None else init
+        mode = getattr(model, "mode", "auto") if mode is None else mode
         fixed = model.fixed if fixed is None else fixed
         values = values if values is not None else model.initial_values
         title = title or model.title
@@ -297,7 +316,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     max_steps = int(max_steps or 100_000)
     init = init or "auto"
     t_eval = _output_times(t0, t1, t_eval, samples)
-    comp = compiled_model(dae, p, linear)
+    comp = compiled_model(dae, p, linear, mode or "auto")
     integ = comp.integrator
     B, swept, constants, full = _params_table(dae, params_table, params)
 
@@ -325,7 +344,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
     residual = comp.constraint_residual_series(res["values"], t_eval, full)
     energy = comp.energy_series(res["values"], t_eval, full)
-    settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1}
+    settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
+                "linear": integ.linear}
     ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, swept=swept,
                              constants=constants, settings=settings, messages=messages, title=title,
                              extra_attrs=extra_attrs)

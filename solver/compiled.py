@@ -30,10 +30,10 @@ import jax.numpy as jnp
 from .errors import InputError
 from .initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
                          ipopt_point, state_scale)
-from .integrate import Integrator
+from .integrate import MODES, Integrator
 from .taylor import TaylorProgram
 
-__all__ = ["Compiled", "compiled_model", "INIT_METHODS", "LINEAR_CHOICES"]
+__all__ = ["Compiled", "compiled_model", "compile_clock", "INIT_METHODS", "LINEAR_CHOICES"]
 
 INIT_METHODS = ("auto", "newton", "ipopt")
 LINEAR_CHOICES = ("auto", "dense", "kkt")
@@ -42,7 +42,50 @@ LINEAR_CHOICES = ("auto", "dense", "kkt")
 _REGISTRY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def compiled_model(dae, order: int, linear: str = "auto") -> "Compiled":
+# JAX's own duration events for tracing, lowering and XLA compilation.
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
+_clocks: list = []
+
+
+def _on_duration(event: str, seconds: float, **_):
+    if event in _COMPILE_EVENTS:
+        for clock in _clocks:
+            clock[0] += seconds
+
+
+_listening = False
+
+
+class compile_clock:
+    """Context manager: seconds JAX spent tracing and compiling inside it.
+
+    ``with compile_clock() as c: ...`` then ``c.seconds`` (a persistent
+    cache hit counts only its lookup).  Used by ``solve`` to report compile
+    time apart from run time.
+    """
+
+    def __enter__(self):
+        global _listening
+        if not _listening:
+            jax.monitoring.register_event_duration_secs_listener(_on_duration)
+            _listening = True
+        self._acc = [0.0]
+        _clocks.append(self._acc)
+        return self
+
+    def __exit__(self, *exc):
+        _clocks.remove(self._acc)
+        return False
+
+    @property
+    def seconds(self) -> float:
+        """Compile seconds so far."""
+        return self._acc[0]
+
+
+def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto") -> "Compiled":
     """The compiled model of a DAE at a Taylor order (built once, then reused).
 
     Args:
@@ -50,23 +93,27 @@ def compiled_model(dae, order: int, linear: str = "auto") -> "Compiled":
         order: Taylor order p (2 to 60).
         linear: stage solver, one of ``auto``/``dense``/``kkt`` (see
             :class:`solver.integrate.Integrator`).
+        mode: Taylor engine, ``auto``/``unrolled``/``looped`` (see
+            :func:`solver.integrate.choose_mode`).
 
     Returns:
-        The :class:`Compiled` of ``(dae, order, linear)``; the same object on
-        every call while the DAE lives.
+        The :class:`Compiled` of ``(dae, order, linear, mode)``; the same
+        object on every call while the DAE lives.
 
     Raises:
-        InputError: an order outside 2..60 or an unknown ``linear``.
+        InputError: an order outside 2..60, an unknown ``linear`` or ``mode``.
     """
     if not 2 <= int(order) <= 60:
         raise InputError(f"order must be between 2 and 60, got {order}")
     if linear not in LINEAR_CHOICES:
         raise InputError(f"linear must be one of {', '.join(LINEAR_CHOICES)}; got {linear!r}")
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     per_dae = _REGISTRY.setdefault(dae, {})
-    key = (int(order), linear)
+    key = (int(order), linear, mode)
     if key not in per_dae:
         s = dae.structure
-        integ = Integrator(TaylorProgram(dae, s.c, s.d, int(order)), linear=linear)
+        integ = Integrator(TaylorProgram(dae, s.c, s.d, int(order)), linear=linear, mode=mode)
         per_dae[key] = Compiled(dae=dae, order=int(order), linear=linear, integrator=integ)
     return per_dae[key]
 

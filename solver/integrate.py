@@ -33,9 +33,58 @@ from . import status as st
 from .ddt import ddt_p
 from .errors import InputError
 from .kkt import KKTBlocks, kkt_factor, kkt_solve
+from .tape import UnrolledProgram
+from .taylor import _LINEAR as _LINEAR_NAMES
 from .taylor import TaylorProgram, order_sum, write_row
 
-__all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE"]
+__all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE", "MODES", "UNROLL_MAX_OPS", "tape_ops", "choose_mode"]
+
+MODES = ("auto", "unrolled", "looped")
+
+# Above this many elementary operations in one step's series (see
+# tape_ops) the unrolled program takes too long to trace and compile.
+# Measured (workflows/benchmarks/results/modes.txt): up to RSCR's 58k the
+# unrolled engine compiles 2-3x faster than the looped one and runs 2-4x
+# faster; a 3-D rigid body with mixed offsets (160k, a window of 3) spent
+# over a minute tracing its unrolled initialisation alone.
+UNROLL_MAX_OPS = 60_000
+
+
+def tape_ops(program: TaylorProgram) -> int:
+    """Elementary operations of one step's series when unrolled (an estimate).
+
+    A linear operation costs one per order; a product or a nonlinear
+    recurrence a Cauchy sum over the orders below (about K²/2 over a step);
+    the residual and commit passes of every stage and the window recompute
+    multiply both.
+    """
+    K = program.K
+    n = 0
+    for e in program.live:
+        if not any(o in program.series for o in e.outvars):
+            continue
+        name = e.prim.name
+        quadratic = name in ("mul", "dot_general") or name not in _LINEAR_NAMES
+        n += K * (K + 1) // 2 if quadratic else K
+    return 2 * program.window * n
+
+
+def choose_mode(program: TaylorProgram, mode: str = "auto") -> str:
+    """The engine for a program: ``unrolled`` (straight-line, :mod:`solver.tape`) or ``looped``.
+
+    Args:
+        program: the Taylor program.
+        mode: ``auto`` (unrolled up to :data:`UNROLL_MAX_OPS` operations,
+            else looped), ``unrolled`` or ``looped``.
+
+    Raises:
+        InputError: an unknown mode.
+    """
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if mode != "auto":
+        return mode
+    return "unrolled" if tape_ops(program) <= UNROLL_MAX_OPS else "looped"
 
 # Below this many unknowns a dense LU of the system Jacobian is as cheap as
 # the structured solve, and it also copes with a singular mass matrix.
@@ -62,13 +111,18 @@ class Integrator:
             a :class:`solver.kkt.KKTBlocks` (as
             :class:`solver.lagrangian.LagrangianDAE` does) and its offsets
             fit that system Jacobian.
+        mode: the Taylor engine (:func:`choose_mode`): ``"unrolled"``
+            (:mod:`solver.tape`: every stage and order as straight-line
+            code), ``"looped"`` (:class:`~solver.taylor.TaylorProgram`
+            interpreted in a ``lax`` loop over the stages, a program whose
+            size does not depend on the order) or ``"auto"``.
 
     Raises:
-        InputError: an unknown ``linear``, or ``"kkt"`` for a DAE without the
+        InputError: an unknown ``linear`` or ``mode``, or ``"kkt"`` for a DAE without the
             Lagrangian structure.
     """
 
-    def __init__(self, program: TaylorProgram, linear: str = "auto"):
+    def __init__(self, program: TaylorProgram, linear: str = "auto", mode: str = "auto"):
         self.prog = program
         dae = program.dae
         self.dae = dae
@@ -118,6 +172,8 @@ class Integrator:
         self._pointwise_jacobian = all(e.prim is not ddt_p for e in program.eqns)
         self._kkt: KKTBlocks | None = None  # the DAE's KKTBlocks on the "kkt" path
         self.linear = self._choose_linear(linear)
+        self.mode = choose_mode(program, mode)
+        self._unrolled = UnrolledProgram(program) if self.mode == "unrolled" else None
         if self.linear == "kkt":
             # Found (and checked) eagerly: it cannot be computed inside a trace.
             self._mass_structure = self._kkt.mass_structure
@@ -242,6 +298,8 @@ class Integrator:
     def _hidden(self, z, t0, consts):
         if self.n_hidden == 0:
             return jnp.zeros(0, dtype=z.dtype)
+        if self._unrolled is not None:
+            return self._unrolled.hidden(self, z, t0, consts)
         X = self.X_from_state(z)
         state = self._negative_stages(X, t0, consts)
         vals = []
@@ -269,6 +327,8 @@ class Integrator:
             the scaled system Jacobian of stage 0 (dense path; None on the
             structured KKT path, which never forms it).
         """
+        if self._unrolled is not None:
+            return self._series_unrolled(z, u_guess, t0, consts, newton_iters)
         prog = self.prog
         X = self.X_from_state(z)
         state = self._negative_stages(X, t0, consts)
@@ -307,6 +367,45 @@ class Integrator:
             return X, prog.stage(s1, X, k, t0, consts)
 
         X, state = lax.fori_loop(1, self.p + 1, stage_k, (X, state))
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & jnp.all(jnp.isfinite(u))
+        status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
+        return X, u, status.astype(jnp.int8), J
+
+    def _series_unrolled(self, z, u_guess, t0, consts, newton_iters):
+        """:meth:`series` with the stages as straight-line code (:mod:`solver.tape`)."""
+        up, prog = self._unrolled, self.prog
+        XL = up.lists_from_state(self, z)
+        nodes, aux = up.empty()
+        for k in range(prog.k_start, 0):
+            up.stage(nodes, aux, XL, k, t0, consts)
+        const_res = prog.constant_residual(consts)
+
+        def g0(u):
+            XL0 = up.set_stage(XL, 0, u)
+            n0, a0 = up.copy(nodes, aux)
+            up.stage(n0, a0, XL0, 0, t0, consts)
+            return up.residual(n0, 0) + const_res
+
+        X = up.arrays(XL)
+        if self.linear == "kkt":
+            u, solve, singular = self._stage0_kkt(g0, X, u_guess, t0, consts, newton_iters)
+            J = None
+        else:
+            u, solve, singular, J = self._stage0_dense(g0, X, u_guess, t0, consts, newton_iters)
+        XL = up.set_stage(XL, 0, u)
+        up.stage(nodes, aux, XL, 0, t0, consts)
+        c, d = prog.c, prog.d
+        for k in range(1, self.p + 1):
+            # Residual pass (stage k's unknowns at zero), solve, commit pass.
+            n1, a1 = up.copy(nodes, aux)
+            up.stage(n1, a1, XL, k, t0, consts)
+            r = up.residual(n1, k)
+            rc = np.array([math.comb(k + int(o), int(o)) for o in c], dtype=float)
+            rd = np.array([math.comb(k + int(o), int(o)) for o in d], dtype=float)
+            y = solve(jnp.asarray(rc) * r)
+            XL = up.set_stage(XL, k, -y / jnp.asarray(rd))
+            up.stage(nodes, aux, XL, k, t0, consts)
+        X = up.arrays(XL)
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & jnp.all(jnp.isfinite(u))
         status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
         return X, u, status.astype(jnp.int8), J

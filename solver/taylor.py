@@ -251,6 +251,14 @@ class TaylorProgram:
                 f"atan atan2 sinh cosh tanh abs, dot products, sums, indexing and concatenation"
             )
 
+    def eqn_off(self, e) -> int:
+        """The order offset an equation is computed at: the largest of its live outputs'.
+
+        An operation with several results (``split``) may have outputs that
+        nothing uses; those have no offset and no storage.
+        """
+        return max(self.off[o] for o in e.outvars if o in self.off)
+
     # -------------------------------------------------------------- layout helpers
     def var_d(self, name) -> np.ndarray:
         """Offsets d of a variable's elements, shaped like the variable."""
@@ -338,7 +346,7 @@ class TaylorProgram:
             for idx_e, e in enumerate(self.live):
                 if not any(o in self.series for o in e.outvars):
                     continue
-                m = k + self.off[e.outvars[0]] - w
+                m = k + self.eqn_off(e) - w
                 self._apply(e, idx_e, m, nodes, aux, consts)
         return {"nodes": nodes, "aux": aux}
 
@@ -413,7 +421,8 @@ class TaylorProgram:
             out = e.prim.bind(*args, **e.params)
             if e.prim.multiple_results:
                 for o, v in zip(e.outvars, out):
-                    nodes[o] = write_row(nodes[o], m, v)
+                    if o in nodes:  # unused outputs (a split's other parts) have no storage
+                        nodes[o] = write_row(nodes[o], m, v)
                 return
             val = out
         elif name == "mul":

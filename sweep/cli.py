@@ -141,7 +141,8 @@ def summary(ds, model=None) -> dict:
     Returns:
         dict with status (meaning), status_code, steps, t_end, final,
         max_constraint_residual, energy_drift (where the result has an
-        energy: max |E(t) - E(t0)|), conservative (where known), wall_seconds.
+        energy: max |E(t) - E(t0)|), conservative (where known), wall_seconds,
+        compile_seconds (the part of it spent tracing and compiling).
     """
     code = int(ds["status"].values)
     res = np.asarray(ds["constraint_residual"].values, dtype=float)
@@ -161,6 +162,7 @@ def summary(ds, model=None) -> dict:
     if model is not None and model.conservative is not None:
         out["conservative"] = bool(model.conservative)
     out["wall_seconds"] = _num(ds.attrs.get("wall_seconds", float("nan")))
+    out["compile_seconds"] = _num(ds.attrs.get("compile_seconds", float("nan")))
     return out
 
 
@@ -209,8 +211,10 @@ def _simulate(model, params=None):
     t = time.perf_counter()
     ds = model.solve(params)
     code = int(ds["status"].values)
-    _progress(f"finished in {time.perf_counter() - t:.1f} s: {st.meaning(code)}, "
-              f"{int(ds['steps'].values)} steps")
+    wall = time.perf_counter() - t
+    compile_s = float(ds.attrs.get("compile_seconds", 0.0))
+    _progress(f"finished in {wall:.1f} s ({compile_s:.1f} s compiling, {wall - compile_s:.2f} s solving): "
+              f"{st.meaning(code)}, {int(ds['steps'].values)} steps")
     return ds
 
 
@@ -342,6 +346,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+        if args.command in ("simulate", "plot", "animate"):
+            # The sweep workers' persistent compilation cache: a second
+            # simulate of the same model loads its compiled program.
+            from sweep.run import configure_jax, default_jax_cache_dir
+
+            configure_jax(default_jax_cache_dir())
         return COMMANDS[args.command](args)
     except InputError as err:
         print(f"mechsweep: error: {err}", file=sys.stderr)

@@ -5,6 +5,7 @@ References: the harmonic oscillator's exact solution x0 cos(ωt) for the
 """
 
 import json
+import re
 import math
 
 import numpy as np
@@ -94,9 +95,11 @@ def test_simulate_json_summary(pendulum_run):
     assert r == pytest.approx(1.0, abs=1e-10)
     assert info["max_constraint_residual"] < 1e-9
     assert "energy_drift" not in info          # a DAE-kind model has no energy
-    assert info["wall_seconds"] > 0
-    # Progress on stderr: a start and a finish line with the time taken.
+    assert info["wall_seconds"] > 0 and 0 <= info["compile_seconds"] <= info["wall_seconds"]
+    # Progress on stderr: a start and a finish line with the time taken,
+    # compiling apart from solving.
     assert "solving 'Short pendulum'" in err and "finished in" in err
+    assert re.search(r"\(\d+\.\d s compiling, \d+\.\d\d s solving\)", err)
 
 
 def test_simulate_out_zarr_reopens_with_the_same_final_state(pendulum_run):

@@ -1,9 +1,11 @@
-"""Taylor engine, primitive by primitive, against nested ``jax.jacfwd``.
+"""Taylor engines, primitive by primitive, against nested ``jax.jacfwd``.
 
 Each case is a scalar DAE ``y = F(t)`` (or ``y = F(a(t), b(t))``) whose
 solution's Taylor coefficients at t0 are F^(k)(t0)/k!; the engine computes
 them through the whole staged machinery, nested jacfwd of F gives the
-reference.
+reference.  Both engines are checked: ``unrolled`` (straight-line code per
+order, solver/tape.py) and ``looped`` (a lax loop over the orders,
+solver/taylor.py).
 """
 
 import math
@@ -78,12 +80,16 @@ def reference_coefficients(F, t0, K):
     return np.array(out)
 
 
-@pytest.fixture(scope="module")
-def engine_series():
-    """All cases in one DAE (y_i = F_i(t)), so the engine compiles once."""
+MODES = ["unrolled", "looped"]
+
+
+@pytest.fixture(scope="module", params=MODES)
+def engine_series(request):
+    """All cases in one DAE (y_i = F_i(t)), so each engine compiles once."""
     names = sorted(CASES)
     dae = solver.DAE(lambda t, v, p: [v[f"y_{n}"][0] - CASES[n](t) for n in names], [f"y_{n}" for n in names])
-    integ = integrator_for(dae, ORDER)
+    integ = integrator_for(dae, ORDER, mode=request.param)
+    assert integ.mode == request.param
     consts = integ.prog.constants({})
     X, u, status, _ = jax.jit(lambda: integ.series(jnp.zeros(0), jnp.zeros(len(names)), T0, consts))()
     assert int(status) == 0
@@ -96,20 +102,22 @@ def test_primitive_series_matches_nested_jacfwd(name, engine_series):
     np.testing.assert_allclose(engine_series[name], ref, rtol=1e-11, atol=1e-12)
 
 
-def test_ddt_shifts_the_series():
+@pytest.mark.parametrize("mode", MODES)
+def test_ddt_shifts_the_series(mode):
     """y = d/dt (a(t) b(t)) through solver.ddt equals the derivative."""
     F = lambda t: a(t) * b(t)
     dae = solver.DAE(lambda t, v, p: [v["y"][0] - solver.ddt(F(t))], ["y"])
-    integ = integrator_for(dae, ORDER)
+    integ = integrator_for(dae, ORDER, mode=mode)
     X, *_ = jax.jit(lambda: integ.series(jnp.zeros(0), jnp.zeros(1), T0, integ.prog.constants({})))()
     ref = reference_coefficients(jax.jacfwd(F), T0, ORDER)
     np.testing.assert_allclose(np.asarray(X["y"][: ORDER + 1]), ref, rtol=1e-11, atol=1e-12)
 
 
-def test_series_of_a_state_dependent_ode_matches_exact_expansion():
+@pytest.mark.parametrize("mode", MODES)
+def test_series_of_a_state_dependent_ode_matches_exact_expansion(mode):
     """y' = y² with y(0) = 1 has y = 1/(1 - t): every coefficient is 1."""
     dae = solver.DAE(lambda t, v, p: [v["y"][1] - v["y"][0] ** 2], ["y"])
-    integ = integrator_for(dae, 12)
+    integ = integrator_for(dae, 12, mode=mode)
     X, *_ = jax.jit(lambda: integ.series(jnp.array([1.0]), jnp.zeros(1), 0.0, integ.prog.constants({})))()
     np.testing.assert_allclose(np.asarray(X["y"][:13]), np.ones(13), rtol=1e-13)
 
@@ -120,7 +128,8 @@ def test_unsupported_primitive_is_named():
         integrator_for(dae, 5)
 
 
-def test_batched_series_and_its_forward_derivatives_match_the_exact_expansion():
+@pytest.mark.parametrize("mode", MODES)
+def test_batched_series_and_its_forward_derivatives_match_the_exact_expansion(mode):
     """y' = y² from y0: X[k] = y0^(k+1), so dX[k]/dy0 = (k+1) y0^k.
 
     The coefficient arrays are updated row by row with a batching rule of
@@ -128,7 +137,7 @@ def test_batched_series_and_its_forward_derivatives_match_the_exact_expansion():
     forward mode inside vmap.
     """
     dae = solver.DAE(lambda t, v, p: [v["y"][1] - v["y"][0] ** 2], ["y"])
-    integ = integrator_for(dae, 8)
+    integ = integrator_for(dae, 8, mode=mode)
     consts = integ.prog.constants({})
     k = np.arange(9)
 
@@ -143,15 +152,53 @@ def test_batched_series_and_its_forward_derivatives_match_the_exact_expansion():
     np.testing.assert_allclose(d_fwd, (k + 1) * np.asarray(y0s)[:, None] ** k, rtol=1e-12)
 
 
-def test_hidden_constraint_gradients_in_reverse_mode_under_vmap():
+@pytest.mark.parametrize("mode", MODES)
+def test_hidden_constraint_gradients_in_reverse_mode_under_vmap(mode):
     """Pendulum: the hidden constraint 2(x x' + y y') (coefficient 1 of
     x² + y² − 1) has the gradient 2(x', x, y', y) in z = (x, x', y, y')."""
     dae = solver.DAE(lambda t, v, p: [v["x"][2] + v["lam"][0] * v["x"][0],
                                       v["y"][2] + v["lam"][0] * v["y"][0] - 9.81,
                                       v["x"][0] ** 2 + v["y"][0] ** 2 - 1.0], ["x", "y", "lam"])
-    integ = integrator_for(dae, 6)
+    integ = integrator_for(dae, 6, mode=mode)
     zs = jnp.array([[0.6, 0.3, 0.8, -0.2], [0.0, 1.0, 1.0, 0.5]])
     velocity_constraint = lambda z: integ.hidden_constraints(z, 0.0, {})[1]
     grads = np.asarray(jax.jit(jax.vmap(jax.grad(velocity_constraint)))(zs))
     x, xd, y, yd = np.asarray(zs).T
     np.testing.assert_allclose(grads, 2 * np.stack([xd, x, yd, y], axis=1), rtol=1e-13)
+
+
+def test_modes_are_chosen_by_size_and_checked():
+    from solver.integrate import UNROLL_MAX_OPS, choose_mode, tape_ops
+    from solver.taylor import TaylorProgram
+
+    dae = solver.DAE(lambda t, v, p: [v["y"][1] - v["y"][0] ** 2], ["y"])
+    prog = TaylorProgram(dae, dae.structure.c, dae.structure.d, 10)
+    assert 0 < tape_ops(prog) <= UNROLL_MAX_OPS and choose_mode(prog) == "unrolled"
+    assert choose_mode(prog, "looped") == "looped"
+    with pytest.raises(solver.InputError, match="mode must be one of auto, unrolled, looped; got 'fast'"):
+        choose_mode(prog, "fast")
+
+
+@pytest.mark.parametrize("model", ["mechanism0", "double_pendulum"])
+def test_both_engines_give_the_same_series_on_shipped_models(model):
+    """Lagrangian residuals built by AD (dot products, pads, reshapes …): the
+    coefficients of the unrolled and looped engines agree to rounding."""
+    from pathlib import Path
+
+    m = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / f"{model}.yaml")
+    p = 9
+    out = {}
+    for mode in MODES:
+        comp = solver.compiled_model(m.dae, p, mode=mode)
+        integ = comp.integrator
+        from solver.initialize import parse_values
+        spec = parse_values(integ, m.initial_values(), m.fixed)
+        params = {k: jnp.asarray(v) for k, v in m.dae.params.items()}
+        z0 = jnp.asarray(comp.consistent_point(params, m.t0, spec))
+        X, u, status, _ = jax.jit(lambda z: integ.series(z, jnp.asarray(spec.u_guess), m.t0,
+                                                        integ.prog.constants(params)))(z0)
+        assert int(status) == 0
+        out[mode] = {k: np.asarray(v) for k, v in X.items()}
+    for name in out["looped"]:
+        a, b = out["unrolled"][name], out["looped"][name]
+        np.testing.assert_allclose(a[: p + 1], b[: p + 1], rtol=1e-10, atol=1e-10 * (1 + np.abs(b[: p + 1]).max()))

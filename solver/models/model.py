@@ -36,6 +36,7 @@ DEFAULT_SAMPLES = 201
 DEFAULT_TOL = 1e-10
 TIME_KEYS = ("t0", "tend", "samples", "dt")
 INIT_METHODS = ("auto", "newton", "ipopt")
+ENGINE_MODES = ("auto", "unrolled", "looped")
 
 
 def deep_merge(base: Any, override: Any) -> Any:
@@ -115,11 +116,12 @@ def read_times(pd: Mapping, loc: Locator) -> dict:
 
 
 def read_solver_params(data: Any, loc: Locator) -> dict:
-    """``SolverParams: {Integration: {tol, order, max_steps, h_max},
+    """``SolverParams: {Integration: {tol, order, max_steps, h_max, mode},
     Initialization: {method}}``.
 
     Returns:
-        dict with tol, order (None = from tol), max_steps, h_max, init.
+        dict with tol, order (None = from tol), max_steps, h_max, mode
+        (the Taylor engine: auto, unrolled or looped), init.
 
     Raises:
         InputError: unknown keys, tol outside (0, 1), order outside 2..60.
@@ -129,7 +131,7 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
     integ = require_mapping(sp.get("Integration"), ("SolverParams", "Integration"), loc,
                             allow_none=True)
     base = ("SolverParams", "Integration")
-    check_keys(integ, ("tol", "order", "max_steps", "h_max"), (), base, loc)
+    check_keys(integ, ("tol", "order", "max_steps", "h_max", "mode"), (), base, loc)
     tol = require_number(integ.get("tol", DEFAULT_TOL), base + ("tol",), loc, positive=True)
     if not tol < 1:
         raise loc.error(f"tol must be below 1 (e.g. 1e-10), got {tol:g}", base + ("tol",))
@@ -143,12 +145,14 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
     h_max = None
     if integ.get("h_max") is not None:
         h_max = require_number(integ["h_max"], base + ("h_max",), loc, positive=True)
+    mode = require_str(integ.get("mode", "auto"), base + ("mode",), loc, choices=ENGINE_MODES)
     ini = require_mapping(sp.get("Initialization"), ("SolverParams", "Initialization"), loc,
                           allow_none=True)
     check_keys(ini, ("method",), (), ("SolverParams", "Initialization"), loc)
     init = require_str(ini.get("method", "auto"), ("SolverParams", "Initialization", "method"),
                        loc, choices=INIT_METHODS)
-    return {"tol": tol, "order": order, "max_steps": max_steps, "h_max": h_max, "init": init}
+    return {"tol": tol, "order": order, "max_steps": max_steps, "h_max": h_max, "init": init,
+            "mode": mode}
 
 
 def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dict:
@@ -224,8 +228,9 @@ class Model:
         kind, title, path, text: the file's kind, Title, path and YAML text.
         data: the YAML data the model was built from (overrides merged).
         overrides: the overrides merged into the file's data (or None).
-        t0, tend, tol, order, samples, dt, max_steps, h_max, init: problem
-            and solver settings (``order`` None = from tol).
+        t0, tend, tol, order, samples, dt, max_steps, h_max, init, mode:
+            problem and solver settings (``order`` None = from tol; ``mode``
+            the Taylor engine).
         fixed: names of fixed initial values in :func:`solver.solve` syntax.
         animation: dict from :func:`read_animation`.
         param_info: :class:`solver.models.scope.ParamInfo`.
@@ -247,6 +252,7 @@ class Model:
         self.tol, self.order = solver_params["tol"], solver_params["order"]
         self.max_steps, self.h_max = solver_params["max_steps"], solver_params["h_max"]
         self.init = solver_params["init"]
+        self.mode = solver_params.get("mode", "auto")
         self.param_info = param_info
         self._values = values
         self.fixed = list(fixed)
@@ -325,7 +331,7 @@ class Model:
             args = dict(t_span=(self.t0, self.tend), values=self.initial_values(pvals),
                         fixed=self.fixed, tol=self.tol, order=self.order, t_eval=self.t_eval(),
                         params=pvals, max_steps=self.max_steps, h_max=self.h_max,
-                        init=self.init, title=self.title)
+                        init=self.init, title=self.title, mode=self.mode)
             args.update(kw)
             if "t_span" in kw and "t_eval" not in kw:
                 args["t_eval"] = np.linspace(float(kw["t_span"][0]), float(kw["t_span"][1]),

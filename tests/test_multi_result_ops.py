@@ -1,0 +1,77 @@
+"""Lagrangians that crashed the Taylor engine with a KeyError in ``stage``: an
+operation with several results (a split of a vector) whose first result
+nothing used had no offset.  Both engines now give such an operation the
+offset of its used results.
+
+Reference: scipy's DOP853 on the pendulum ODE (both models are pendulums).
+"""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import solver
+
+BEAD = """\
+Title: Pendulum written with a literal 0 in a coordinate-dependent vector
+Kind: Lagrangian
+PhysicalParams: {m: 1.0, g: 9.81, R: 1.0}
+Coordinates: {th: 1}
+Let:
+  v: R*th'*[cos(th), sin(th), 0]
+KineticEnergy: m/2*dot(v, v)
+PotentialEnergy: m*g*R*(1 - cos(th))
+ProblemData:
+  tend: 1
+  positions: {th: 0.5}
+  velocities: {th: 0}
+  samples: 11
+SolverParams:
+  Integration: {tol: 1.0e-10}
+"""
+
+ROTATIONS = """\
+Title: Pendulum through a product of rotation matrices
+Kind: Lagrangian
+PhysicalParams: {m: 1.0, g: 9.81, L: 1.0, a: 0.0}
+Coordinates: {th: 1}
+Let:
+  Rz: [[cos(th), -sin(th), 0], [sin(th), cos(th), 0], [0, 0, 1]]
+  Rx: [[1, 0, 0], [0, cos(a), -sin(a)], [0, sin(a), cos(a)]]
+  Ry: [[cos(a), 0, sin(a)], [0, 1, 0], [-sin(a), 0, cos(a)]]
+  r: dot(dot(dot(Rz, Rx), Ry), [0, -L, 0])
+  v: r'
+KineticEnergy: m/2*dot(v, v)
+PotentialEnergy: m*g*r[1]
+ProblemData:
+  tend: 1
+  positions: {th: 0.5}
+  velocities: {th: 0}
+  samples: 11
+SolverParams:
+  Integration: {tol: 1.0e-10}
+"""
+
+
+def load(tmp_path, name, text):
+    path = Path(tmp_path) / f"{name}.yaml"
+    path.write_text(text)
+    return solver.load(path)
+
+
+def pendulum_reference(t, theta0=0.5, g=9.81, L=1.0):
+    sol = solve_ivp(lambda _, s: [s[1], -(g / L) * math.sin(s[0])], (0.0, t[-1]), [theta0, 0.0],
+                    method="DOP853", rtol=1e-13, atol=1e-13, t_eval=t)
+    return sol.y[0]
+
+
+@pytest.mark.parametrize("mode", ["unrolled", "looped"])
+@pytest.mark.parametrize("name, text", [("bead", BEAD), ("rotations", ROTATIONS)])
+def test_lagrangians_with_literal_zeros_and_rotation_products_are_pendulums(tmp_path, name, text, mode):
+    model = load(tmp_path, name, text)
+    ds = model.solve(mode=mode)
+    assert int(ds.status) == 0 and ds.attrs["solver_mode"] == mode
+    np.testing.assert_allclose(ds["th"].values, pendulum_reference(ds["time"].values), rtol=0, atol=1e-8)
