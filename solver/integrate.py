@@ -42,12 +42,14 @@ __all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE", "MODES", "UNROLL_MAX_O
 MODES = ("auto", "unrolled", "looped")
 
 # Above this many elementary operations in one step's series (see
-# tape_ops) the unrolled program takes too long to trace and compile.
+# tape_ops) the unrolled program may take too long to trace and compile.
 # Measured (workflows/benchmarks/results/modes.txt): up to RSCR's 58k the
-# unrolled engine compiles 2-3x faster than the looped one and runs 2-4x
-# faster; a 3-D rigid body with mixed offsets (160k, a window of 3) spent
-# over a minute tracing its unrolled initialisation alone.
-UNROLL_MAX_OPS = 60_000
+# unrolled engine compiled 2-3x faster than the looped one, but a free rigid
+# body in Euler angles (37k, much trigonometry) took XLA minutes and 12 GB,
+# and a 3-D natural-coordinate body (160k, window 3) traced for over a
+# minute.  tape_ops does not predict XLA's cost well enough, so auto stays
+# below both; pass mode="unrolled" to try it on a larger model.
+UNROLL_MAX_OPS = 20_000
 
 
 def tape_ops(program: TaylorProgram) -> int:

@@ -200,7 +200,7 @@ EXPECTED = {
         "ing 'small'"),
     'unknown_solver_key': (
         "MODEL:13: SolverParams.Integration.tolerance: unknown key 'tolerance';"
-        ' valid keys: tol, order, max_steps, h_max'),
+        ' valid keys: tol, order, max_steps, h_max, mode'),
     'value_unknown_variable': (
         "MODEL:11: ProblemData.values.z: unknown variable 'z'; the variables ar"
         'e x, y, lam'),
