@@ -341,11 +341,7 @@ class Integrator:
             s0 = prog.stage(state, X0, 0, t0, consts)
             return prog.residual(s0, 0) + const_res
 
-        if self.linear == "kkt":
-            u, solve, singular = self._stage0_kkt(g0, X, u_guess, t0, consts, newton_iters)
-            J = None
-        else:
-            u, solve, singular, J = self._stage0_dense(g0, X, u_guess, t0, consts, newton_iters)
+        u, solve, singular, J = self._stage0(g0, X, u_guess, t0, consts, newton_iters)
         X = self.set_stage(X, 0, u)
         state = prog.stage(state, X, 0, t0, consts)
 
@@ -369,9 +365,7 @@ class Integrator:
             return X, prog.stage(s1, X, k, t0, consts)
 
         X, state = lax.fori_loop(1, self.p + 1, stage_k, (X, state))
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & jnp.all(jnp.isfinite(u))
-        status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
-        return X, u, status.astype(jnp.int8), J
+        return X, u, self._series_status(X, u, singular), J
 
     def _series_unrolled(self, z, u_guess, t0, consts, newton_iters):
         """:meth:`series` with the stages as straight-line code (:mod:`solver.tape`)."""
@@ -389,11 +383,7 @@ class Integrator:
             return up.residual(n0, 0) + const_res
 
         X = up.arrays(XL)
-        if self.linear == "kkt":
-            u, solve, singular = self._stage0_kkt(g0, X, u_guess, t0, consts, newton_iters)
-            J = None
-        else:
-            u, solve, singular, J = self._stage0_dense(g0, X, u_guess, t0, consts, newton_iters)
+        u, solve, singular, J = self._stage0(g0, X, u_guess, t0, consts, newton_iters)
         XL = up.set_stage(XL, 0, u)
         up.stage(nodes, aux, XL, 0, t0, consts)
         c, d = prog.c, prog.d
@@ -408,9 +398,21 @@ class Integrator:
             XL = up.set_stage(XL, k, -y / jnp.asarray(rd))
             up.stage(nodes, aux, XL, k, t0, consts)
         X = up.arrays(XL)
+        return X, u, self._series_status(X, u, singular), J
+
+    def _stage0(self, g0, X, u_guess, t0, consts, newton_iters):
+        """Newton on stage 0 by the chosen stage solver: (u, solve, singular, J or None)."""
+        if self.linear == "kkt":
+            u, solve, singular = self._stage0_kkt(g0, X, u_guess, t0, consts, newton_iters)
+            return u, solve, singular, None
+        return self._stage0_dense(g0, X, u_guess, t0, consts, newton_iters)
+
+    @staticmethod
+    def _series_status(X, u, singular):
+        """SUCCESS, SINGULAR_JACOBIAN or NONFINITE for a computed series."""
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & jnp.all(jnp.isfinite(u))
         status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
-        return X, u, status.astype(jnp.int8), J
+        return status.astype(jnp.int8)
 
     @staticmethod
     def _newton(step, u_guess, aux0, newton_iters):
