@@ -13,10 +13,38 @@ import numpy as np
 
 import jax.numpy as jnp
 
-from .errors import InputError
+from .errors import InputError, format_bytes, how_to_raise, limit
 from .lagrangian import LagrangianDAE, lagrangian
 
-__all__ = ["cloth", "cloth_rest_positions"]
+__all__ = ["cloth", "cloth_rest_positions", "cloth_size_problem", "MAX_CLOTH_PARTICLES"]
+
+MAX_CLOTH_PARTICLES = 10_000
+"""Most particles (m x n) of a cloth: 100 x 100, 30,000 coordinates.  The
+benchmarks go to 90 x 90; much larger grids cannot be compiled in useful
+time, and a typo (an extra zero) must not allocate the machine's memory.
+``MECHSWEEP_MAX_CLOTH_PARTICLES`` overrides it."""
+
+# Numbers (float64) the solver keeps per particle and Taylor coefficient:
+# position and velocity, 3 components each.
+_STATE_PER_PARTICLE = 6
+
+
+def cloth_size_problem(m: int, n: int) -> str | None:
+    """Why an m x n cloth is too large, or ``None`` when it is within the limit.
+
+    The message states the memory of one state (positions and velocities),
+    which the solver holds many times over (Taylor coefficients, outputs).
+    """
+    cap = limit("MAX_CLOTH_PARTICLES", MAX_CLOTH_PARTICLES)
+    particles = m * n
+    if particles <= cap:
+        return None
+    state = 8.0 * _STATE_PER_PARTICLE * particles
+    return (f"a cloth of {m} x {n} = {particles} particles has {3 * particles} coordinates; one "
+            f"state (positions and velocities) alone would need {format_bytes(state)}, and the "
+            f"solver keeps it for every Taylor coefficient and output time; the limit is {cap} "
+            f"particles (MAX_CLOTH_PARTICLES); lower rows or cols, or "
+            f"{how_to_raise('MAX_CLOTH_PARTICLES')}")
 
 
 def _sq(v):
@@ -53,11 +81,15 @@ def cloth(m: int, n: int, M=1.0, k=100.0, l=1.0, kd=1.0, g=9.81, dx=1.0, dy=1.0,
             constraints (an index-3 DAE).
 
     Raises:
-        InputError: bad sizes or ``fixed``.
+        InputError: bad sizes (below 2, or more than
+            :data:`MAX_CLOTH_PARTICLES` particles) or ``fixed``.
     """
     for nm, v in (("m", m), ("n", n)):
         if not isinstance(v, (int, np.integer)) or v < 2:
             raise InputError(f"cloth: {nm} must be an integer >= 2, got {v!r}")
+    problem = cloth_size_problem(int(m), int(n))
+    if problem:
+        raise InputError(f"cloth: {problem}")
     if fixed not in ("edges", "corners"):
         raise InputError(f"cloth: fixed must be 'edges' or 'corners', got {fixed!r}")
     gi, gj = np.meshgrid(np.arange(m + 2), np.arange(n + 2), indexing="ij")

@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from .errors import InputError
 from .initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
                          ipopt_point, state_scale)
+from .initialize import _residual_list  # the one wording of violated constraints
 from .integrate import MODES, Integrator
 from .taylor import TaylorProgram
 
@@ -292,7 +293,7 @@ class Compiled:
         for i in np.nonzero(~ok)[0]:
             p_i = {k: v[i] for k, v in params.items()}
             if method == "newton":
-                messages[i] = self._newton_failure(z[i], p_i, t0, scale[i])
+                messages[i] = self._newton_failure(z[i], p_i, t0, scale[i], free_b[i])
                 continue
             spec = StateSpec(z_hat[i], free_b[i], np.zeros(self.dae.n))
             try:
@@ -309,15 +310,19 @@ class Compiled:
         z, res = np.array(zz), np.asarray(rr)
         return z, (res <= ASSEMBLY_TOL * scale) & np.all(np.isfinite(z), axis=1)
 
-    def _newton_failure(self, z, params, t0, scale) -> str:
+    def _newton_failure(self, z, params, t0, scale, free=None) -> str:
+        """The message of a point Gauss-Newton could not make consistent.
+
+        Names the worst violated constraints with their residuals and, given
+        the ``free`` mask, the fixed values each involves.
+        """
         if self.integrator.n_hidden == 0:
             return "no consistent initial point found: the state is not finite"
-        g = np.asarray(self.ipopt_derivatives.g({k: jnp.asarray(v) for k, v in params.items()}, float(t0),
-                                                jnp.asarray(z)))
+        der = self.ipopt_derivatives
+        g = np.asarray(der.g({k: jnp.asarray(v) for k, v in params.items()}, float(t0), jnp.asarray(z)))
         res = float(np.max(np.abs(g))) if np.all(np.isfinite(g)) else np.inf
-        worst = np.argsort(-np.abs(g))[:8]
-        lines = ", ".join(f"{self.integrator.hidden_labels[i]} = {g[i]:.3g}" for i in worst
-                          if not abs(g[i]) <= ASSEMBLY_TOL * scale)
+        lines = _residual_list(self.integrator, g, ASSEMBLY_TOL * scale, der=der, z=np.asarray(z),
+                               free=None if free is None else np.asarray(free, dtype=bool))
         return (f"no consistent initial point found by Gauss-Newton (largest constraint residual {res:.3g}); "
                 f"violated: {lines}. Check the fixed values and the parameters (can the mechanism assemble?), "
                 "give better guesses, or use init='auto' to let IPOPT try")
@@ -354,6 +359,6 @@ class Compiled:
             if ok[0]:
                 return z[0]
             if method == "newton":
-                raise InitialValueError(self._newton_failure(z[0], params, t0, scale[0]))
+                raise InitialValueError(self._newton_failure(z[0], params, t0, scale[0], spec.free))
         return ipopt_point(self.integrator, params, t0, spec, options=ipopt_options,
                            derivatives=self.ipopt_derivatives)

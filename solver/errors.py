@@ -3,11 +3,20 @@
 Every message a user sees for bad input (YAML files, expressions, parameters,
 impossible designs) goes through :class:`InputError`, so that the CLI can print
 it without a traceback and exit with code 2.
+
+The input limits (README "Input limits") share :func:`limit` (a limit's
+value, from its constant or the environment variable ``MECHSWEEP_<NAME>``)
+and the wording of their messages: what the input would need, the limit, and
+how to change it.
 """
 
 from __future__ import annotations
 
-__all__ = ["InputError"]
+import os
+import re
+
+__all__ = ["InputError", "limit", "limit_env", "how_to_raise", "format_bytes",
+           "size_limit_message", "LIMIT_ENV_PREFIX", "MAX_OUTPUT_BYTES", "MAX_STORE_BYTES"]
 
 
 class InputError(ValueError):
@@ -41,3 +50,98 @@ class InputError(ValueError):
                 line: int | None = None) -> "InputError":
         """A copy with missing location parts filled in (existing ones kept)."""
         return InputError(self.message, self.file or file, self.path or path, self.line or line)
+
+
+# ------------------------------------------------------------------ limits
+# Every input limit of the package (YAML size and nesting, output sizes, grid
+# sizes...) is a module-level constant next to the code it protects; its
+# value can be changed without editing code through the environment variable
+# ``MECHSWEEP_<NAME>`` (``MECHSWEEP_MAX_YAML_DEPTH=200``), read when the limit
+# is checked so that a sweep's workers see the driver's setting too.
+LIMIT_ENV_PREFIX = "MECHSWEEP_"
+
+_UNITS = {"": 1, "k": 1000, "m": 1000 ** 2, "g": 1000 ** 3, "t": 1000 ** 4,
+          "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "tb": 1000 ** 4,
+          "kib": 2 ** 10, "mib": 2 ** 20, "gib": 2 ** 30, "tib": 2 ** 40}
+
+
+def limit_env(name: str) -> str:
+    """The environment variable that overrides the limit ``name`` (``MECHSWEEP_NAME``)."""
+    return LIMIT_ENV_PREFIX + name
+
+
+def limit(name: str, default: int) -> int:
+    """The value of an input limit: ``default``, unless its variable is set.
+
+    Args:
+        name: the limit's constant name, e.g. ``"MAX_YAML_DEPTH"``.
+        default: the constant's value.
+
+    Returns:
+        The positive whole number set in ``MECHSWEEP_<name>`` (a plain number,
+        ``1e6``, or with a unit: ``8GiB``, ``500MB``, ``2k``), else ``default``.
+
+    Raises:
+        InputError: the variable is set to something else.
+    """
+    env = limit_env(name)
+    text = os.environ.get(env, "").strip()
+    if not text:
+        return default
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]*)?(?:[eE][+]?[0-9]+)?)\s*([A-Za-z]*)", text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise InputError(f"{env}={text!r}: expected a positive whole number, optionally with a "
+                         f"unit (e.g. 8GiB, 500MB, 2k)")
+    value = float(match.group(1)) * _UNITS[unit]
+    if not 1 <= value < 2 ** 63:
+        raise InputError(f"{env}={text!r}: expected a positive whole number")
+    return int(value)
+
+
+def how_to_raise(name: str) -> str:
+    """``"set MECHSWEEP_NAME to raise it"``, the end of every limit message."""
+    return f"set the environment variable {limit_env(name)} to raise it"
+
+
+def format_bytes(n: float) -> str:
+    """``8053063680`` -> ``"7.5 GiB"`` (binary units, 3 significant digits)."""
+    if abs(n) < 1024:
+        return f"{n:.0f} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if abs(n) < 1024:
+            return f"{n:.3g} {unit}"
+    return f"{n / 1024:.3g} PiB"
+
+
+# Output arrays are float64: one number is 8 bytes.
+MAX_OUTPUT_BYTES = 4 * 2 ** 30
+"""Most memory for the outputs of one run, or of one sweep batch (4 GiB)."""
+MAX_STORE_BYTES = 2 ** 40
+"""Largest sweep store (its outputs on disk, uncompressed: 1 TiB)."""
+
+
+def size_limit_message(name: str, default: int, need: float, what: str, fix: str) -> str | None:
+    """The message for a size over its limit, or ``None`` when it fits.
+
+    Args:
+        name: the limit's name (``"MAX_OUTPUT_BYTES"``).
+        default: its constant's value.
+        need: the estimated bytes.
+        what: the setting and how the estimate is made, e.g. ``"ProblemData.samples
+            = 1000000000 output times x 7 values (8 bytes each)"``.
+        fix: what to lower, e.g. ``"lower samples"``.
+
+    Returns:
+        ``"WHAT would need 52.2 GiB; the limit is 4 GiB (NAME); FIX, or set
+        the environment variable MECHSWEEP_NAME to raise it"``, or ``None``.
+
+    Raises:
+        InputError: the limit's environment variable is malformed.
+    """
+    cap = limit(name, default)
+    if need <= cap:
+        return None
+    return (f"{what} would need {format_bytes(need)}; the limit is {format_bytes(cap)} ({name}); "
+            f"{fix}, or {how_to_raise(name)}")

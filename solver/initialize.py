@@ -372,21 +372,48 @@ def state_scale(z_hat) -> float:
     return max(1.0, float(np.max(np.abs(z_hat)))) if np.size(z_hat) else 1.0
 
 
-def _residual_list(integ: Integrator, g: np.ndarray, tol: float, limit: int = 8) -> str:
-    """``label = value`` for the largest residuals above tol (worst first)."""
+# Violated constraints named in a message (the worst first), and fixed values per constraint.
+_MAX_LISTED = 5
+_MAX_FIXED_LISTED = 4
+
+
+def _residual_list(integ: Integrator, g: np.ndarray, tol: float, limit: int = _MAX_LISTED,
+                   der: "IpoptDerivatives | None" = None, z: np.ndarray | None = None,
+                   free: np.ndarray | None = None) -> str:
+    """``label = value`` for the largest residuals above tol (worst first).
+
+    With the derivatives' sparsity ``der``, the state ``z`` and the ``free``
+    mask, each constraint also names the fixed values it involves, as typed
+    (``f2 = 3 (fixed: x = 2)``): those are what the user can change.
+    """
     order = np.argsort(-np.abs(g))
-    items = [f"{integ.hidden_labels[i]} = {g[i]:.3g}" for i in order[:limit] if abs(g[i]) > tol]
+    items = []
+    for i in order[:limit]:
+        if not abs(g[i]) > tol:
+            continue
+        text = f"{integ.hidden_labels[i]} = {g[i]:.3g}"
+        if der is not None and z is not None and free is not None:
+            cols = [int(j) for j in der.jac_cols[der.jac_rows == i] if not free[j]]
+            if cols:
+                text += f" (fixed: {_values_text(integ, z, cols, _MAX_FIXED_LISTED)})"
+        items.append(text)
     more = int(np.sum(np.abs(g) > tol)) - len(items)
     return ", ".join(items) + (f" (and {more} more)" if more > 0 else "")
 
 
-def _point_text(integ: Integrator, z: np.ndarray, limit: int = 12) -> str:
+def _values_text(integ: Integrator, z: np.ndarray, cols, limit: int) -> str:
+    """``x = 2, x' = 0`` for state entries ``cols`` (at most ``limit``)."""
     # Show derivatives, not normalised coefficients: what the user typed.
     parts = []
-    for label, val in list(zip(integ.state_labels, z))[:limit]:
+    for j in list(cols)[:limit]:
+        label = integ.state_labels[j]
         l = len(label) - len(label.rstrip("'"))
-        parts.append(f"{label} = {val * math.factorial(l):.6g}")
-    return ", ".join(parts) + (", ..." if len(z) > limit else "")
+        parts.append(f"{label} = {z[j] * math.factorial(l):.6g}")
+    return ", ".join(parts) + (", ..." if len(cols) > limit else "")
+
+
+def _point_text(integ: Integrator, z: np.ndarray, limit: int = 12) -> str:
+    return _values_text(integ, z, range(len(z)), limit)
 
 
 def _dof_hint(integ: Integrator, spec: StateSpec) -> str:
@@ -534,7 +561,7 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
         gf = np.where(bad_fixed, g0, 0.0)
         raise InitialValueError(
             "the fixed initial values are inconsistent: these constraints involve only fixed entries and "
-            f"are violated: {_residual_list(integ, gf, tol)}. Free (unfix) some of "
+            f"are violated: {_residual_list(integ, gf, tol, der=der, z=z_hat, free=free)}. Free (unfix) some of "
             f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values")
     rows = np.nonzero(depends)[0]
     if len(rows) == 0:
@@ -565,10 +592,10 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
             f"the fixed initial values are inconsistent: they leave {len(free_idx)} free entr"
             f"{'y' if len(free_idx) == 1 else 'ies'} for {len(rows)} constraints (over-determined) and "
             f"no point satisfies them all; closest point found [{_point_text(integ, z)}]; violated: "
-            f"{_residual_list(integ, g, tol)}. Free (unfix) some of "
+            f"{_residual_list(integ, g, tol, der=der, z=z, free=free)}. Free (unfix) some of "
             f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values")
     raise InitialValueError(
         f"no consistent initial point found (IPOPT status {status}: {msg}); largest constraint residual {res:.3g} "
         f"(tolerance {tol:.3g}) at the closest point found [{_point_text(integ, z)}]; violated: "
-        f"{_residual_list(integ, g, tol)}. Check the fixed values and the parameters (can the mechanism "
+        f"{_residual_list(integ, g, tol, der=der, z=z, free=free)}. Check the fixed values and the parameters (can the mechanism "
         "assemble?), or give better guesses." + _dof_hint(integ, spec))

@@ -7,7 +7,7 @@
     mechsweep plot RUN.zarr|RUN.nc|MODEL.yaml [--vars x y ...] --out fig.png
     mechsweep animate MODEL.yaml|RUN --out anim.gif|anim.mp4|anim.html
     mechsweep sweep SWEEP.yaml --out STORE.zarr [...]
-    mechsweep status STORE.zarr
+    mechsweep status STORE.zarr [--verify]   (exit 1: a damaged batch)
     mechsweep run-default          (make run: the default sweep)
 
 Exit codes: 0 success, 1 failed simulation (or failed sweep points), 2 bad
@@ -44,6 +44,17 @@ class _Parser(argparse.ArgumentParser):
                          if " " in self.prog else f"{message} (see 'mechsweep --help')")
 
 
+def _positive_int(text: str) -> int:
+    """argparse type of counts such as ``--workers``: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     p = _Parser(prog="mechsweep", description="Mechanism simulation and design sweeps "
@@ -66,11 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("source", help="MODEL.yaml, or a run written by simulate --out")
     an.add_argument("--model", help="model file for a run (default: the one the run records)")
     an.add_argument("--out", required=True)
-    an.add_argument("--frames", type=int, help="number of frames (default: Animation.frames)")
+    an.add_argument("--frames", type=_positive_int,
+                    help="number of frames (default: Animation.frames)")
     sw = sub.add_parser("sweep", help="run a design sweep into a Zarr store")
     sw.add_argument("sweep", metavar="SWEEP.yaml")
     sw.add_argument("--out")
-    sw.add_argument("--workers", type=int)
+    sw.add_argument("--workers", type=_positive_int, help="local worker processes (>= 1)")
     group = sw.add_mutually_exclusive_group()
     group.add_argument("--scheduler")
     group.add_argument("--scheduler-file")
@@ -80,8 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--overwrite", action="store_true")
     mode.add_argument("--retry-failed", action="store_true")
     sw.add_argument("--dry-run", action="store_true")
-    stat = sub.add_parser("status", help="progress and status counts of a sweep store")
+    stat = sub.add_parser("status", help="progress, status counts and integrity of a sweep store "
+                          "(exit 1 when a batch is damaged)")
     stat.add_argument("store")
+    stat.add_argument("--verify", action="store_true",
+                      help="read, checksum and decode every chunk (default: a quick check of "
+                           "commit records and chunk files)")
     sub.add_parser("run-default", help="the default RSCR sweep into out/rscr.zarr (make run)")
     return p
 
@@ -170,16 +186,20 @@ def write_result(ds, path: str) -> None:
     """Write a Dataset as Zarr (``.zarr``) or netCDF (``.nc``).
 
     Raises:
-        InputError: another extension.
+        InputError: another extension, or the file cannot be written
+            (permissions, a full disk).
     """
-    if path.endswith(".zarr"):
-        # Consolidated metadata is not part of Zarr v3 (zarr warns); a single
-        # run has few arrays, so plain metadata costs nothing.
-        ds.to_zarr(path, mode="w", consolidated=False)
-    elif path.endswith(".nc"):
-        ds.to_netcdf(path)
-    else:
+    if not path.endswith((".zarr", ".nc")):
         raise InputError(f"--out {path!r}: the result file must end in .zarr or .nc")
+    try:
+        if path.endswith(".zarr"):
+            # Consolidated metadata is not part of Zarr v3 (zarr warns); a single
+            # run has few arrays, so plain metadata costs nothing.
+            ds.to_zarr(path, mode="w", consolidated=False)
+        else:
+            ds.to_netcdf(path)
+    except OSError as exc:
+        raise InputError(f"--out {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def open_result(path: str):
@@ -205,6 +225,65 @@ def _is_model(path: str) -> bool:
     return path.endswith((".yaml", ".yml"))
 
 
+def _model_file(path: str) -> Path:
+    """The MODEL argument as a path, checked to be a readable regular file.
+
+    Always a :class:`~pathlib.Path`, so that a name that is not a file is
+    never read as YAML text (``solver.load`` also accepts text).
+
+    Raises:
+        InputError: missing, a folder, or not a regular file (``/dev/null``).
+    """
+    from solver.yamlio import check_regular_file
+
+    check_regular_file(Path(path), path)
+    return Path(path)
+
+
+def _is_zarr_store(path: Path) -> bool:
+    """A Zarr v3 (``zarr.json``) or v2 (``.zgroup``) store's folder."""
+    return (path / "zarr.json").is_file() or (path / ".zgroup").is_file()
+
+
+def check_out(out: str, *, folder: bool, overwrite: bool = False, what: str = "the output") -> None:
+    """Refuse an ``--out`` target that would be misused, before any work is done.
+
+    Args:
+        out: the ``--out`` value.
+        folder: the output is a folder (a Zarr store) rather than a file.
+        overwrite: ``--overwrite`` was given (mentioned in the messages: it
+            replaces stores only, never other files or folders).
+        what: the output's name in messages (``"a sweep store"``).
+
+    Raises:
+        InputError: ``out`` is a symbolic link; its folder does not exist; for
+            a folder output, an existing non-folder or a non-empty folder that
+            is no Zarr store; for a file output, an existing folder or special
+            file.  The target is never touched.
+    """
+    p = Path(out)
+    note = "; --overwrite replaces only a store, never other files or folders" if overwrite else ""
+    if p.is_symlink():
+        raise InputError(f"--out {out}: is a symbolic link; give the real path instead: mechsweep "
+                         f"does not write or delete through links{note}")
+    parent = p.parent
+    if not parent.is_dir():
+        raise InputError(f"--out {out}: the folder {parent} does not exist" if not parent.exists()
+                         else f"--out {out}: {parent} is not a folder")
+    if not p.exists():
+        return
+    if folder and not p.is_dir():
+        raise InputError(f"--out {out}: is an existing file, not {what} (a .zarr folder); choose "
+                         f"another path{note}")
+    if folder and not _is_zarr_store(p) and any(p.iterdir()):
+        raise InputError(f"--out {out}: is a folder that is not {what} (no Zarr metadata); choose "
+                         f"another path{note}")
+    if not folder and p.is_dir():
+        raise InputError(f"--out {out}: is a folder; give a file name")
+    if not folder and not p.is_file():
+        raise InputError(f"--out {out}: is not a regular file; give a file name")
+
+
 def _simulate(model, params=None):
     _progress(f"solving '{model.title}' ({model.dae.n} unknowns, t = {model.t0:g} .. "
               f"{model.tend:g}); compiling the first time takes a while")
@@ -224,7 +303,7 @@ def _model_for_run(ds, model_path: str | None):
     from solver.yamlio import load_yaml
 
     if model_path:
-        return load(model_path)
+        return load(_model_file(model_path))
     text = ds.attrs.get("model_yaml")
     if not text:
         raise InputError("this result does not record its model; pass --model MODEL.yaml")
@@ -238,7 +317,7 @@ def cmd_check(args) -> int:
     """Print variables, the structure table, index and DOF."""
     from solver.models import load
 
-    model = load(args.model)
+    model = load(_model_file(args.model))
     dae = model.dae
     s = dae.structure
     print(f"{model.title}  (Kind: {model.kind}, {args.model})")
@@ -263,10 +342,12 @@ def cmd_simulate(args) -> int:
     """Solve once; optional result file and JSON summary."""
     from solver.models import load
 
-    model = load(args.model)
-    params = _parse_sets(args.set, model)
     if args.out and not args.out.endswith((".zarr", ".nc")):
         raise InputError(f"--out {args.out!r}: the result file must end in .zarr or .nc")
+    if args.out:
+        check_out(args.out, folder=args.out.endswith(".zarr"), what="a Zarr store")
+    model = load(_model_file(args.model))
+    params = _parse_sets(args.set, model)
     ds = _simulate(model, params)
     if args.out:
         write_result(ds, args.out)
@@ -285,10 +366,11 @@ def cmd_plot(args) -> int:
     """Time series PNG of a stored run or of a model (solved first)."""
     from solver.plot import plot_timeseries
 
+    check_out(args.out, folder=False)
     if _is_model(args.source):
         from solver.models import load
 
-        ds = _simulate(load(args.source))
+        ds = _simulate(load(_model_file(args.source)))
     else:
         ds = open_result(args.source)
     plot_timeseries(ds, args.out, variables=args.vars)
@@ -300,10 +382,11 @@ def cmd_animate(args) -> int:
     """Animation of a model (solved first) or a stored run."""
     from solver.plot import animate
 
+    check_out(args.out, folder=False)
     if _is_model(args.source):
         from solver.models import load
 
-        model = load(args.source)
+        model = load(_model_file(args.source))
         ds = _simulate(model)
     else:
         ds = open_result(args.source)
@@ -315,15 +398,27 @@ def cmd_animate(args) -> int:
 
 def cmd_sweep(args) -> int:
     """Delegate to ``sweep.runner_cli.main_sweep`` (the sweep pipeline)."""
+    if args.out:
+        check_out(args.out, folder=True, overwrite=args.overwrite, what="a sweep store")
     return int(main_sweep(args) or 0)
 
 
 def cmd_status(args) -> int:
-    """Print ``sweep.store.status_report``."""
-    from sweep.store import status_report  # dask and zarr: loaded for sweep commands only
+    """Print ``sweep.store.status_report`` after checking the store's batches.
 
-    print(status_report(args.store))
-    return EXIT_OK
+    Returns:
+        0 when no batch is damaged (pending batches are not damage), 1 when a
+        batch's chunks are missing or corrupt, or a shared array is undecodable.
+
+    Raises:
+        InputError: no sweep store; ``--verify`` on a store without commit
+            records (format 1).
+    """
+    from sweep import store  # dask and zarr: loaded for sweep commands only
+
+    check = store.check_store(args.store, "decode" if args.verify else "quick")
+    print(store.status_report(args.store, check=check))
+    return EXIT_OK if check.ok else EXIT_FAILED
 
 
 def cmd_run_default(args) -> int:

@@ -13,7 +13,10 @@ Flow: prepare the store (template, or resume / retry / overwrite), start or
 connect to a Dask cluster, submit one task per batch (:func:`run_batch_task`),
 and as each one completes write it into the store from the driver. Only the
 driver writes, so the Zarr store stays consistent without locks, and a batch
-counts as done only once its ``status`` is written (see :mod:`sweep.store`).
+counts as done only once its commit record is written, after its data and its
+``status`` (see :mod:`sweep.store`). On an existing store every committed
+batch is first checked against its commit record (checksums of all its
+chunks), and batches that fail run again.
 
 Failures never end a sweep (status codes from :mod:`solver.status`): an
 exception in the batch function becomes status ``error`` for its points with
@@ -43,7 +46,7 @@ import zarr
 
 from solver import status as st
 from solver.errors import InputError
-from sweep.store import (BatchResult, Schema, batch_slices, prepare_store, read_status,
+from sweep.store import (BatchResult, Schema, batch_slices, plan_store, read_status,
                          write_batch)
 
 __all__ = [
@@ -333,6 +336,9 @@ class SweepSummary:
         batches_run: batch indices written by this run, in completion order.
         batches_left: batch indices this run meant to run but left pending
             (cancelled because the scheduler went away).
+        batches_damaged: batch -> what was wrong, for the batches of an
+            existing store that failed verification against their commit
+            records and were therefore run again.
         points_run: points written by this run.
         by_status: status name -> points of this run.
         store_by_status: status name -> points in the whole store afterwards.
@@ -350,6 +356,7 @@ class SweepSummary:
     n_batches: int
     batches_run: list[int] = field(default_factory=list)
     batches_left: list[int] = field(default_factory=list)
+    batches_damaged: dict[int, list[str]] = field(default_factory=dict)
     points_run: int = 0
     by_status: dict[str, int] = field(default_factory=dict)
     store_by_status: dict[str, int] = field(default_factory=dict)
@@ -368,6 +375,11 @@ class SweepSummary:
                  f"store status: {counts}",
                  f"wall {self.wall_seconds:.3g} s (+{self.startup_seconds:.3g} s start-up), "
                  f"{per}, {self.threads} worker threads, overhead {100 * self.overhead_fraction:.0f}%"]
+        if self.batches_damaged:
+            lines.append(f"{len(self.batches_damaged)} batches failed verification against their "
+                         f"commit records and were run again:")
+            lines += [f"  batch {i}: {'; '.join(why)}"
+                      for i, why in sorted(self.batches_damaged.items())]
         if self.batches_left:
             lines.append(f"{len(self.batches_left)} batches left pending; run again to resume")
         return "\n".join(lines)
@@ -423,7 +435,8 @@ def _client(workers, scheduler, scheduler_file, cluster, cluster_file):
 def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: int | None = None,
               scheduler: str | None = None, scheduler_file=None, cluster=None,
               mode: str = "resume", progress: bool = True, *, schema: Schema | None = None,
-              attrs: Mapping | None = None, jax_cache_dir: str | None = None) -> SweepSummary:
+              attrs: Mapping | None = None, jax_cache_dir: str | None = None,
+              verify: bool = True) -> SweepSummary:
     """Run (or resume) a sweep into a Zarr store.
 
     Args:
@@ -440,20 +453,25 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         cluster: a cluster YAML path (see :func:`load_cluster_config`) or a
             checked mapping.
         mode: ``resume`` (default), ``overwrite`` or ``retry-failed``
-            (see :func:`sweep.store.prepare_store`).
+            (see :func:`sweep.store.plan_store`).
         progress: show a progress bar (only when stderr is a terminal).
         schema: the outputs; default ``context.schema``.
         attrs: dataset attributes (model YAML text, solver settings...);
             default ``context.attrs`` or none. ``title`` defaults to the spec's.
         jax_cache_dir: persistent compilation cache for the workers; default
             :func:`default_jax_cache_dir`.
+        verify: on an existing store, read every committed chunk and compare
+            its checksum with the batch's commit record (default); False
+            checks only that the chunk files are there as committed
+            (``quick``, see :func:`sweep.store.check_store`).
 
     Returns:
         A :class:`SweepSummary`.
 
     Raises:
-        InputError: hash mismatch or another unusable store, conflicting
-            scheduler options, a bad cluster file.
+        InputError: hash mismatch or another unusable store (also one of
+            format 1, without commit records), conflicting scheduler options,
+            a bad cluster file.
         TypeError: no schema given or found on the context.
     """
     from tqdm import tqdm
@@ -476,8 +494,10 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     if getattr(spec_like, "n_batches", len(slices)) != len(slices):
         raise ValueError(f"the spec has {spec_like.n_batches} batches, but {n_points} points in "
                          f"batches of {batch} make {len(slices)}")
-    todo = prepare_store(store_path, spec_hash, points, schema, attrs, batch, mode)
+    todo, check = plan_store(store_path, spec_hash, points, schema, attrs, batch, mode, verify)
     summary = SweepSummary(store_path, n_points, len(slices))
+    if check is not None:
+        summary.batches_damaged = dict(check.damaged)
     run_codes: list[np.ndarray] = []
 
     def finish(index: int, result: BatchResult) -> None:

@@ -58,15 +58,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from solver.errors import InputError
+from solver.errors import (MAX_OUTPUT_BYTES, MAX_STORE_BYTES, InputError, how_to_raise, limit,
+                           size_limit_message)
 from solver.expr import evaluate_constant
-from solver.yamlio import (Locator, check_keys, describe_value, format_path, load_yaml,
-                           require_int, require_list, require_mapping, require_number,
-                           require_str)
+from solver.yamlio import (Locator, check_keys, check_regular_file, describe_value, format_path,
+                           load_yaml,
+                           require_document, require_int, require_list, require_mapping,
+                           require_number, require_str)
 from sweep.store import batch_slices
 
 __all__ = ["SweepSpec", "Axis", "Metric", "Outputs", "load_sweep", "AXIS_KINDS",
-           "SAMPLE_METHODS", "REDUCTIONS", "MAX_POINTS"]
+           "SAMPLE_METHODS", "REDUCTIONS", "MAX_POINTS", "MAX_BATCH"]
 
 TOP_KEYS = ("Title", "Model", "Override", "Sweep", "Outputs", "Batch")
 GROUPS = ("product", "zip", "sample", "constants")
@@ -75,7 +77,12 @@ SAMPLE_METHODS = ("random", "lhs", "sobol")
 REDUCTIONS = ("min", "max", "range", "mean", "final", "absmax")
 DEFAULT_BATCH = 64
 # A guard against a typo (an extra zero in a linspace) eating the machine's memory.
+# Each limit can be changed with the environment variable MECHSWEEP_<NAME>.
 MAX_POINTS = 10_000_000
+"""Most points of one sweep (``MECHSWEEP_MAX_POINTS``)."""
+MAX_BATCH = 100_000
+"""Most points per batch (``MECHSWEEP_MAX_BATCH``): a batch is padded to this
+many points and integrated in one vmapped call, so it must fit in memory."""
 # Relative slack (in steps) for counting the stop of a range as reached.
 RANGE_TOL = 1e-9
 HASH_FORMAT = 1
@@ -396,8 +403,9 @@ class _Reader:
         return start + step * np.arange(count, dtype=np.float64)
 
     def check_count(self, count: int, path: tuple) -> None:
-        if count > MAX_POINTS:
-            raise self.fail(f"{count} values is more than the limit of {MAX_POINTS} points "
+        cap = limit("MAX_POINTS", MAX_POINTS)
+        if count > cap:
+            raise self.fail(f"{count} values is more than the limit of {cap} points "
                             f"per sweep", path)
 
 
@@ -436,22 +444,25 @@ def load_sweep(path: str | Path) -> SweepSpec:
     path = Path(path)
     data, loc = load_yaml(path)
     r = _Reader(loc)
-    top = require_mapping(data, (), loc, what="a sweep file: a mapping with keys "
-                                               + ", ".join(TOP_KEYS))
+    top = require_document(data, loc, "a sweep file: a mapping with keys " + ", ".join(TOP_KEYS))
     check_keys(top, TOP_KEYS, ("Model", "Sweep"), (), loc)
 
     title = require_str(top["Title"], ("Title",), loc) if "Title" in top else path.stem
     model_rel = require_str(top["Model"], ("Model",), loc)
     model_path = (path.parent / model_rel).resolve()
-    if not model_path.is_file():
+    if not model_path.exists():
         raise r.fail(f"model file not found: {model_path} (Model is relative to the sweep "
                      f"file's folder {path.parent.resolve()})", ("Model",))
     try:
+        check_regular_file(model_path)
         model_text = model_path.read_text(encoding="utf-8")
+    except InputError as err:
+        raise r.fail(f"{model_path} cannot be a model file: {err.message}", ("Model",)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise r.fail(f"cannot read model file {model_path}: {exc}", ("Model",)) from None
     override = copy.deepcopy(require_mapping(top.get("Override"), ("Override",), loc,
                                              allow_none=True))
+    model_data = _model_data(model_path, model_text, override, r)
 
     sweep = require_mapping(top["Sweep"], ("Sweep",), loc, allow_none=True,
                             what="a mapping with groups " + ", ".join(GROUPS))
@@ -543,16 +554,17 @@ def load_sweep(path: str | Path) -> SweepSpec:
             constants[name] = r.constant(value, gpath + (key,))
 
     n_points = math.prod(factors)
-    if n_points > MAX_POINTS:
+    if n_points > limit("MAX_POINTS", MAX_POINTS):
         sizes = " x ".join(str(f) for f in factors)
         raise r.fail(f"the sweep has {sizes} = {n_points} points, more than the limit of "
-                     f"{MAX_POINTS}", ("Sweep",))
+                     f"{limit('MAX_POINTS', MAX_POINTS)}", ("Sweep",))
     # C order: the last factor varies fastest, as itertools.product does.
     index = np.unravel_index(np.arange(n_points), factors) if factors else ()
     points = {a.name: a.values[index[g]] for g, group in enumerate(groups) for a in group}
 
     batch = require_int(top.get("Batch", DEFAULT_BATCH), ("Batch",), loc, minimum=1)
     outputs = _outputs(top.get("Outputs"), loc)
+    _check_sizes(r, n_points, batch, outputs, model_data, override)
 
     spec = SweepSpec(path=path, title=title, model_path=model_path, model_text=model_text,
                      override=override, axes=axes, constants=constants, points=points,
@@ -595,3 +607,105 @@ def _outputs(value: Any, loc: Locator) -> Outputs:
                                reduce=require_str(m["reduce"], sub + ("reduce",), loc,
                                                   choices=REDUCTIONS))
     return Outputs(variables=variables, samples=samples, dt=dt, metrics=metrics)
+
+
+# ------------------------------------------------------------------ size limits
+
+def _model_data(model_path: Path, text: str, override: Mapping, r: _Reader) -> Mapping:
+    """The model file's YAML data with the Override merged, checked to be a mapping.
+
+    Read here (without building the model) so that ``--dry-run`` refuses a
+    file that is no model, and sees the output times the model asks for.
+
+    Raises:
+        InputError: YAML errors (located in the model file), or data that is
+            not a mapping (located at the sweep's ``Model``, never quoting
+            the file's content).
+    """
+    from solver.models.model import deep_merge
+
+    # A one-line text without a newline could be taken for a path by load_yaml.
+    data, mloc = load_yaml(text if "\n" in text else text + "\n", file=str(model_path))
+    try:
+        data = require_document(data, mloc, "a mapping of top-level keys (Title, Kind, ...)")
+    except InputError as err:
+        raise r.fail(f"{model_path} is not a model file: {err.message}", ("Model",)) from None
+    return deep_merge(data, override) if override else data
+
+
+def _plain_number(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok and math.isfinite(value) else None
+
+
+def _output_times(outputs: Outputs, model_data: Mapping,
+                  override: Mapping) -> tuple[int, tuple, str]:
+    """(number of output times, the setting's key path, its words) of a sweep's runs.
+
+    ``Outputs.samples``/``dt`` when given, else the model's ``ProblemData``
+    (what it holds as plain numbers; the model's own reader checks the rest).
+    """
+    from solver.models.model import DEFAULT_SAMPLES, output_times
+
+    pd = model_data.get("ProblemData") if isinstance(model_data, Mapping) else None
+    pd = pd if isinstance(pd, Mapping) else {}
+    t0 = _plain_number(pd.get("t0", 0.0))
+    tend = _plain_number(pd.get("tend"))
+    span_ok = t0 is not None and tend is not None and tend > t0
+    if outputs.samples is not None:
+        return outputs.samples, ("Outputs", "samples"), f"Outputs.samples = {outputs.samples}"
+    if outputs.dt is not None and span_ok:
+        n = output_times(t0, tend, None, outputs.dt)
+        return n, ("Outputs", "dt"), f"Outputs.dt = {outputs.dt:g} gives {n}"
+    samples, dt = _plain_number(pd.get("samples")), _plain_number(pd.get("dt"))
+    # Blame the Override where it set the value, else the model.
+    over = override.get("ProblemData") if isinstance(override.get("ProblemData"), Mapping) else {}
+    if dt is not None and dt > 0 and span_ok and pd.get("samples") is None:
+        n = output_times(t0, tend, None, dt)
+        key, words = (("Override", "ProblemData", "dt"), "Override ProblemData.dt") \
+            if "dt" in over else (("Model",), "the model's ProblemData.dt")
+        return n, key, f"{words} = {dt:g} gives {n}"
+    if samples is not None and samples.is_integer() and samples >= 2:
+        key, words = (("Override", "ProblemData", "samples"), "Override ProblemData.samples") \
+            if "samples" in over else (("Model",), "the model's ProblemData.samples")
+        return int(samples), key, f"{words} = {int(samples)}"
+    return DEFAULT_SAMPLES, ("Outputs",), f"the default {DEFAULT_SAMPLES}"
+
+
+def _check_sizes(r: _Reader, n_points: int, batch: int, outputs: Outputs,
+                 model_data: Mapping, override: Mapping) -> None:
+    """Refuse batches and outputs that cannot fit, before anything is allocated.
+
+    Without building the model the number of values per output time is not
+    known, so the estimates count only the lower bound: each output variable
+    listed (or one) plus the constraint residual, 8 bytes each.
+
+    Raises:
+        InputError: ``Batch`` above :data:`MAX_BATCH`; one run's or one
+            batch's outputs above :data:`solver.errors.MAX_OUTPUT_BYTES`; the
+            store above :data:`solver.errors.MAX_STORE_BYTES`.
+    """
+    cap = limit("MAX_BATCH", MAX_BATCH)
+    if batch > cap:
+        shown = batch if batch < 10 ** 15 else f"{batch:.3g}"
+        raise r.fail(f"Batch = {shown} points per task is more than the limit of {cap} "
+                     f"(MAX_BATCH): every batch is padded to Batch points and integrated at "
+                     f"once in memory; lower Batch (64 to 1024 is typical), or "
+                     f"{how_to_raise('MAX_BATCH')}", ("Batch",))
+    n_times, key, setting = _output_times(outputs, model_data, override)
+    per = (len(outputs.variables) if outputs.variables is not None else 1) + 1
+    each = f"x at least {per} values (8 bytes a value)"
+    checks = (
+        (1, "MAX_OUTPUT_BYTES", MAX_OUTPUT_BYTES, key,
+         f"{setting} output times {each} for one run", "lower samples (or raise dt)"),
+        (min(batch, n_points), "MAX_OUTPUT_BYTES", MAX_OUTPUT_BYTES, ("Batch",),
+         f"Batch = {batch}: {min(batch, n_points)} points x {n_times} output times {each} "
+         f"for one batch in memory", "lower Batch or the output times"),
+        (n_points, "MAX_STORE_BYTES", MAX_STORE_BYTES, ("Sweep",),
+         f"the store of {n_points} points x {n_times} output times {each}",
+         "lower the number of points or the output times"),
+    )
+    for points, name, default, path, what, fix in checks:
+        message = size_limit_message(name, default, 8.0 * points * n_times * per, what, fix)
+        if message:
+            raise r.fail(message, path)

@@ -1,31 +1,78 @@
-"""Zarr store of a sweep: template, per-batch region writes, status, resume.
+"""Zarr store of a sweep: template, per-batch region writes, commit records, checks.
 
 Layout (one Zarr v3 group, written through xarray, chunked along ``point`` by
-the sweep's batch size so that one batch is one chunk of every variable):
+the sweep's batch size so that one batch is one chunk of every per-point
+variable):
 
 - coordinates: one per swept parameter on ``point``; ``time``; one per
   component dimension of the outputs (e.g. ``axis``);
 - data variables from the :class:`Schema`, ``(point, *dims)`` float64, NaN
   until written (the template never writes their chunks, and NaN is the Zarr
   fill value);
-- ``status(point)`` int8 (codes in :mod:`solver.status`, -1 = pending) and
-  ``steps(point)`` int64 (-1 until written);
+- ``status(point)`` int8, codes in :mod:`solver.status`, whose Zarr fill value
+  is ``pending`` (-1): a status chunk that is missing reads as *not run*, never
+  as success; ``steps(point)`` int64 (fill value -1: not run);
 - ``batch_message(batch)`` text (why a batch failed, empty otherwise) and
-  ``batch_seconds(batch)`` (compute time of the batch on its worker).
+  ``batch_seconds(batch)`` (compute time of the batch on its worker);
+- ``batch_commit(batch)`` text, one chunk per batch: the batch's *commit
+  record*, empty until the batch is complete (store format 2).
 
-A batch is written data first and ``status`` last, and a local Zarr store
-writes each chunk atomically (temporary file + rename), so a batch is complete
-exactly when its status chunk holds no -1: a driver killed at any moment
-leaves a store that resumes correctly.
+Writing a batch (:func:`write_batch`): its data chunks, then ``steps``,
+``batch_message`` and ``batch_seconds``, then its ``status`` chunk, and last
+its commit record. Every chunk of a batch is written, even an all-NaN one
+(Zarr would otherwise skip chunks equal to the fill value), and a local Zarr
+store writes each chunk atomically (temporary file + rename). So a driver
+killed at any moment leaves a store in which every batch is either committed
+with all its chunks, or not committed and run again by a resume.
+
+A commit record is JSON text (read with ``json.loads``, never executed)::
+
+    {"format": 1, "time": "2026-05-01T12:00:00.123456+00:00",
+     "checksum": "sha256:<hex>",
+     "chunks": {"x/c/3/0": [size, mtime_ns, "<sha256 hex>"], "status/c/3": [...], ...}}
+
+``chunks`` lists every chunk of the batch (each output, ``steps``,
+``status``: paths relative to the store) with its size in bytes, its
+modification time and the SHA-256 of its stored (encoded) bytes;
+``checksum`` is the SHA-256 of the lines ``"<path> <sha256>\n"`` in path
+order, the batch's content checksum. ``time`` is when the batch completed.
+
+Checks (:func:`check_store`), per batch, at three levels:
+
+- ``quick`` (``mechsweep status``): the commit record is present and well
+  formed and names exactly the batch's chunks; every chunk file exists with
+  its committed size; a chunk whose modification time differs from the record
+  is read and its checksum compared. One ``stat`` per chunk otherwise.
+- ``checksum`` (every ``mechsweep sweep`` on an existing store: resume and
+  retry-failed): additionally reads every committed chunk and compares its
+  checksum. This reads the stored (compressed) bytes once and decodes
+  nothing, which is small next to computing the sweep.
+- ``decode`` (``mechsweep status --verify``): additionally decodes every
+  chunk of every array, so undecodable chunks and damaged coordinates are
+  reported too.
+
+A batch with no commit record is *pending* (not run, or interrupted before its
+status); a batch whose commit record does not match its chunks (missing,
+resized, changed, undecodable), or whose status was written without a commit
+record, is *damaged*. Neither counts as done: a resume runs both again, and
+``mechsweep status`` counts their points as pending or damaged, never by the
+status codes they may still hold. (While a sweep runs, a check may catch a
+batch in the millisecond between its status and its commit record: it then
+reads as damaged, and as done at the next check.)
+
+Stores of format 1 (written before commit records existed) can still be read
+and reported, but neither verified nor resumed (a clear error says so).
 
 Only local filesystem paths are supported as stores (the template is created
-in a temporary directory and renamed into place, which object stores cannot
-do).
+in a temporary directory and renamed into place, and checks read chunk files,
+which object stores cannot do).
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import itertools
 import json
 import math
 import os
@@ -45,18 +92,27 @@ from solver.errors import InputError
 from solver.solution import package_versions
 
 __all__ = [
-    "BatchResult", "Schema", "MODES", "create_template", "prepare_store", "write_batch",
+    "BatchResult", "Schema", "MODES", "create_template", "prepare_store", "plan_store",
+    "write_batch",
     "read_status", "pending_batches", "failed_points", "failed_batches", "open_store",
-    "store_attrs", "batch_slices", "status_report",
+    "store_attrs", "batch_slices", "status_report", "check_store", "StoreCheck", "CHECK_LEVELS",
 ]
 
 #: How an existing store is treated (see :func:`prepare_store`).
 MODES = ("resume", "overwrite", "retry-failed")
 
 #: Variables every sweep store has besides the schema's; schema names must differ.
-RESERVED = ("status", "steps", "batch_message", "batch_seconds", "point", "batch", "time")
+RESERVED = ("status", "steps", "batch_message", "batch_seconds", "batch_commit", "point", "batch",
+            "time")
 
-STORE_FORMAT = 1
+#: 1: no commit records (status fill value 0); 2: commit records, status fill value pending.
+STORE_FORMAT = 2
+
+#: How thoroughly :func:`check_store` looks (see the module docstring).
+CHECK_LEVELS = ("quick", "checksum", "decode")
+
+#: Version of the commit record's JSON layout.
+COMMIT_FORMAT = 1
 
 
 @dataclass
@@ -213,10 +269,18 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     data_vars["batch_seconds"] = ("batch", np.full(n_batches, np.nan),
                                   {"long_name": "compute time of the batch on its worker",
                                    "units": "s"})
-    for name in ("status", "steps"):
-        encoding[name] = {"chunks": (batch,)}
+    data_vars["batch_commit"] = ("batch", np.full(n_batches, "", dtype=object),
+                                 {"long_name": "commit record of the batch: JSON with the "
+                                               "checksums of its chunks and its completion time "
+                                               "(empty: not committed)"})
+    # Fill value = pending / not run: a status or steps chunk that is missing
+    # must never read as a finished point (format 1 filled status with 0 = success).
+    encoding["status"] = {"chunks": (batch,), "fill_value": st.PENDING}
+    encoding["steps"] = {"chunks": (batch,), "fill_value": -1}
     for name in ("batch_message", "batch_seconds"):
         encoding[name] = {"chunks": (min(n_batches, 1024),)}
+    # One chunk (file) per batch, so that committing a batch rewrites no other batch's record.
+    encoding["batch_commit"] = {"chunks": (1,)}
 
     all_attrs = {str(k): _attr_value(v) for k, v in attrs.items()}
     all_attrs.update({
@@ -293,28 +357,55 @@ def store_attrs(path) -> dict:
     return dict(zarr.open_group(str(path), mode="r").attrs)
 
 
+def _legacy_message(action: str = "") -> str:
+    action = action or ("Run its sweep again with --overwrite to recompute it into a verifiable "
+                        "store, or into a new --out path; the old store stays readable with "
+                        "xarray.open_zarr")
+    return (f"was written by an older mechsweep (store format 1) without commit records, so "
+            f"which of its batches are complete cannot be verified (in that format a lost status "
+            f"chunk reads as success). {action}")
+
+
 def prepare_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
-                  attrs: Mapping, batch: int, mode: str = "resume") -> list[int]:
+                  attrs: Mapping, batch: int, mode: str = "resume",
+                  verify: bool = True) -> list[int]:
     """Make the store ready for a run and say which batches must run.
+
+    The same as :func:`plan_store`, returning only the batches.
+
+    Returns:
+        The indices of the batches to run, ascending.
+    """
+    return plan_store(path, spec_hash, points, schema, attrs, batch, mode, verify)[0]
+
+
+def plan_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
+               attrs: Mapping, batch: int, mode: str = "resume",
+               verify: bool = True) -> tuple[list[int], "StoreCheck | None"]:
+    """Make the store ready for a run; the batches to run and the check behind them.
 
     - no store at ``path``: write the template; all batches run;
     - ``resume`` (default): the store must come from the same sweep (same
-      hash); only batches with pending points run;
-    - ``retry-failed``: as resume, plus batches that contain failed points;
+      hash); every batch that is not done runs: pending ones, and damaged ones
+      whose commit record does not match their chunks (:func:`check_store`);
+    - ``retry-failed``: as resume, plus done batches that contain failed points;
     - ``overwrite``: delete the store and start over.
 
     Args:
         path: the store directory.
         spec_hash, points, schema, attrs, batch: as for :func:`create_template`.
         mode: one of :data:`MODES`.
+        verify: check an existing store at level ``checksum`` (read every
+            committed chunk; default) rather than ``quick``.
 
     Returns:
-        The indices of the batches to run, ascending.
+        ``(batches, check)``: the indices of the batches to run, ascending, and
+        the :class:`StoreCheck` of the existing store (None for a new one).
 
     Raises:
         InputError: unknown mode; the store belongs to another sweep (hash
-            mismatch) or has another batch size; ``path`` is something other
-            than a sweep store.
+            mismatch), has another batch size or was written without commit
+            records (format 1); ``path`` is something other than a sweep store.
     """
     path = Path(path)
     if mode not in MODES:
@@ -327,7 +418,7 @@ def prepare_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema
         shutil.rmtree(path)
     if not path.exists():
         create_template(path, spec_hash, points, schema, attrs, batch)
-        return list(range(n_batches))
+        return list(range(n_batches)), None
 
     if not _is_store(path):
         raise InputError("exists and is not a Zarr store. Choose another --out path",
@@ -346,10 +437,13 @@ def prepare_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema
         raise InputError(f"the store was written with Batch {old.get('sweep_batch')}, but this "
                          f"run uses Batch {batch}. Use the store's batch size, pass --overwrite "
                          f"to replace the store, or choose a new --out path", file=str(path))
-    todo = set(pending_batches(path))
+    check = check_store(path, "checksum" if verify else "quick")
+    if check.legacy:
+        raise InputError(_legacy_message(), file=str(path))
+    todo = set(check.todo)
     if mode == "retry-failed":
-        todo |= set(failed_batches(path))
-    return sorted(todo)
+        todo |= {i for i in check.done if st.is_failure(check.codes[check.slices[i]]).any()}
+    return sorted(todo), check
 
 
 def _batch_index(group: zarr.Group, sl: slice) -> int:
@@ -360,8 +454,17 @@ def _batch_index(group: zarr.Group, sl: slice) -> int:
     return sl.start // batch
 
 
+def _full_chunks(array):
+    """The array with Zarr's skipping of chunks equal to the fill value turned off.
+
+    An all-NaN batch (every point failed) must still leave its chunk files, so
+    that a missing file always means a lost chunk.
+    """
+    return array.with_config({"write_empty_chunks": True})
+
+
 def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
-    """Write one finished batch into the store: data first, ``status`` last.
+    """Write one finished batch into the store: data, then ``status``, then its commit record.
 
     Points whose status is not success are written as NaN whatever data the
     result holds for them; outputs missing from ``result.data`` are NaN.
@@ -374,15 +477,20 @@ def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
             :func:`sweep.run.check_result`).
 
     Raises:
-        ValueError: the slice is not a batch of the store.
+        ValueError: the slice is not a batch of the store, or the store has
+            no commit records (format 1: resume refuses such stores earlier).
     """
     group = path if isinstance(path, zarr.Group) else zarr.open_group(str(path), mode="r+")
+    if "batch_commit" not in group:
+        raise ValueError(f"{_store_root(group)}: store format 1 has no commit records; "
+                         "batches can only be written into a store of format 2")
     index = _batch_index(group, batch_slice)
     n = batch_slice.stop - batch_slice.start
     codes = np.asarray(result.status, dtype=np.int8).reshape(n)
     bad = codes != st.SUCCESS
+    arrays = {name: group[name] for name in _batch_arrays(group)}   # one lookup each
     for name in group.attrs["sweep_outputs"]:
-        target = group[name]
+        target = _full_chunks(arrays[name])
         value = result.data.get(name)
         if value is None:
             value = np.full((n,) + target.shape[1:], np.nan)
@@ -392,17 +500,351 @@ def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
         target[batch_slice] = value
     group["batch_message"][index] = str(result.message or "")
     group["batch_seconds"][index] = float(result.seconds)
-    group["steps"][batch_slice] = np.asarray(result.steps, dtype=np.int64).reshape(n)
+    _full_chunks(arrays["steps"])[batch_slice] = np.asarray(result.steps, dtype=np.int64).reshape(n)
     _write_status(group, batch_slice, codes)
+    _write_commit(group, index, _chunk_layout(group, arrays))
 
 
 def _write_status(group: zarr.Group, batch_slice: slice, codes: np.ndarray) -> None:
-    # The commit point of a batch: one chunk, written atomically by the store.
-    group["status"][batch_slice] = codes
+    # Written after the data: status alone never says done (the commit record
+    # does), but a status that is not pending always has its data beside it.
+    _full_chunks(group["status"])[batch_slice] = codes
+
+
+def _write_commit(group: zarr.Group, index: int, layout=None) -> None:
+    # The commit point of a batch: one chunk of batch_commit, written atomically.
+    root = _store_root(group)
+    record = _commit_record(root, _batch_chunks(group, index, layout))
+    group["batch_commit"][index] = json.dumps(record, sort_keys=True)
+
+
+# ------------------------------------------------------------ commit records
+
+def _store_root(group: zarr.Group) -> Path:
+    """The directory of a group of a local store (checks read chunk files)."""
+    root = getattr(group.store, "root", None)
+    if root is None:
+        raise ValueError(f"only local directory stores are supported, not {group.store!r}")
+    return Path(root) / group.path if group.path else Path(root)
+
+
+def _batch_arrays(group: zarr.Group) -> list[str]:
+    """The arrays with one chunk per batch: every output, ``steps``, ``status``."""
+    return [*group.attrs["sweep_outputs"], "steps", "status"]
+
+
+def _chunk_layout(group: zarr.Group, arrays: Mapping | None = None) -> list:
+    """Per batch array: its name, its metadata and the chunk coordinates after ``point``.
+
+    Looked up once per check or write (a Zarr array lookup costs more than a
+    ``stat``); ``arrays`` are already opened batch arrays by name.
+    """
+    layout = []
+    for name in _batch_arrays(group):
+        array = arrays[name] if arrays is not None else group[name]
+        rest = list(itertools.product(*(range(n) for n in array.cdata_shape[1:])))
+        layout.append((name, array.metadata, rest))
+    return layout
+
+
+def _batch_chunks(group: zarr.Group, index: int, layout=None) -> list[str]:
+    """Paths (relative to the store) of the chunk files of batch ``index``, sorted.
+
+    The paths come from the store's own metadata, never from a commit record,
+    so a record cannot make a check read a file outside the store.
+    """
+    keys = []
+    for name, meta, rest in layout if layout is not None else _chunk_layout(group):
+        keys += [f"{name}/{meta.encode_chunk_key((index, *coords))}" for coords in rest]
+    return sorted(keys)
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _batch_checksum(digests: Mapping[str, str]) -> str:
+    """The content checksum of a batch: SHA-256 over ``"<path> <sha256>\\n"`` in path order."""
+    text = "".join(f"{key} {digests[key]}\n" for key in sorted(digests))
+    return "sha256:" + _digest(text.encode())
+
+
+def _read_chunk(path: Path) -> tuple[bytes, int]:
+    """A chunk file's bytes and its modification time, from one open file."""
+    with open(path, "rb") as f:
+        return f.read(), os.fstat(f.fileno()).st_mtime_ns
+
+
+def _commit_record(root: Path, keys: list[str]) -> dict:
+    """The commit record of a batch whose chunk files ``keys`` are on disk."""
+    chunks = {}
+    for key in keys:
+        data, mtime = _read_chunk(root / key)
+        chunks[key] = [len(data), mtime, _digest(data)]
+    return {
+        "format": COMMIT_FORMAT,
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds"),
+        "checksum": _batch_checksum({k: v[2] for k, v in chunks.items()}),
+        "chunks": chunks,
+    }
+
+
+def _parse_record(text: str, keys: list[str]) -> tuple[dict | None, str]:
+    """A commit record's chunk table, or None and why it is unusable.
+
+    Args:
+        text: the stored JSON text.
+        keys: the chunk paths the batch must have (from the store's metadata).
+    """
+    try:
+        record = json.loads(text)
+    except ValueError as exc:
+        return None, f"commit record is not valid JSON ({exc})"
+    chunks = record.get("chunks") if isinstance(record, dict) else None
+    if not isinstance(chunks, dict) or record.get("format") != COMMIT_FORMAT:
+        return None, f"commit record is not a format-{COMMIT_FORMAT} record"
+    if sorted(chunks) != keys:
+        return None, "commit record lists other chunks than the batch has"
+    for entry in chunks.values():
+        if not (isinstance(entry, list) and len(entry) == 3
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in entry[:2])
+                and isinstance(entry[2], str) and len(entry[2]) == 64):
+            return None, "commit record has a malformed chunk entry"
+    if record.get("checksum") != _batch_checksum({k: v[2] for k, v in chunks.items()}):
+        return None, "commit record's batch checksum does not match its chunk checksums"
+    return chunks, ""
+
+
+def _check_chunk(root: Path, key: str, entry: list, level: str) -> str:
+    """Why one committed chunk file is not as committed; empty when it is."""
+    size, mtime, digest = entry
+    path = root / key
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return f"chunk {key} missing"
+    if stat.st_size != size:
+        return f"chunk {key} corrupt: {stat.st_size} bytes, committed {size}"
+    if level == "quick" and stat.st_mtime_ns == mtime:
+        return ""          # untouched since its commit: no need to read it
+    data, _ = _read_chunk(path)
+    if _digest(data) != digest:
+        return f"chunk {key} corrupt: checksum differs from the commit record"
+    return ""
+
+
+def _decode_batch(group: zarr.Group, sl: slice) -> list[str]:
+    """Decode every chunk of a batch; why each undecodable one fails."""
+    problems = []
+    for name in _batch_arrays(group):
+        try:
+            group[name][sl]
+        except Exception as exc:  # noqa: BLE001 - codecs raise many types for bad bytes
+            problems.append(f"array {name}: a chunk of the batch is undecodable "
+                            f"({type(exc).__name__}: {exc})")
+    return problems
+
+
+@dataclass
+class StoreCheck:
+    """What :func:`check_store` found.
+
+    Attributes:
+        path: the store.
+        level: one of :data:`CHECK_LEVELS`.
+        n_points, batch: size of the sweep and points per batch.
+        slices: the point range of each batch.
+        legacy: the store has no commit records (format 1): ``done`` and
+            ``pending`` then come from ``status`` alone and nothing is verified.
+        done: batches committed whose chunks match their commit records.
+        pending: batches without a commit record and without a status (never
+            run, or interrupted before their status).
+        damaged: batch -> what is wrong: a chunk missing, resized, changed or
+            undecodable, a malformed commit record, or a status written
+            without a commit record.
+        store_problems: damage outside the batches (coordinates, shared
+            arrays), found at level ``decode``; a resume cannot repair these.
+        codes: ``status(point)`` as stored, with the points of batches that
+            are not done set to pending.
+    """
+
+    path: str
+    level: str
+    n_points: int
+    batch: int
+    slices: list[slice]
+    legacy: bool = False
+    done: list[int] = field(default_factory=list)
+    pending: list[int] = field(default_factory=list)
+    damaged: dict[int, list[str]] = field(default_factory=dict)
+    store_problems: list[str] = field(default_factory=list)
+    codes: np.ndarray | None = None
+
+    @property
+    def todo(self) -> list[int]:
+        """Batches a resume runs: pending and damaged ones, ascending."""
+        return sorted([*self.pending, *self.damaged])
+
+    @property
+    def ok(self) -> bool:
+        """No damage found (pending batches are not damage)."""
+        return not self.damaged and not self.store_problems
+
+
+def _open_sweep_group(path: Path) -> zarr.Group:
+    if not _is_store(path):
+        raise InputError("no Zarr store there", file=str(path))
+    try:
+        group = zarr.open_group(str(path), mode="r")
+    except Exception as exc:  # noqa: BLE001 - zarr raises many types for bad metadata
+        raise InputError(f"cannot open the store: its metadata (zarr.json) is unreadable "
+                         f"({type(exc).__name__}: {exc}). Recompute it with --overwrite or into "
+                         f"a new --out path", file=str(path)) from None
+    attrs = group.attrs
+    if "sweep_hash" not in attrs:
+        raise InputError("a Zarr store, but not a mechsweep sweep store (no sweep_hash attribute)",
+                         file=str(path))
+    fmt = attrs.get("mechsweep_store_format", 1)
+    if not isinstance(fmt, int) or fmt > STORE_FORMAT:
+        raise InputError(f"written by a newer mechsweep (store format {fmt!r}); this version "
+                         f"reads formats up to {STORE_FORMAT}. Use a newer mechsweep",
+                         file=str(path))
+    return group
+
+
+def _read_codes(group: zarr.Group, slices: list[slice]) -> tuple[np.ndarray, set[int]]:
+    """``status`` as stored; batches whose status chunk cannot be decoded read as pending."""
+    array = group["status"]
+    try:
+        return array[:], set()
+    except Exception:  # noqa: BLE001 - one bad chunk: read batch by batch to find it
+        codes = np.full(array.shape, st.PENDING, np.int8)
+        bad = set()
+        for i, sl in enumerate(slices):
+            try:
+                codes[sl] = array[sl]
+            except Exception:  # noqa: BLE001 - codecs raise many types for bad bytes
+                bad.add(i)
+        return codes, bad
+
+
+def _read_records(group: zarr.Group, n_batches: int) -> list[str | Exception]:
+    """The commit record texts ("" = none); an undecodable one as its exception."""
+    array = group["batch_commit"]
+    try:
+        return [str(t) for t in array[:]]
+    except Exception:  # noqa: BLE001 - one bad chunk: read record by record
+        out = []
+        for i in range(n_batches):
+            try:
+                out.append(str(array[i]))
+            except Exception as exc:  # noqa: BLE001 - codecs raise many types for bad bytes
+                out.append(exc)
+        return out
+
+
+def _check_batch(group: zarr.Group, root: Path, index: int, sl: slice, record,
+                 codes: np.ndarray, level: str, layout) -> list[str] | None:
+    """Problems of one batch; ``None`` when it is pending (no record, no status)."""
+    keys = _batch_chunks(group, index, layout)
+    if isinstance(record, Exception):
+        return [f"commit record undecodable ({type(record).__name__}: {record})"]
+    if not record:
+        status_key = next(k for k in keys if k.startswith("status/"))
+        if (root / status_key).exists():
+            return ["status written but no commit record (the run stopped before the commit, "
+                    "or the record was lost)"]
+        return None
+    chunks, why = _parse_record(record, keys)
+    if chunks is None:
+        return [why]
+    problems = [p for p in (_check_chunk(root, k, chunks[k], level) for k in keys) if p]
+    if not problems and level == "decode":
+        problems = _decode_batch(group, sl)
+    if not problems and (codes[sl] == st.PENDING).any():
+        problems = ["status holds pending points although the batch is committed"]
+    return problems
+
+
+def _check_other_arrays(group: zarr.Group) -> list[str]:
+    """Decode every array that is not per batch (coordinates, shared batch arrays)."""
+    problems = []
+    skip = set(_batch_arrays(group))
+    for name, array in group.arrays():
+        if name in skip:
+            continue
+        try:
+            array[...]
+        except Exception as exc:  # noqa: BLE001 - codecs raise many types for bad bytes
+            problems.append(f"array {name} undecodable ({type(exc).__name__}: {exc}); "
+                            f"a resume cannot repair it: pass --overwrite to recompute the store")
+    return problems
+
+
+def _legacy_check(check: StoreCheck, codes: np.ndarray) -> StoreCheck:
+    """A format-1 store: batches done by status alone, as that format had it."""
+    if check.level != "quick":
+        raise InputError(_legacy_message(), file=check.path)
+    for i, sl in enumerate(check.slices):
+        (check.pending if (codes[sl] == st.PENDING).any() else check.done).append(i)
+    check.codes = codes
+    return check
+
+
+def check_store(path, level: str = "quick") -> StoreCheck:
+    """Check every batch of a sweep store against its commit record.
+
+    Args:
+        path: the store.
+        level: ``quick`` (commit records, chunk files present with their
+            committed sizes, checksums of chunks modified since their commit),
+            ``checksum`` (checksums of every committed chunk) or ``decode``
+            (also decode every chunk of every array); see the module docstring.
+
+    Returns:
+        A :class:`StoreCheck`. For a format-1 store (no commit records) a
+        ``quick`` check is marked ``legacy`` and built from ``status`` alone.
+
+    Raises:
+        InputError: no sweep store at ``path``, one of a newer format, or a
+            format-1 store at level ``checksum`` or ``decode`` (it cannot be
+            verified).
+        ValueError: unknown level.
+    """
+    if level not in CHECK_LEVELS:
+        raise ValueError(f"unknown check level {level!r}; valid: {', '.join(CHECK_LEVELS)}")
+    path = Path(path)
+    group = _open_sweep_group(path)
+    batch = int(group.attrs["sweep_batch"])
+    n = int(group.attrs["sweep_n_points"])
+    slices = batch_slices(n, batch)
+    codes, bad_status = _read_codes(group, slices)
+    check = StoreCheck(str(path), level, n, batch, slices, legacy="batch_commit" not in group)
+    if check.legacy:
+        return _legacy_check(check, codes)
+    root = _store_root(group)
+    records = _read_records(group, len(slices))
+    layout = _chunk_layout(group)
+    for i, sl in enumerate(slices):
+        problems = _check_batch(group, root, i, sl, records[i], codes, level, layout)
+        if problems is None:
+            check.pending.append(i)
+        elif problems:
+            check.damaged[i] = problems
+        elif i in bad_status:     # only reached if the chunk changed under a matching checksum
+            check.damaged[i] = ["status chunk undecodable"]
+        else:
+            check.done.append(i)
+    if level == "decode":
+        check.store_problems = _check_other_arrays(group)
+    check.codes = codes.copy()
+    for i in check.todo:
+        check.codes[slices[i]] = st.PENDING
+    return check
 
 
 def read_status(path) -> np.ndarray:
-    """The ``status(point)`` codes of a store.
+    """The ``status(point)`` codes of a store, as stored (no check).
 
     Args:
         path: the store.
@@ -414,16 +856,23 @@ def read_status(path) -> np.ndarray:
 
 
 def pending_batches(path, batch: int | None = None) -> list[int]:
-    """Batches that still have pending points (never completed).
+    """Batches that are not done: pending ones and damaged ones (a ``quick`` check).
 
     Args:
         path: the store.
-        batch: points per batch; default the store's own.
+        batch: points per batch; must be the store's own (kept for callers
+            that pass it).
 
     Returns:
         Batch indices, ascending.
+
+    Raises:
+        ValueError: ``batch`` differs from the store's.
     """
-    return _batches_where(path, batch, lambda s: s == st.PENDING)
+    check = check_store(path, "quick")
+    if batch is not None and batch != check.batch:
+        raise ValueError(f"{path}: the store has {check.batch} points per batch, not {batch}")
+    return check.todo
 
 
 def failed_batches(path, batch: int | None = None) -> list[int]:
@@ -436,14 +885,11 @@ def failed_batches(path, batch: int | None = None) -> list[int]:
     Returns:
         Batch indices, ascending.
     """
-    return _batches_where(path, batch, st.is_failure)
-
-
-def _batches_where(path, batch, test) -> list[int]:
     codes = read_status(path)
     if batch is None:
         batch = int(store_attrs(path)["sweep_batch"])
-    return [i for i, sl in enumerate(batch_slices(len(codes), batch)) if test(codes[sl]).any()]
+    return [i for i, sl in enumerate(batch_slices(len(codes), batch))
+            if st.is_failure(codes[sl]).any()]
 
 
 def failed_points(path) -> np.ndarray:
@@ -477,54 +923,113 @@ def open_store(path) -> xr.Dataset:
     return xr.open_zarr(str(path))
 
 
-def status_report(path) -> str:
-    """The text of ``mechsweep status STORE``: title, hash, batches, counts by status.
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    parts, start = [], None
+    for k, i in enumerate(indices):
+        if start is None:
+            start = i
+        if k + 1 == len(indices) or indices[k + 1] != i + 1:
+            parts.append(str(start) if start == i else f"{start}-{i}")
+            start = None
+    return ", ".join(parts)
+
+
+_LEVEL_TEXT = {
+    "quick": "quick (commit records; chunk files present with their committed sizes; "
+             "chunks changed since their commit checksummed). "
+             "'mechsweep status --verify' reads every chunk",
+    "checksum": "checksum of every committed chunk",
+    "decode": "every chunk read, checksummed and decoded (--verify)",
+}
+
+
+def _integrity_lines(check: StoreCheck, path: Path) -> list[str]:
+    """The integrity part of the status report."""
+    if check.legacy:
+        return ["integrity:  NOT VERIFIABLE: this store " + _legacy_message(
+            "Its batches are counted by status alone. Re-run the sweep with --overwrite for a "
+            "verifiable store")]
+    lines = [f"integrity:  {_LEVEL_TEXT[check.level]}"]
+    if check.damaged:
+        lines.append(f"damaged batches ({len(check.damaged)}; their points count as damaged, "
+                     f"not by status; 'mechsweep sweep SWEEP.yaml --out {path} --resume' "
+                     f"recomputes them):")
+        for i, problems in sorted(check.damaged.items()):
+            sl = check.slices[i]
+            for p in problems:
+                lines.append(f"  batch {i} (points {sl.start}-{sl.stop - 1}): {p}")
+    for p in check.store_problems:
+        lines.append(f"store problem: {p}")
+    return lines
+
+
+def status_report(path, check: StoreCheck | None = None) -> str:
+    """The text of ``mechsweep status STORE``: title, hash, batches, counts, integrity.
+
+    Points are counted by status only in batches that are done (their
+    commit record matches their chunks); points of pending batches count as
+    pending and points of damaged batches as damaged, whatever status they
+    may still hold.
 
     Args:
         path: the store.
+        check: a :class:`StoreCheck` of it; default a ``quick`` one.
 
     Returns:
         A multi-line report; failed batches' messages are listed (first line
-        of each, at most ten).
+        of each, at most ten), and every damaged batch with what is wrong.
 
     Raises:
-        InputError: no sweep store at ``path``.
+        InputError: no sweep store at ``path`` (or one of a newer format).
     """
     path = Path(path)
-    if not _is_store(path):
-        raise InputError("no Zarr store there", file=str(path))
+    check = check if check is not None else check_store(path, "quick")
     group = zarr.open_group(str(path), mode="r")
     attrs = dict(group.attrs)
-    if "sweep_hash" not in attrs:
-        raise InputError("a Zarr store, but not a mechsweep sweep store (no sweep_hash attribute)",
-                         file=str(path))
-    codes = group["status"][:]
-    batch = int(attrs["sweep_batch"])
-    slices = batch_slices(len(codes), batch)
-    pending = [i for i, sl in enumerate(slices) if (codes[sl] == st.PENDING).any()]
-    values, counts = np.unique(codes, return_counts=True)
+    damaged_points = sum(check.slices[i].stop - check.slices[i].start for i in check.damaged)
+    counted = check.codes.copy()
+    for i in check.damaged:
+        counted[check.slices[i]] = np.iinfo(np.int8).min     # not counted by status
+    values, counts = np.unique(counted[counted != np.iinfo(np.int8).min], return_counts=True)
     lines = [
         f"store:      {path}",
         f"title:      {attrs.get('title', '')}",
         f"sweep hash: {attrs['sweep_hash']}",
         f"created:    {attrs.get('created', '?')}",
-        f"points:     {len(codes)} ({batch} per batch)",
-        f"batches:    {len(slices) - len(pending)} done, {len(pending)} pending, "
-        f"{len(slices)} in all",
+        f"points:     {check.n_points} ({check.batch} per batch)",
+        f"batches:    {len(check.done)} done, {len(check.pending)} pending, "
+        + (f"{len(check.damaged)} damaged, " if check.damaged else "")
+        + f"{len(check.slices)} in all",
         "status:",
     ]
-    width = max(len(st.meaning(v)) for v in values)
+    names = [st.meaning(v) for v in values] + (["damaged"] if damaged_points else [])
+    width = max(len(name) for name in names)
     for v, c in zip(values, counts):
         lines.append(f"  {st.meaning(v):<{width}}  {int(c):>8}  ({int(v)}: "
                      f"{st.DESCRIPTIONS.get(int(v), 'unknown code')})")
-    messages = group["batch_message"][:]
-    noted = [(i, str(m)) for i, m in enumerate(messages) if str(m)]
-    if noted:
-        lines.append("batch messages:")
-        for i, m in noted[:10]:
-            lines.append(f"  batch {i}: {m.strip().splitlines()[0]}")
-        if len(noted) > 10:
-            lines.append(f"  ... and {len(noted) - 10} more (variable batch_message)")
-    if pending:
-        lines.append("resume with: mechsweep sweep SWEEP.yaml --out " + str(path))
+    if damaged_points:
+        lines.append(f"  {'damaged':<{width}}  {damaged_points:>8}  (points of damaged batches, "
+                     f"listed below)")
+    lines += _message_lines(group, check)
+    lines += _integrity_lines(check, path)
+    if check.todo and not check.legacy:
+        lines.append(f"resume with: mechsweep sweep SWEEP.yaml --out {path} --resume")
     return "\n".join(lines)
+
+
+def _message_lines(group: zarr.Group, check: StoreCheck) -> list[str]:
+    """The first line of each non-empty batch message (at most ten)."""
+    try:
+        messages = group["batch_message"][:]
+    except Exception as exc:  # noqa: BLE001 - a damaged shared array must not hide the report
+        return [f"batch messages: unreadable ({type(exc).__name__})"]
+    noted = [(i, str(m)) for i, m in enumerate(messages) if str(m).strip()]
+    if not noted:
+        return []
+    lines = ["batch messages:"]
+    for i, m in noted[:10]:
+        lines.append(f"  batch {i}: {m.strip().splitlines()[0]}")
+    if len(noted) > 10:
+        lines.append(f"  ... and {len(noted) - 10} more (variable batch_message)")
+    return lines

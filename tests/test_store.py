@@ -60,8 +60,11 @@ def test_toy_oscillator_matches_scipy():
 def test_template_reopens_lazily_with_coords_nan_data_and_attrs(tmp_path):
     spec, ctx, path = make(tmp_path)
     template(spec, ctx, path)
-    # The template writes no data chunks: NaN comes from the Zarr fill value.
-    assert sorted(os.listdir(path / "x")) == ["zarr.json"]
+    # The template writes no data chunks: NaN comes from the Zarr fill value;
+    # nor status chunks nor commit records: every batch reads as pending.
+    for name in ("x", "status", "steps", "batch_commit"):
+        assert sorted(os.listdir(path / name)) == ["zarr.json"], name
+    assert store.check_store(path).pending == [0, 1, 2, 3]
     with warnings.catch_warnings():
         warnings.simplefilter("error")          # a plain open is quiet: consolidated metadata
         ds = xr.open_zarr(path)
@@ -74,6 +77,8 @@ def test_template_reopens_lazily_with_coords_nan_data_and_attrs(tmp_path):
     assert ds.pos.dims == ("point", "time", "axis") and ds.x_end.dims == ("point",)
     assert np.isnan(ds.pos.values).all() and np.isnan(ds.x_end.values).all()
     assert ds.status.dtype == np.int8 and (ds.status.values == -1).all()
+    assert ds.status.encoding["fill_value"] == st.PENDING     # a lost chunk reads as pending
+    assert ds.batch_commit.dims == ("batch",) and (ds.batch_commit.values == "").all()
     assert (ds.steps.values == -1).all()
     assert ds.x.chunks[0] == (4, 4, 4, 3)
     assert ds.status.attrs["flag_meanings"] == st.cf_attrs()["flag_meanings"]

@@ -23,7 +23,7 @@ import os
 from typing import Any, Callable, Mapping
 
 from solver.errors import InputError
-from solver.yamlio import Locator, load_yaml, require_mapping, require_str
+from solver.yamlio import Locator, load_yaml, require_document, require_mapping, require_str
 
 from .model import Model, deep_merge
 
@@ -91,7 +91,8 @@ def load_data(data: Any, locator: Locator, path: str | None = None,
     Raises:
         InputError: anything wrong with the file, located.
     """
-    data = require_mapping(data, (), locator, what="a mapping of top-level keys (Title, Kind, ...)")
+    # Never quotes the content: the file may be something else given by mistake.
+    data = require_document(data, locator, "a mapping of top-level keys (Title, Kind, ...)")
     if overrides:
         overrides = require_mapping(overrides, (), None, what="a mapping of overrides")
         data = deep_merge(data, overrides)

@@ -51,7 +51,7 @@ import numpy as np
 
 import jax.numpy as jnp
 
-from solver.cloth import cloth, cloth_rest_positions
+from solver.cloth import cloth, cloth_rest_positions, cloth_size_problem
 from solver.errors import InputError
 from solver.expr import evaluate_constant, parse
 from solver.lagrangian import lagrangian, point_force
@@ -344,6 +344,9 @@ def _cloth(data: Mapping, options: Any, loc: Locator, path, overrides) -> Model:
     fixed_kind = require_str(opts.get("fixed", "edges"), base + ("fixed",), loc,
                              choices=("edges", "corners"))
     m, n = sizes["rows"], sizes["cols"]
+    problem = cloth_size_problem(m, n)
+    if problem:
+        raise loc.error(problem, base + ("rows",))
     defaults = {k: float(info.free[k]) for k in CLOTH_PARAMS}
     title = read_title(data, loc, path)
     dae = cloth(m, n, fixed=fixed_kind, **defaults)

@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from solver.dae import DAEDefinitionError
-from solver.errors import InputError
+from solver.errors import (MAX_OUTPUT_BYTES, InputError, format_bytes, how_to_raise, limit,
+                           size_limit_message)
 from solver.expr import check_name, evaluate_constant, parse
 from solver.sparsity import UnsupportedPrimitiveError
 from solver.structure import StructurallySingularError
@@ -30,13 +31,21 @@ from solver.yamlio import (Locator, check_keys, format_path, require_int, requir
 __all__ = ["Model", "deep_merge", "read_times", "read_solver_params", "read_animation",
            "relocate", "DEFAULT_SAMPLES", "DEFAULT_TOL", "TIME_KEYS", "read_title",
            "size_names", "read_sizes", "ValueKey", "parse_value_key", "analyse", "build_error",
-           "check_key_order"]
+           "check_key_order", "MAX_UNKNOWNS", "check_output_size", "values_per_time",
+           "output_times"]
 
 DEFAULT_SAMPLES = 201
 DEFAULT_TOL = 1e-10
 TIME_KEYS = ("t0", "tend", "samples", "dt")
 INIT_METHODS = ("auto", "newton", "ipopt")
 ENGINE_MODES = ("auto", "unrolled", "looped")
+# Input limit (README "Input limits"); the output size limit is
+# solver.errors.MAX_OUTPUT_BYTES.
+MAX_UNKNOWNS = 100_000
+"""Most scalar unknowns (the sum of the declared sizes) of a model read from
+YAML; the structural analysis and the Taylor engine grow faster than linearly
+with it, and a typo in a size must not allocate the machine's memory.
+``MECHSWEEP_MAX_UNKNOWNS`` overrides it."""
 
 
 def deep_merge(base: Any, override: Any) -> Any:
@@ -262,6 +271,7 @@ class Model:
         self.links = list(animation.get("links") or links or [])
         self.conservative = conservative
         self._builder = builder
+        check_output_size(self)
 
     # ------------------------------------------------------------ parameters
     @property
@@ -436,7 +446,8 @@ def read_sizes(raw: Any, loc: Locator, key: str, what: str, params: Mapping,
 
     Raises:
         InputError: not a list/mapping, empty, bad or clashing names, sizes
-            that are not whole numbers >= 1.
+            that are not whole numbers >= 1, or more than :data:`MAX_UNKNOWNS`
+            scalars in all.
     """
     if isinstance(raw, list):
         items = [(require_str(v, (key, i), loc), None, (key, i)) for i, v in enumerate(raw)]
@@ -448,6 +459,7 @@ def read_sizes(raw: Any, loc: Locator, key: str, what: str, params: Mapping,
     if not items:
         raise loc.error(f"expected at least one {what}", (key,))
     out: dict = {}
+    total = 0
     for name, size, path in items:
         where = dict(file=loc.file, path=format_path(path), line=loc.nearest(path))
         check_name(name, what, **where)
@@ -457,6 +469,7 @@ def read_sizes(raw: Any, loc: Locator, key: str, what: str, params: Mapping,
             raise InputError(f"{what} '{name}' is declared twice", **where)
         if size is None:
             out[name] = None
+            total += 1
             continue
         value = evaluate_constant(size, params, **where)
         if np.ndim(value) != 0 or not float(value).is_integer() or value < 1:
@@ -464,7 +477,63 @@ def read_sizes(raw: Any, loc: Locator, key: str, what: str, params: Mapping,
                              f"(1 = scalar), got {size!r}" +
                              (f" = {value}" if isinstance(size, str) else ""), **where)
         out[name] = None if int(value) == 1 else int(value)
+        total += int(value)
+        problem = unknowns_problem(total, what)
+        if problem:
+            raise InputError(problem, **where)
     return out
+
+
+def unknowns_problem(total: int, what: str) -> str | None:
+    """Why ``total`` declared scalars are too many, or ``None`` within :data:`MAX_UNKNOWNS`."""
+    cap = limit("MAX_UNKNOWNS", MAX_UNKNOWNS)
+    if total <= cap:
+        return None
+    return (f"the {what} sizes add up to {total} scalar unknowns; one state vector alone would "
+            f"need {format_bytes(8.0 * total)} and the solver's tables grow faster than that; "
+            f"the limit is {cap} (MAX_UNKNOWNS); lower the size, or "
+            f"{how_to_raise('MAX_UNKNOWNS')}")
+
+
+def values_per_time(dae) -> int:
+    """About how many float64 numbers one output time of a run stores.
+
+    Each variable's components and their derivatives below the leading order
+    (``NAME``, ``NAME_d1``...), the constraint residual and the energy.
+    """
+    d = np.asarray(dae.structure.d, dtype=int)
+    per = sum(v.size * max(1, int(d[v.offset:v.offset + v.size].max(initial=0)))
+              for v in dae.variables)
+    return per + 2
+
+
+def output_times(t0: float, tend: float, samples: int | None, dt: float | None) -> int:
+    """The number of output times of ``samples`` or ``dt`` (as :meth:`Model.t_eval`)."""
+    if dt is not None:
+        return int(math.floor((tend - t0) / dt * (1 + 1e-12))) + 1
+    return int(samples if samples is not None else DEFAULT_SAMPLES)
+
+
+def check_output_size(model: "Model") -> None:
+    """Refuse a run whose outputs would not fit in memory (before any allocation).
+
+    The estimate is output times x :func:`values_per_time` x 8 bytes, against
+    :data:`solver.errors.MAX_OUTPUT_BYTES`.
+
+    Raises:
+        InputError: over the limit, located at ``ProblemData.samples`` (or
+            ``dt``), with the estimate, the limit and how to raise it.
+    """
+    n = output_times(model.t0, model.tend, model.samples, model.dt)
+    per = values_per_time(model.dae)
+    key = "dt" if model.dt is not None else "samples"
+    every = f" (every {model.dt:g} from {model.t0:g} to {model.tend:g})" if key == "dt" else ""
+    message = size_limit_message(
+        "MAX_OUTPUT_BYTES", MAX_OUTPUT_BYTES, 8.0 * n * per,
+        f"{n} output times{every} x {per} values each (8 bytes a value)",
+        "lower samples" if key == "samples" else "raise dt")
+    if message:
+        raise model.locator.error(message, ("ProblemData", key))
 
 
 def _describe(value):
