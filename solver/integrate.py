@@ -43,32 +43,53 @@ MODES = ("auto", "unrolled", "looped")
 
 # Above this many elementary operations in one step's series (see
 # tape_ops) the unrolled program may take too long to trace and compile.
-# Measured (workflows/benchmarks/results/modes.txt): up to RSCR's 58k the
-# unrolled engine compiled 2-3x faster than the looped one, but a free rigid
-# body in Euler angles (37k, much trigonometry) took XLA minutes and 12 GB,
-# and a 3-D natural-coordinate body (160k, window 3) traced for over a
-# minute.  tape_ops does not predict XLA's cost well enough, so auto stays
-# below both; pass mode="unrolled" to try it on a larger model.
-UNROLL_MAX_OPS = 20_000
+# Measured on the cleaned tapes (workflows/benchmarks/results/modes.txt):
+# RSCR (26k; 16.6k lines of StableHLO) compiles its series in 21 s unrolled,
+# against minutes looped; a free rigid body in Euler angles (40k, 54
+# products of two series; 38k lines) made XLA run for minutes at 12 GB.
+# XLA's cost grows faster than the program, so auto stays well below the
+# latter; pass mode="unrolled" to try it on a larger model.
+UNROLL_MAX_OPS = 30_000
 
 
 def tape_ops(program: TaylorProgram) -> int:
     """Elementary operations of one step's series when unrolled (an estimate).
 
-    A linear operation costs one per order; a product or a nonlinear
-    recurrence a Cauchy sum over the orders below (about K²/2 over a step);
-    the residual and commit passes of every stage and the window recompute
-    multiply both.
+    A linear operation (or a product with a constant) costs one per order; a
+    product of two series or a nonlinear recurrence one or two Cauchy sums
+    over the orders below (about K² operations over a step, a product and an
+    addition per term); the residual and commit passes of every stage and
+    the window recompute multiply both.  It tracks the lowered program's
+    size within a factor 1.6 (RSCR: 26k against 16.6k lines of StableHLO;
+    a free body in Euler angles: 40k against 38k).
     """
     K = program.K
     n = 0
     for e in program.live:
         if not any(o in program.series for o in e.outvars):
             continue
-        name = e.prim.name
-        quadratic = name in ("mul", "dot_general") or name not in _LINEAR_NAMES
-        n += K * (K + 1) // 2 if quadratic else K
+        # A Cauchy sum's term is a product and an addition.
+        n += _cauchy_sums(program, e) * K * (K + 1) or K
     return 2 * program.window * n
+
+
+# Cauchy sums per order of the nonlinear recurrences (solver/tape.py): a sine
+# carries its cosine, a tangent its 1 ± tan², a power its logarithm.
+_TWO_SUMS = {"sin", "cos", "sinh", "cosh", "tan", "tanh", "logistic", "pow", "atan2",
+             "asin", "acos", "asinh", "acosh"}
+
+
+def _cauchy_sums(program: TaylorProgram, e) -> int:
+    """How many order-m Cauchy sums an operation's recurrence takes (0: linear)."""
+    name = e.prim.name
+    if name in ("mul", "dot_general"):
+        # A product with a constant is one operation per order.
+        return int(sum(program.is_series(a) for a in e.invars) == 2)
+    if name in _LINEAR_NAMES or name in ("abs", "max", "min", "clamp", "reduce_max", "reduce_min", "ddt"):
+        return 0
+    if name == "integer_pow":
+        return max(abs(int(e.params["y"])) - 1, 1)
+    return 2 if name in _TWO_SUMS else 1
 
 
 def choose_mode(program: TaylorProgram, mode: str = "auto") -> str:

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex_core
 
+from .clean import clean
 from .dae import DAE
 from .ddt import ddt_p
 from .primitives import CALL_JAXPR_PARAM, UnsupportedPrimitiveError, call_body
@@ -156,13 +157,16 @@ class TaylorProgram:
         c: equation offsets (flat, length n).
         d: variable offsets (flat, length n).
         order: the Taylor order p (static).
+        clean_tape: fold constants, apply identities and share common
+            subexpressions first (:func:`solver.clean.clean`); off only to
+            compare with the raw trace.
 
     Raises:
         UnsupportedPrimitiveError: the residual uses an operation with no
             Taylor rule; the message names it and where it came from.
     """
 
-    def __init__(self, dae: DAE, c, d, order: int):
+    def __init__(self, dae: DAE, c, d, order: int, clean_tape: bool = True):
         self.dae = dae
         self.c = np.asarray(c, dtype=int)
         self.d = np.asarray(d, dtype=int)
@@ -183,6 +187,10 @@ class TaylorProgram:
                 o = i
             self.out_ids.append(o)
         self.avals = flat.avals
+        self.clean_stats = None
+        if clean_tape:
+            self.eqns, self.out_ids, self.clean_stats = clean(
+                self.eqns, self.out_ids, self.const_values, self.avals, set(in_ids), flat.new, _Lit)
         self._classify()
         self._offsets()
         self._check_rules()
@@ -250,6 +258,10 @@ class TaylorProgram:
                 f"(used at {e.source}); supported: + - * / ** sqrt exp log sin cos tan asin acos "
                 f"atan atan2 sinh cosh tanh abs, dot products, sums, indexing and concatenation"
             )
+
+    def is_series(self, a) -> bool:
+        """Whether an operand (node id or literal) is a series (depends on t or the unknowns)."""
+        return (not isinstance(a, _Lit)) and a in self.series
 
     def eqn_off(self, e) -> int:
         """The order offset an equation is computed at: the largest of its live outputs'.
