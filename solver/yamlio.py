@@ -19,6 +19,19 @@ Flow mappings with keys only, as in the talk's ``fixedpositions: { Ax, B }``,
 read as ``{"Ax": None, "B": None}``.  Duplicate keys are an error (PyYAML keeps
 the last one silently), and tags other than the core ones are refused, so
 nothing in a file can ask for a Python object to be built.
+
+Input limits (README "Input limits"), checked before anything is built, so
+that a hostile or mistaken file fails in milliseconds with a clear message
+instead of eating the machine's memory or Python's stack:
+
+* :data:`MAX_YAML_BYTES` — the size of a file;
+* :data:`MAX_YAML_DEPTH` — how deeply lists and mappings nest;
+* :data:`MAX_YAML_NODES` — the number of values and collections once every
+  alias is expanded (an "alias bomb" of 9 levels of 10 aliases is 10**9).
+
+The last two are counted on the parser's event stream, where an alias is a
+single event whatever it stands for.  Each can be changed with the
+environment variable ``MECHSWEEP_<NAME>`` (:func:`solver.errors.limit`).
 """
 
 from __future__ import annotations
@@ -27,20 +40,33 @@ import difflib
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import yaml
+from yaml.events import (AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent,
+                         StreamEndEvent)
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from solver.errors import InputError
+from solver.errors import InputError, format_bytes, how_to_raise, limit
 
 __all__ = [
     "Locator", "load_yaml", "format_path", "did_you_mean", "describe_value",
     "require_mapping", "check_keys", "require_number", "require_int",
-    "require_list", "require_str",
+    "require_list", "require_str", "require_document", "MAX_YAML_BYTES", "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
 ]
+
+# Input limits (see the module docstring); MECHSWEEP_<NAME> overrides each.
+MAX_YAML_BYTES = 64 * 2 ** 20
+"""Largest YAML file read (bytes); the project's files are a few KiB."""
+MAX_YAML_DEPTH = 100
+"""Deepest nesting of lists and mappings; models need fewer than 10 levels.
+Values above a few hundred may exceed Python's recursion limit."""
+MAX_YAML_NODES = 1_000_000
+"""Most values and collections in a file with its aliases expanded."""
 
 Path_ = tuple  # a key path: keys (str, int, ...) and list indices (int)
 
@@ -191,6 +217,7 @@ def _read(path_or_text: Any, file: str | None) -> tuple[str, str | None]:
             and (os.path.isfile(path_or_text) or path_or_text.endswith((".yaml", ".yml")))):
         path = Path(path_or_text)
         file = file or str(path)
+        check_regular_file(path, file)
         try:
             return path.read_text(encoding="utf-8"), file
         except FileNotFoundError:
@@ -200,6 +227,8 @@ def _read(path_or_text: Any, file: str | None) -> tuple[str, str | None]:
         except UnicodeDecodeError as exc:
             raise InputError(f"file is not UTF-8 text ({exc.reason} at byte {exc.start})",
                              file=file) from None
+        except OSError as exc:
+            raise InputError(f"cannot read the file ({exc.strerror or exc})", file=file) from None
     if not isinstance(path_or_text, str):
         raise TypeError(f"load_yaml expects a path or YAML text, got {type(path_or_text).__name__}")
     return path_or_text, file
@@ -220,12 +249,19 @@ def load_yaml(path_or_text: str | os.PathLike, file: str | None = None) -> tuple
         key path (see :class:`Locator`).  An empty document gives ``None``.
 
     Raises:
-        InputError: file missing or unreadable, YAML syntax errors (with the
-            line and the parser's problem in plain words), duplicate keys,
-            keys that are not scalars, recursive aliases, unsupported tags.
+        InputError: file missing, unreadable or not a regular file, YAML
+            syntax errors (with the line and the parser's problem in plain
+            words), duplicate keys, keys that are not scalars, recursive
+            aliases, unsupported tags, and files over the input limits
+            (:data:`MAX_YAML_BYTES`, :data:`MAX_YAML_DEPTH`,
+            :data:`MAX_YAML_NODES`), found before anything is built.
     """
     text, file = _read(path_or_text, file)
     loc = Locator(file=file, text=text)
+    try:
+        _check_size(text, file)
+    except yaml.YAMLError as exc:
+        raise _syntax_error(exc, file, text) from None
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -235,9 +271,116 @@ def load_yaml(path_or_text: str | os.PathLike, file: str | None = None) -> tuple
         data = _build(loader, node, (), loc, set())
     except yaml.YAMLError as exc:
         raise _syntax_error(exc, file, text) from None
+    except RecursionError:
+        # Only reachable when MECHSWEEP_MAX_YAML_DEPTH was raised too far.
+        raise InputError(f"the lists and mappings nest too deeply for Python's recursion limit; "
+                         f"lower MECHSWEEP_MAX_YAML_DEPTH (default {MAX_YAML_DEPTH})",
+                         file=file) from None
     finally:
         loader.dispose()
     return data, loc
+
+
+def check_regular_file(path: Path, file: str | None = None) -> None:
+    """Refuse what cannot be a YAML input file, before reading it.
+
+    Args:
+        path: the path given.
+        file: its name in messages (default ``str(path)``).
+
+    Raises:
+        InputError: ``path`` does not exist, is a folder, is not a regular
+            file (``/dev/null``, a pipe: reading one could block or give
+            nothing), or is larger than :data:`MAX_YAML_BYTES`.
+    """
+    file = file or str(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise InputError("file not found", file=file) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", file=file) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError("expected a YAML file, found a folder", file=file)
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"expected a YAML file, found {_file_kind(info.st_mode)}", file=file)
+    cap = limit("MAX_YAML_BYTES", MAX_YAML_BYTES)
+    if info.st_size > cap:
+        raise InputError(f"the file has {format_bytes(info.st_size)}, more than the limit of "
+                         f"{format_bytes(cap)} for a YAML input (MAX_YAML_BYTES); "
+                         f"{how_to_raise('MAX_YAML_BYTES')}", file=file)
+
+
+def _file_kind(mode: int) -> str:
+    """Words for a file that is not regular (for messages)."""
+    if stat.S_ISCHR(mode):
+        return "a character device (such as /dev/null), not a regular file"
+    if stat.S_ISBLK(mode):
+        return "a block device, not a regular file"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe, not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a regular file"
+    return "something that is not a regular file"
+
+
+def _check_size(text: str, file: str | None) -> None:
+    """Bound nesting depth and alias expansion on the event stream, before composing.
+
+    An alias is one parser event whatever it stands for, so the expanded size
+    is counted without expanding anything: each anchor's block size is
+    remembered, and each alias adds it.  The C parser walks nesting without
+    recursion, so a ``[[[...]]]`` 10,000 deep is seen here before the
+    (recursive) composer could overflow.
+
+    Raises:
+        InputError: deeper than :data:`MAX_YAML_DEPTH` or more than
+            :data:`MAX_YAML_NODES` nodes after alias expansion (file, line,
+            the limit and how to raise it).
+        yaml.YAMLError: a syntax error (reported by the caller).
+    """
+    max_depth = limit("MAX_YAML_DEPTH", MAX_YAML_DEPTH)
+    max_nodes = limit("MAX_YAML_NODES", MAX_YAML_NODES)
+    parser = _Loader(text)
+    try:
+        expanded = 0
+        stack: list[tuple[int, str | None]] = []  # open collections: (count at start, anchor)
+        sizes: dict[str, int] = {}                 # anchor -> expanded size of its block
+        while True:
+            event = parser.get_event()
+            if isinstance(event, StreamEndEvent):
+                return
+            if isinstance(event, AliasEvent):
+                if event.anchor not in sizes:
+                    return  # undefined (or recursive) alias: the composer reports it
+                expanded += sizes[event.anchor]
+            elif isinstance(event, ScalarEvent):
+                expanded += 1
+                if event.anchor:
+                    sizes[event.anchor] = 1
+            elif isinstance(event, CollectionStartEvent):
+                stack.append((expanded, event.anchor))
+                expanded += 1
+                if len(stack) > max_depth:
+                    raise InputError(
+                        f"lists and mappings are nested more than {max_depth} levels deep here; "
+                        f"the limit is {max_depth} (MAX_YAML_DEPTH) and model and sweep files "
+                        f"need fewer than 10; {how_to_raise('MAX_YAML_DEPTH')}",
+                        file=file, line=event.start_mark.line + 1)
+            elif isinstance(event, CollectionEndEvent):
+                start, anchor = stack.pop()
+                if anchor:
+                    sizes[anchor] = expanded - start
+            if expanded > max_nodes:
+                what = (f"the alias '*{event.anchor}' here brings the count to {expanded} "
+                        f"(each '*alias' repeats the whole '&anchor' block it names)"
+                        if isinstance(event, AliasEvent) else f"{expanded} at this line")
+                raise InputError(
+                    f"too many values once the aliases are expanded: {what}; the limit is "
+                    f"{max_nodes} (MAX_YAML_NODES); {how_to_raise('MAX_YAML_NODES')}",
+                    file=file, line=event.start_mark.line + 1)
+    finally:
+        parser.dispose()
 
 
 def _build(loader: _Loader, node, path: Path_, loc: Locator, active: set) -> Any:
@@ -346,6 +489,38 @@ def require_mapping(value: Any, path: Path_ = (), loc: Locator | None = None, *,
     if not isinstance(value, Mapping):
         raise _fail(loc, f"expected {what}, got {describe_value(value)}", tuple(path))
     return value
+
+
+def require_document(value: Any, loc: Locator, what: str) -> dict:
+    """Check that a whole file is a mapping, without quoting what it holds.
+
+    A file given by mistake (``/etc/passwd`` as a model) reads as one long
+    string; its content must not end up in a message, so only its kind is
+    named.
+
+    Args:
+        value: the file's data.
+        loc: its locator.
+        what: how to name the expectation, e.g. ``"a model file: a mapping
+            of top-level keys (Title, Kind, ...)"``.
+
+    Returns:
+        The mapping.
+
+    Raises:
+        InputError: ``value`` is not a mapping.
+    """
+    if isinstance(value, Mapping):
+        return value
+    if isinstance(value, str):
+        got = "plain text, not 'key: value' lines; is this the right file?"
+    elif isinstance(value, list):
+        got = "a list"
+    elif value is None:
+        got = "nothing (the file is empty)"
+    else:
+        got = "a single value, not 'key: value' lines; is this the right file?"
+    raise loc.error(f"expected {what}, got {got}")
 
 
 def check_keys(mapping: Mapping, allowed: Iterable[str], required: Iterable[str] = (),
