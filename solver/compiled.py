@@ -362,3 +362,47 @@ class Compiled:
                 raise InitialValueError(self._newton_failure(z[0], params, t0, scale[0], spec.free))
         return ipopt_point(self.integrator, params, t0, spec, options=ipopt_options,
                            derivatives=self.ipopt_derivatives)
+
+    # ------------------------------------------------------------ diagnosis
+    @functools.cached_property
+    def _stage0_system(self):
+        integ = self.integrator
+
+        def one(params, t0, z, u_guess):
+            # series() runs stage 0's Newton and returns the (scaled) system
+            # Jacobian of its last iteration: at the converged leading
+            # derivatives, or at the last finite iterate when J is singular.
+            _, u, status, J = integ.series(z, u_guess, t0, integ.prog.constants(params))
+            return J, u, status
+
+        return jax.jit(one)
+
+    def system_jacobian(self, params: Mapping, t0: float, z, u_guess) -> tuple[np.ndarray, np.ndarray]:
+        """The system Jacobian of stage 0 at a consistent point (one compiled call).
+
+        A diagnosis for ``mechsweep check``, separate from the integration
+        code: it uses :meth:`~solver.integrate.Integrator.series` of this
+        compiled model, so its order should be small (2) to keep it cheap.
+
+        Args:
+            params: parameter dict (no batch axis).
+            t0: time of the point.
+            z: flat consistent state.
+            u_guess: guess of the leading derivatives (flat, n).
+
+        Returns:
+            (A, u): ``A[i, j] = J_ij d_j!/c_i!`` with ``J_ij = ∂f_i/∂x_j^(d_j-c_i)``
+            the system Jacobian (numpy, n x n), and the leading derivatives
+            it was evaluated at.
+
+        Raises:
+            InputError: a compiled model on the structured KKT path (it never
+                forms the Jacobian): build it with ``linear="dense"``.
+        """
+        if self.integrator.linear != "dense":
+            raise InputError("system_jacobian needs a compiled model with linear='dense' "
+                             f"(this one uses {self.integrator.linear!r})")
+        p = {k: jnp.asarray(np.asarray(v, dtype=float)) for k, v in params.items()}
+        A, u, _ = self._stage0_system(p, float(t0), jnp.asarray(np.asarray(z, dtype=float)),
+                                      jnp.asarray(np.asarray(u_guess, dtype=float)))
+        return np.asarray(A), np.asarray(u)

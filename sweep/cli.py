@@ -22,6 +22,7 @@ import json
 import math
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -61,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "(Taylor-series DAE solver).")
     sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
     sub.required = True
-    c = sub.add_parser("check", help="structure of a model: variables, Σ offsets, index, DOF")
+    c = sub.add_parser("check", help="structure of a model (variables, Σ offsets, index, DOF) and "
+                       "the condition of its system Jacobian at the consistent initial point "
+                       "(exit 2 when singular)")
     c.add_argument("model")
     s = sub.add_parser("simulate", help="solve a model once")
     s.add_argument("model")
@@ -91,7 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--resume", action="store_true")
     mode.add_argument("--overwrite", action="store_true")
     mode.add_argument("--retry-failed", action="store_true")
-    sw.add_argument("--dry-run", action="store_true")
+    sw.add_argument("--dry-run", action="store_true",
+                    help="check the sweep against its model (parameter and output names, store "
+                         "size) and print points, batches and axes; runs nothing")
+    sw.add_argument("--estimate", action="store_true",
+                    help="with --dry-run (implied): compile and run the first batch and print "
+                         "compile seconds, seconds per point and the estimated total")
     stat = sub.add_parser("status", help="progress, status counts and integrity of a sweep store "
                           "(exit 1 when a batch is damaged)")
     stat.add_argument("store")
@@ -154,11 +162,20 @@ def _num(x) -> float | None:
 def summary(ds, model=None) -> dict:
     """The ``simulate --json`` object of a result Dataset.
 
+    Args:
+        ds: the result.
+        model: its model (for ``conservative``; default: the ``conservative``
+            attr the result records).
+
     Returns:
         dict with status (meaning), status_code, steps, t_end, final,
-        max_constraint_residual, energy_drift (where the result has an
-        energy: max |E(t) - E(t0)|), conservative (where known), wall_seconds,
-        compile_seconds (the part of it spent tracing and compiling).
+        max_constraint_residual; where the result has an energy:
+        energy_change (E(t_end) - E(t0)), dissipated (the Rayleigh forces'
+        integral, where the model has one), and energy_drift (max |E(t) -
+        E(t0)|) only where the model is conservative (no dissipation, applied
+        forces or time dependence: else the change is physics, not drift);
+        conservative (where known), wall_seconds, compile_seconds (the part
+        of it spent tracing and compiling).
     """
     code = int(ds["status"].values)
     res = np.asarray(ds["constraint_residual"].values, dtype=float)
@@ -171,14 +188,70 @@ def summary(ds, model=None) -> dict:
         "final": _final_state(ds),
         "max_constraint_residual": _num(np.nanmax(res)) if np.isfinite(res).any() else None,
     }
-    if "energy" in ds:
-        e = np.asarray(ds["energy"].values, dtype=float)
-        ok = np.isfinite(e)
-        out["energy_drift"] = _num(np.max(np.abs(e[ok] - e[ok][0]))) if ok.any() else None
-    if model is not None and model.conservative is not None:
-        out["conservative"] = bool(model.conservative)
+    conservative = model.conservative if model is not None else ds.attrs.get("conservative")
+    out.update(_energy_summary(ds, conservative))
+    if conservative is not None:
+        out["conservative"] = bool(conservative)
     out["wall_seconds"] = _num(ds.attrs.get("wall_seconds", float("nan")))
     out["compile_seconds"] = _num(ds.attrs.get("compile_seconds", float("nan")))
+    return out
+
+
+def _last_finite(a: np.ndarray) -> float | None:
+    ok = np.isfinite(a)
+    return _num(a[ok][-1]) if ok.any() else None
+
+
+def _energy_summary(ds, conservative) -> dict:
+    """energy_change, dissipated and (conservative models only) energy_drift."""
+    if "energy" not in ds:
+        return {}
+    e = np.asarray(ds["energy"].values, dtype=float)
+    ok = np.isfinite(e)
+    out = {"energy_change": _last_finite(e - e[ok][0]) if ok.any() else None}
+    if "dissipated" in ds:
+        out["dissipated"] = _last_finite(np.asarray(ds["dissipated"].values, dtype=float))
+    if conservative is None or conservative:
+        out["energy_drift"] = _num(np.max(np.abs(e[ok] - e[ok][0]))) if ok.any() else None
+    return out
+
+
+# ``simulate --json`` keeps ``final`` inline up to this many values, else writes a file.
+FINAL_MAX = 1000
+
+
+def _final_path(args, model) -> Path:
+    """Where a large ``final`` goes: next to ``--out``, else next to the model file."""
+    base = Path(args.out) if args.out else Path(model.path or args.model)
+    return base.with_name(base.name.rsplit(".", 1)[0] + ".final.json")
+
+
+def _spill_final(info: dict, args, model) -> dict:
+    """Move a ``final`` of more than :data:`FINAL_MAX` values into a JSON file.
+
+    Returns:
+        ``info`` with ``final`` replaced by ``final_file`` (its path) and
+        ``final_count`` in the same place, or unchanged when small.
+
+    Raises:
+        InputError: the file cannot be written.
+    """
+    final = info.get("final") or {}
+    if len(final) <= FINAL_MAX:
+        return info
+    path = _final_path(args, model)
+    try:
+        path.write_text(json.dumps(final), encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write the final state file {path} ({exc.strerror or exc}); "
+                         "give --out in a writable folder") from None
+    _progress(f"final state has {len(final)} values (more than {FINAL_MAX}): wrote it to {path}")
+    out = {}
+    for key, value in info.items():
+        if key == "final":
+            out["final_file"], out["final_count"] = str(path), len(final)
+        else:
+            out[key] = value
     return out
 
 
@@ -193,9 +266,12 @@ def write_result(ds, path: str) -> None:
         raise InputError(f"--out {path!r}: the result file must end in .zarr or .nc")
     try:
         if path.endswith(".zarr"):
-            # Consolidated metadata is not part of Zarr v3 (zarr warns); a single
-            # run has few arrays, so plain metadata costs nothing.
-            ds.to_zarr(path, mode="w", consolidated=False)
+            # Consolidated metadata, as the sweep stores have, so that a plain
+            # xarray.open_zarr reads it without a warning; zarr warns that
+            # it is an extension of format 3, which concerns the writer only.
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
+                ds.to_zarr(path, mode="w", consolidated=True)
         else:
             ds.to_netcdf(path)
     except OSError as exc:
@@ -247,6 +323,24 @@ def _is_zarr_store(path: Path) -> bool:
 
 def check_out(out: str, *, folder: bool, overwrite: bool = False, what: str = "the output") -> None:
     """Refuse an ``--out`` target that would be misused, before any work is done.
+
+    :func:`_check_out` with the file system's own refusals (a name too long,
+    a loop of links, no permission to look) as messages instead of tracebacks.
+
+    Raises:
+        InputError: see :func:`_check_out`; also a path the system cannot
+            look at.
+    """
+    try:
+        _check_out(out, folder=folder, overwrite=overwrite, what=what)
+    except OSError as exc:
+        shown = out if len(out) <= 200 else out[:100] + "..." + out[-50:]
+        raise InputError(f"--out {shown}: cannot use this path ({exc.strerror or exc}); choose "
+                         f"another") from None
+
+
+def _check_out(out: str, *, folder: bool, overwrite: bool = False, what: str = "the output") -> None:
+    """Refuse an ``--out`` target that would be misused (see :func:`check_out`).
 
     Args:
         out: the ``--out`` value.
@@ -312,9 +406,38 @@ def _model_for_run(ds, model_path: str | None):
     return load_data(data, loc, loc.file, json.loads(over) if over else None)
 
 
+def _mechanical_dof(dae) -> str:
+    """The talk's DOF: coordinates minus constraints (half the initial values).
+
+    A Lagrangian DAE counts its coordinates and constraint rows; another DAE
+    whose differentiated unknowns are all second order (a mechanism written
+    out) has half as many as its initial values; otherwise it is undefined.
+    """
+    if hasattr(dae, "n_q") and hasattr(dae, "n_c"):
+        return str(int(dae.n_q) - int(dae.n_c))
+    d = np.asarray(dae.structure.d, dtype=int)
+    if d.size and set(d.tolist()) <= {0, 2}:
+        return str(int(dae.structure.dof) // 2)
+    return "not defined (not a second-order system)"
+
+
 # ------------------------------------------------------------------ commands
 def cmd_check(args) -> int:
-    """Print variables, the structure table, index and DOF."""
+    """Print variables, the structure table, index and DOF, then check the initial point.
+
+    The structure needs no compilation; the check then computes the
+    consistent initial point and the system Jacobian there
+    (:func:`solver.diagnose.check_jacobian`) and prints its condition number.
+
+    Returns:
+        0 when the Jacobian is regular.
+
+    Raises:
+        InputError: bad model, no consistent initial point, or a (numerically)
+            singular system Jacobian, naming the dependent equations and the
+            undetermined unknowns (exit 2).
+    """
+    from solver.diagnose import check_jacobian
     from solver.models import load
 
     model = load(_model_file(args.model))
@@ -334,7 +457,12 @@ def cmd_check(args) -> int:
             f"{k} = {np.asarray(v).tolist()}" for k, v in model.param_info.structural.items()))
     print(str(s))
     print(f"index: {s.index}")
-    print(f"DOF: {s.dof}")
+    print(f"initial values (positions and velocities; the DAE's DOF): {s.dof}")
+    print(f"mechanical DOF (coordinates - constraints): {_mechanical_dof(dae)}", flush=True)
+    jac = check_jacobian(model)
+    print(jac.summary())
+    if jac.singular:
+        raise InputError(jac.problem(), file=str(args.model))
     return EXIT_OK
 
 
@@ -354,11 +482,12 @@ def cmd_simulate(args) -> int:
         _progress(f"wrote {args.out}")
     info = summary(ds, model)
     if args.json:
-        print(json.dumps(info))
+        print(json.dumps(_spill_final(info, args, model)))
     else:
         print(f"{model.title}: {info['status']} at t = {info['t_end']}, {info['steps']} steps, "
               f"max constraint residual {info['max_constraint_residual']}"
-              + (f", energy drift {info['energy_drift']}" if "energy_drift" in info else ""))
+              + "".join(f", {key.replace('_', ' ')} {info[key]}"
+                        for key in ("energy_drift", "energy_change", "dissipated") if key in info))
     return EXIT_OK if int(ds["status"].values) == st.SUCCESS else EXIT_FAILED
 
 
@@ -380,9 +509,10 @@ def cmd_plot(args) -> int:
 
 def cmd_animate(args) -> int:
     """Animation of a model (solved first) or a stored run."""
-    from solver.plot import animate
+    from solver.plot import animate, check_animation_output
 
     check_out(args.out, folder=False)
+    check_animation_output(args.out)   # format and ffmpeg before a solve that may take minutes
     if _is_model(args.source):
         from solver.models import load
 
@@ -441,7 +571,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        if args.command in ("simulate", "plot", "animate"):
+        if args.command in ("check", "simulate", "plot", "animate") or getattr(args, "estimate", False):
             # The sweep workers' persistent compilation cache: a second
             # simulate of the same model loads its compiled program.
             from sweep.run import configure_jax, default_jax_cache_dir

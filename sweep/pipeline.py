@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 import re
+import time
 import warnings
 from collections import OrderedDict
 from typing import Any, Mapping
@@ -27,7 +28,8 @@ import solver
 from solver import status as codes
 from solver.errors import InputError
 
-__all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS"]
+__all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "store_bytes", "check_store_size",
+           "estimate_run"]
 
 REDUCERS = {
     "min": lambda a: np.nanmin(a, axis=1),
@@ -125,12 +127,7 @@ def build_context(spec) -> SweepContext:
 
     model = solver.load(spec.model_path, overrides=spec.override or None)
     dae = model.dae
-    valid = sorted(model.params)
-    for name in list(spec.points) + list(spec.constants):
-        if name not in model.params:
-            raise InputError(
-                f"{name!r} is not a parameter of the model {spec.model_path}; sweepable parameters: {', '.join(valid)}",
-                file=str(spec.path), path="Sweep")
+    _check_swept_names(spec, model)
     structure = dae.structure
     names = [v.name for v in dae.variables]
     wanted = list(spec.outputs.variables) if spec.outputs.variables is not None else names
@@ -178,6 +175,115 @@ def build_context(spec) -> SweepContext:
                         constants={k: float(v) for k, v in spec.constants.items()}, variables=wanted,
                         metrics=metrics, time=schema.time, schema=schema, attrs=ds_attrs, key=key,
                         batch=int(spec.batch))
+
+
+def _where(spec, name: str) -> tuple[str, int | None]:
+    """Key path and line of a swept or constant name in the sweep file."""
+    for axis in spec.axes:
+        if axis.name == name:
+            group = "sample.bounds" if axis.group == "sample" else axis.group
+            return f"Sweep.{group}.{name}", axis.line
+    return f"Sweep.constants.{name}", None
+
+
+def _check_swept_names(spec, model) -> None:
+    """Every swept or constant name is a scalar free parameter of the model.
+
+    Raises:
+        InputError: an unknown, derived or structural name, or a vector
+            parameter, listing the sweepable parameters.
+    """
+    params = model.params
+    valid = ", ".join(sorted(params)) or "none (the model has no free PhysicalParams)"
+    for name in list(spec.points) + list(spec.constants):
+        path, line = _where(spec, name)
+        if name not in params:
+            raise InputError(f"{name!r} is not a parameter of the model {spec.model_path}; "
+                             f"sweepable parameters: {valid}", file=str(spec.path), path=path,
+                             line=line)
+        shape = np.shape(params[name])
+        if shape != ():
+            scalars = ", ".join(sorted(k for k, v in params.items() if np.ndim(v) == 0)) or "none"
+            raise InputError(f"{name!r} is a vector parameter of shape {shape} in the model "
+                             f"{spec.model_path}; a sweep varies scalar parameters only: "
+                             f"{scalars}", file=str(spec.path), path=path, line=line)
+
+
+# ----------------------------------------------------------------- estimates
+def store_bytes(spec, context: SweepContext) -> tuple[float, int]:
+    """Uncompressed size of a sweep's store, from its schema (the model built).
+
+    Every output series and metric as float64 per point, plus ``status``
+    (1 byte), ``steps`` (8) and one float64 coordinate per swept name; the
+    per-batch records are left out (a few hundred bytes a batch).
+
+    Returns:
+        (bytes, float64 values per point).
+    """
+    schema = context.schema
+    per = sum(int(np.prod(schema.shape(name))) for name in schema.variables)
+    return float(spec.n_points) * (8.0 * (per + len(spec.points)) + 9.0), per
+
+
+def check_store_size(spec, context: SweepContext) -> str:
+    """The dry run's store line, after checking it against ``MAX_STORE_BYTES``.
+
+    The sweep reader's estimate (:func:`sweep.spec.load_sweep`) is a lower
+    bound made before the model is built; this one counts every stored value.
+
+    Returns:
+        ``"store:     about 1.2 MiB uncompressed (...)"``.
+
+    Raises:
+        InputError: over :data:`solver.errors.MAX_STORE_BYTES`, with the
+            limit and how to raise it.
+    """
+    from solver.errors import MAX_STORE_BYTES, format_bytes, size_limit_message
+
+    need, per = store_bytes(spec, context)
+    what = (f"the store of {spec.n_points} points x {per} values a point "
+            f"({len(context.time)} output times; 8 bytes a value)")
+    message = size_limit_message("MAX_STORE_BYTES", MAX_STORE_BYTES, need, what,
+                                 "lower the number of points, the output times or the variables")
+    if message:
+        raise InputError(message, file=str(spec.path), path="Sweep")
+    nv, nm = len(context.variables), len(context.metrics)
+    return (f"  store:     about {format_bytes(need)} uncompressed ({spec.n_points} points x "
+            f"{per} values: {len(context.time)} output times of {nv} variable"
+            f"{'' if nv == 1 else 's'}, {nm} metric{'' if nm == 1 else 's'})")
+
+
+def estimate_run(spec, context: SweepContext, workers: int) -> dict:
+    """Compile and run the sweep's first batch once; extrapolate the sweep's time.
+
+    Args:
+        spec: :class:`sweep.spec.SweepSpec`.
+        context: its :class:`SweepContext`.
+        workers: worker processes the sweep would use.
+
+    Returns:
+        dict with ``compile_seconds`` (JAX tracing and compiling, once per
+        worker, near 0 with a warm persistent cache), ``seconds_per_point``
+        (the rest of the batch's time over its padded size),
+        ``batch_points``, ``failed`` (points of the batch that failed) and
+        ``total_seconds``: compile + batches x batch seconds / workers
+        (batches are spread evenly; a worker runs one at a time).
+    """
+    from solver.compiled import compile_clock
+
+    first = spec.batches()[0] if spec.n_points else slice(0, 0)
+    points = {k: v[first] for k, v in spec.points.items()}
+    t = time.perf_counter()
+    with compile_clock() as clock:
+        result = batch_fn(points, context)
+    wall = time.perf_counter() - t
+    compile_s = min(clock.seconds, wall)
+    size = max(int(context.batch), 1)
+    per_point = max(wall - compile_s, 1e-9) / size
+    rounds = math.ceil(spec.n_batches / max(int(workers), 1))
+    return {"compile_seconds": compile_s, "seconds_per_point": per_point, "batch_points": size,
+            "failed": int(np.sum(np.asarray(result.status) != codes.SUCCESS)),
+            "total_seconds": compile_s + rounds * size * per_point}
 
 
 # ----------------------------------------------------------------- the batch

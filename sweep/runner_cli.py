@@ -26,7 +26,8 @@ def _mode(args) -> str:
 
 
 def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file=None, cluster=None,
-                   mode="resume", dry_run=False, progress=True, plot=True, echo=print):
+                   mode="resume", dry_run=False, progress=True, plot=True, echo=print,
+                   estimate=False):
     """Expand a sweep file and run it into a Zarr store.
 
     Args:
@@ -35,7 +36,10 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
         workers, scheduler, scheduler_file, cluster: where it runs
             (:func:`sweep.run.run_sweep`).
         mode: ``resume`` (default), ``overwrite`` or ``retry-failed``.
-        dry_run: only explain the points and batches.
+        dry_run: only check the sweep against its model (parameter and
+            output names) and explain the points, batches and store size.
+        estimate: with ``dry_run``, also compile and run the first batch
+            and print the estimated run time (:func:`dry_run_estimate`).
         progress: show a progress bar.
         plot: write ``<out>.png`` with a summary picture afterwards.
         echo: where messages go.
@@ -46,17 +50,25 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
     Raises:
         InputError: bad sweep file, model or options.
     """
-    from sweep.pipeline import batch_fn, build_context
+    from sweep.pipeline import batch_fn, build_context, check_store_size
     from sweep.run import run_sweep
     from sweep.spec import load_sweep
 
     spec = load_sweep(sweep_path)
+    if not dry_run and out is None:
+        raise InputError("--out STORE.zarr is required (or use --dry-run)")
+    # Builds the model: unknown parameter or output names fail here, before
+    # a dry run says anything or a run writes anything.
+    context = build_context(spec)
+    store_line = check_store_size(spec, context)
     if dry_run:
         echo(spec.describe())
+        echo(store_line)
+        echo("  checked:   the model loads; parameter and output names match (models declare no "
+             "parameter bounds, so axis values are not range-checked)")
+        if estimate:
+            echo(dry_run_estimate(spec, context, workers, scheduler or scheduler_file or cluster))
         return None
-    if out is None:
-        raise InputError("--out STORE.zarr is required (or use --dry-run)")
-    context = build_context(spec)
     summary = run_sweep(spec, batch_fn, context, out, workers=workers, scheduler=scheduler,
                         scheduler_file=scheduler_file, cluster=cluster, mode=mode, progress=progress,
                         schema=context.schema, attrs=context.attrs)
@@ -66,6 +78,44 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
         if png:
             echo(f"summary picture: {png}")
     return summary
+
+
+def _local_cores() -> int:
+    """The cores this process may use (the LocalCluster's default worker count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.3g} s" if s < 120 else f"{s / 60:.3g} min" if s < 7200 else f"{s / 3600:.3g} h"
+
+
+def dry_run_estimate(spec, context, workers=None, remote=None) -> str:
+    """``sweep --dry-run --estimate``: time one compiled batch and extrapolate.
+
+    Args:
+        spec, context: the sweep and its context (:func:`sweep.pipeline.build_context`).
+        workers: ``--workers`` (default: the local cores, as the LocalCluster).
+        remote: the scheduler or cluster given, if any (then the estimate
+            assumes ``workers`` of them, or the local core count, and says so).
+
+    Returns:
+        Lines of text: compile seconds, seconds per point, the total.
+    """
+    from sweep.pipeline import estimate_run
+
+    n_workers = workers or _local_cores()
+    _progress_line = f"  estimate:  compiling and running batch 0 ({context.batch} points) ..."
+    print(_progress_line, file=sys.stderr, flush=True)
+    e = estimate_run(spec, context, n_workers)
+    basis = (f"{n_workers} workers" + ("" if workers else " (the local cores; set --workers)")
+             + (" (assumed for the given scheduler or cluster)" if remote else ""))
+    lines = [f"  compile:   {e['compile_seconds']:.3g} s (once per worker; the persistent "
+             f"cache makes later compiles fast)",
+             f"  per point: {e['seconds_per_point']:.3g} s (batch 0, padded to "
+             f"{e['batch_points']} points; {e['failed']} failed)",
+             f"  total:     about {_seconds(e['total_seconds'])} for {spec.n_points} points in "
+             f"{spec.n_batches} batches on {basis}"]
+    return "\n".join(lines)
 
 
 def summary_plot(store, out_png=None):
@@ -136,8 +186,9 @@ def main_sweep(args) -> int:
     summary = run_sweep_file(
         args.sweep, getattr(args, "out", None), workers=getattr(args, "workers", None),
         scheduler=getattr(args, "scheduler", None), scheduler_file=getattr(args, "scheduler_file", None),
-        cluster=getattr(args, "cluster", None), mode=_mode(args), dry_run=getattr(args, "dry_run", False),
-        progress=sys.stderr.isatty())
+        cluster=getattr(args, "cluster", None), mode=_mode(args),
+        dry_run=getattr(args, "dry_run", False) or getattr(args, "estimate", False),
+        progress=sys.stderr.isatty(), estimate=getattr(args, "estimate", False))
     if summary is None:
         return 0
     # Failed points anywhere in the store (also those of earlier, resumed runs).

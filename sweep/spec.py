@@ -450,7 +450,12 @@ def load_sweep(path: str | Path) -> SweepSpec:
     title = require_str(top["Title"], ("Title",), loc) if "Title" in top else path.stem
     model_rel = require_str(top["Model"], ("Model",), loc)
     model_path = (path.parent / model_rel).resolve()
-    if not model_path.exists():
+    try:
+        found = model_path.exists()
+    except OSError as exc:  # a name too long for the file system, a loop of links
+        raise r.fail(f"cannot use the model path: {exc.strerror or exc}; give the path of a "
+                     f"model file, relative to the sweep file's folder", ("Model",)) from None
+    if not found:
         raise r.fail(f"model file not found: {model_path} (Model is relative to the sweep "
                      f"file's folder {path.parent.resolve()})", ("Model",))
     try:
