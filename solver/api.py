@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from . import status as st
+from .balance import balance_series
 from .compiled import Compiled, compile_clock, compiled_model, compiled_of
 from .dae import DAE
 from .errors import InputError
@@ -189,11 +190,13 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
                      max_steps, h_max, 1)
     residual = comp.constraint_residual_series(res["values"], t_eval, params_b)[0]
     energy = comp.energy_series(res["values"], t_eval, params_b)
+    balance = balance_series(dae, res["values"], t_eval, params_b, energy)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear}
     one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0],
            "steps": res["steps"][0]}
     ds = build_dataset(dae, one, t_eval, residual=residual, energy=None if energy is None else energy[0],
+                       balance={k: v[0] for k, v in balance.items()},
                        params=pvals, settings=settings, title=title, extra_attrs=dict(extra_attrs or {}))
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
     ds.attrs["compile_seconds"] = clock.seconds
@@ -344,9 +347,10 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
     residual = comp.constraint_residual_series(res["values"], t_eval, full)
     energy = comp.energy_series(res["values"], t_eval, full)
+    balance = balance_series(dae, res["values"], t_eval, full, energy)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear}
-    ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, swept=swept,
+    ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
                              constants=constants, settings=settings, messages=messages, title=title,
                              extra_attrs=extra_attrs)
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0

@@ -490,6 +490,66 @@ class LagrangianDAE(DAE):
         pq = sum(jnp.vdot(_f64(qd[c.name]), mom[c.name]) for c in self.coords)
         return pq - self.lagrangian_value(t, q, qd, p)
 
+    @property
+    def has_dissipation(self) -> bool:
+        """Whether the DAE has a Rayleigh dissipation function R."""
+        return self._R is not None
+
+    def dissipation_power_fn(self, t, q, qd, p):
+        """Power dissipated by the Rayleigh forces, ``q'·∂R/∂q'`` (≥ 0 for a convex R).
+
+        The work-energy theorem: with no applied forces and constraints that
+        do not depend on t, ``dE/dt = −q'·∂R/∂q'``, so the integral of this
+        power (the ``dissipated`` output) balances the energy change.
+
+        Args:
+            t: time. q, qd: dicts name -> array. p: the full parameter dict.
+
+        Returns:
+            Scalar power (0 without a dissipation function); pure jnp.
+        """
+        if self._R is None:
+            return jnp.float64(0.0)
+        grad = self._dissipation_grad(_f64(t), q, qd, p)
+        return sum(jnp.vdot(_f64(qd[c.name]), grad[c.name]) for c in self.coords)
+
+    def point_momenta_fn(self, t, q, qd, p):
+        """World positions and momenta of the points that carry mass.
+
+        A DAE whose coordinates are world positions of points sets
+        ``point_momenta_fn`` (the Mechanism kind overrides it to add its fixed
+        points); by default every coordinate is taken as a point, with its
+        conjugate momentum ``∂L/∂r'``.  Then ``Σ p`` is the linear momentum and
+        ``Σ r × p`` the angular momentum about the origin: the Noether charges
+        of translations and rotations of every point.
+
+        Args:
+            t: time. q, qd: dicts name -> array. p: the full parameter dict.
+
+        Returns:
+            (R, P): arrays (n_points, dim) of positions and momenta.
+        """
+        mom = self._momenta(_f64(t), q, qd, p)
+        R = jnp.stack([_f64(q[c.name]) for c in self.coords])
+        P = jnp.stack([_f64(mom[c.name]) for c in self.coords])
+        return R, P
+
+    @property
+    def momentum_dim(self) -> int | None:
+        """Dimension (2 or 3) of the points whose momenta are outputs, or None.
+
+        Set ``dae.momentum_dim`` (the model kinds do, where every coordinate is
+        a point's world position) to have ``momentum`` and
+        ``angular_momentum`` in the results; None (default) leaves them out.
+        """
+        return self.__dict__.get("_momentum_dim")
+
+    @momentum_dim.setter
+    def momentum_dim(self, value: int | None) -> None:
+        if value is not None and value not in (2, 3):
+            raise InputError(f"momentum_dim must be 2, 3 or None, got {value!r}")
+        self.__dict__["_momentum_dim"] = value
+
     def energy(self, t, q, qd, params=None):
         """Energy ``q'·∂L/∂q' − L`` at a point (T + V for L = T − V natural)."""
         return self._jit("energy", self.energy_fn)(

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import jax
 import jax.numpy as jnp
 
 from solver import natural
@@ -162,7 +163,27 @@ class Mechanism:
     def kinetic_energy(self, t, q, qd, p, env=None):
         """Total kinetic energy T (q, qd: dicts point -> array; p: free params)."""
         env = env or self.env(p)
+        return self._kinetic(self._points(q, env), self._rates(qd), env)
+
+    def point_momenta_fn(self, t, q, qd, p):
+        """Positions and momenta ``∂T/∂V`` of every point, fixed ones included.
+
+        A fixed point carries momentum too (one end of a rod hinged there
+        holds half the rod's), so the sums over the points are the linear
+        and angular momentum of every part (see
+        :meth:`solver.lagrangian.LagrangianDAE.point_momenta_fn`).
+
+        Returns:
+            (R, P): arrays (n_points, dim), fixed points first.
+        """
+        env = self.env(p)
         X, V = self._points(q, env), self._rates(qd)
+        mom = jax.grad(lambda V_: self._kinetic(X, V_, env))(V)
+        names = list(self.fixed_points) + list(self.moving)
+        return jnp.stack([_f64(X[n]) for n in names]), jnp.stack([_f64(mom[n]) for n in names])
+
+    def _kinetic(self, X, V, env):
+        """T from the world positions X and velocities V of every point."""
         T = jnp.float64(0.0)
         for part, val in zip(self.parts, env.parts):
             if part.kind == "Particles":
@@ -284,6 +305,9 @@ class Mechanism:
             forces=self.forces_fn if self.point_forces else None,
             params=self.param_info.free, name=self.title, multiplier=self.multiplier)
         dae.component_dims = {n: ("axis", list(AXES[:self.dim])) for n in self.moving}
+        # Every coordinate is a point's world position: momenta are defined.
+        dae.point_momenta_fn = self.point_momenta_fn
+        dae.momentum_dim = self.dim
         return dae
 
     def _constraint_labels(self):

@@ -1,8 +1,10 @@
 """Integration results as an ``xarray.Dataset`` (DESIGN.md "Dataset schema").
 
 The only place that names outputs: a variable by its name, its k-th
-derivative (k < d_j) as ``NAME_d{k}``, ``constraint_residual``, ``energy``,
-``status`` and ``steps``, with units and CF flags.  One run
+derivative (k < d_j) as ``NAME_d{k}``, ``constraint_residual``, ``energy``
+and the balance outputs of :mod:`solver.balance` (``energy_change``,
+``dissipated``, ``momentum``, ``angular_momentum``), ``status`` and
+``steps``, with units and CF flags.  One run
 (:func:`build_dataset`) and a batch of designs (:func:`build_batch_dataset`,
 with a ``point`` dimension) come from the same code, so a sweep store and a
 single run hold the same variables and attributes.  :func:`output_layout`
@@ -20,6 +22,7 @@ import numpy as np
 import xarray as xr
 
 from . import status as st
+from .balance import balance_layout
 
 __all__ = ["component_dim", "output_layout", "build_dataset", "build_batch_dataset", "package_versions"]
 
@@ -99,8 +102,11 @@ def output_layout(dae, variables: Sequence[str] | None = None):
         (layout, coords): ``layout`` maps output name -> (dims after the
         ``point`` dim, attrs), in dataset order: each variable, its
         derivatives ``NAME_d{k}`` (k < d_j), ``constraint_residual`` and, for
-        a DAE with an energy, ``energy``; ``coords`` maps the component dims
-        of the included variables to their labels.
+        a DAE with an energy, ``energy`` and the balance outputs of
+        :func:`solver.balance.balance_layout` (``energy_change``,
+        ``dissipated``, ``momentum``, ``angular_momentum`` where defined);
+        ``coords`` maps the component dims of the included variables (and
+        ``axis`` of the momenta) to their labels.
 
     Raises:
         KeyError: an unknown variable name.
@@ -113,6 +119,9 @@ def output_layout(dae, variables: Sequence[str] | None = None):
     layout["constraint_residual"] = (("time",), {"long_name": "max |hidden constraint| of the state"})
     if callable(getattr(dae, "energy_fn", None)):
         layout["energy"] = (("time",), {"long_name": "energy"})
+    more, more_coords = balance_layout(dae)
+    layout.update(more)
+    coords.update(more_coords)
     return layout, coords
 
 
@@ -123,7 +132,7 @@ def _structure_attrs(dae) -> dict:
 
 
 def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
-                        swept: Mapping | None = None, constants: Mapping | None = None,
+                        balance: Mapping | None = None, swept: Mapping | None = None, constants: Mapping | None = None,
                         settings: Mapping | None = None, messages: Sequence[str] | None = None,
                         title: str | None = None, extra_attrs: Mapping | None = None,
                         mask_failed: bool = True) -> xr.Dataset:
@@ -137,6 +146,8 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
         t_eval: (n_out,) output times.
         residual: (B, n_out) constraint residual series.
         energy: (B, n_out) energy series, or None.
+        balance: name -> (B, n_out, …) balance series
+            (:func:`solver.balance.balance_series`), or None.
         swept: parameter name -> (B, …) values that vary by point (become
             coordinates on ``point``).
         constants: parameter name -> value shared by every point (attrs).
@@ -165,6 +176,7 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
     series["constraint_residual"] = np.asarray(residual, dtype=float)
     if energy is not None:
         series["energy"] = np.asarray(energy, dtype=float)
+    series.update({k: np.asarray(v, dtype=float) for k, v in (balance or {}).items()})
     failed = status != st.SUCCESS
     data = {}
     for name, (dims, attrs) in layout.items():
@@ -205,7 +217,7 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
                       coords={k: xr.Variable(*v) for k, v in coords.items()}, attrs=_json_safe(attrs))
 
 
-def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, params: Mapping | None = None,
+def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, balance=None, params: Mapping | None = None,
                   settings: Mapping | None = None, title: str | None = None,
                   extra_attrs: Mapping | None = None) -> xr.Dataset:
     """Assemble a single run's Dataset: :func:`build_batch_dataset` of one point, without ``point``.
@@ -217,6 +229,7 @@ def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, params
         t_eval: output times.
         residual: (n_out,) constraint residual series.
         energy: (n_out,) energy series or None.
+        balance: name -> (n_out, …) balance series, or None.
         params: the parameter values used (``parameters`` attr).
         settings, title, extra_attrs: as for :func:`build_batch_dataset`.
 
@@ -229,6 +242,7 @@ def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, params
            "status": np.asarray(result["status"]).reshape(1), "steps": np.asarray(result["steps"]).reshape(1)}
     ds = build_batch_dataset(dae, one, t_eval, residual=np.asarray(residual)[None],
                              energy=None if energy is None else np.asarray(energy)[None],
+                             balance={k: np.asarray(v)[None] for k, v in (balance or {}).items()},
                              constants=params, settings=settings, title=title, extra_attrs=extra_attrs,
                              mask_failed=False)
     ds = ds.isel(point=0, drop=True)

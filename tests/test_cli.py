@@ -80,7 +80,11 @@ def test_check_prints_variables_structure_index_and_dof(files, capsys):
     assert "variables: x, y, lam" in out
     assert "parameters: g = 9.81, L = 1.0" in out
     assert "Σ-method structural analysis: 3 equations, 3 unknowns" in out
-    assert "index: 3" in out and "DOF: 2" in out
+    assert "index: 3" in out
+    # Both counts, named: x, y, x', y' less the constraint at two levels; the
+    # talk's DOF (coordinates x, y less one constraint) is half of it.
+    assert "initial values (positions and velocities; the DAE's DOF): 2" in out
+    assert "mechanical DOF (coordinates - constraints): 1" in out
 
 
 def test_simulate_json_summary(pendulum_run):
@@ -109,6 +113,34 @@ def test_simulate_out_zarr_reopens_with_the_same_final_state(pendulum_run):
     assert float(ds.x[-1]) == final["x"] and float(ds.y_d1[-1]) == final["y'"]
     assert ds.attrs["model_yaml"] == PENDULUM and ds.attrs["title"] == "Short pendulum"
     assert ds.sizes["time"] == 21
+
+
+def test_simulate_store_opens_quietly_and_records_the_order_used(pendulum_run):
+    import warnings
+
+    from solver.integrate import order_for_tol
+
+    _, _, _, run = pendulum_run
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # e.g. xarray's consolidated-metadata warning
+        ds = xr.open_zarr(run).load()
+    assert ds.attrs["solver_order"] == order_for_tol(1e-10) > 0
+
+
+def test_json_final_over_1000_values_goes_to_a_file(tmp_path, capsys):
+    import argparse
+
+    from sweep.cli import FINAL_MAX, _spill_final
+
+    small = {"status": "success", "final": {"x": 1.0}, "steps": 3}
+    args = argparse.Namespace(out=str(tmp_path / "run.zarr"), model="m.yaml")
+    assert _spill_final(dict(small), args, None) == small
+    big = {f"r[{i}]": float(i) for i in range(FINAL_MAX + 1)}
+    info = _spill_final({"status": "success", "final": big, "steps": 3}, args, None)
+    assert list(info) == ["status", "final_file", "final_count", "steps"]
+    assert info["final_file"] == str(tmp_path / "run.final.json") and info["final_count"] == 1001
+    assert json.loads((tmp_path / "run.final.json").read_text()) == big
+    assert "wrote it to" in capsys.readouterr().err
 
 
 def test_simulate_lagrangian_json_matches_the_exact_oscillation(files, capsys):

@@ -259,7 +259,7 @@ def test_the_base_models_are_valid(tmp_path, capsys):
         path = tmp_path / f"{name}.yaml"
         path.write_text(text)
         assert main(["check", str(path)]) == 0
-    assert "DOF: 2" in capsys.readouterr().out
+    assert "initial values (positions and velocities; the DAE's DOF): 2" in capsys.readouterr().out
 
 
 def test_every_case_has_an_expected_message():

@@ -318,7 +318,7 @@ def test_simulate_plot_and_animate_out_checks(tmp, capsys):
 @pytest.mark.parametrize("command", ["check", "simulate", "plot", "animate"])
 def test_model_paths_that_are_not_files(tmp, capsys, command):
     (tmp / "adir.yaml").mkdir()
-    out = ["--out", tmp / "x.png"] if command in ("plot", "animate") else []
+    out = {"plot": ["--out", tmp / "x.png"], "animate": ["--out", tmp / "x.gif"]}.get(command, [])
     cases = {"missing.yaml": "TMP/missing.yaml: file not found",
              "adir.yaml": "TMP/adir.yaml: expected a YAML file, found a folder"}
     if command in ("check", "simulate"):  # plot/animate read other sources as runs

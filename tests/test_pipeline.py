@@ -60,6 +60,8 @@ def test_a_sweep_point_is_the_same_run_as_solve(spec):
         assert int(ds.status) == st.SUCCESS
         for name in ("x", "x_d1", "y", "y_d1", "lam"):
             np.testing.assert_allclose(batch.data[name][i], ds[name].values, rtol=0, atol=1e-12)
+        # The store records the Taylor order the run used (not 0 = "from tol").
+        assert context.attrs["solver_order"] == ds.attrs["solver_order"] == order_for_tol(model.tol)
 
 
 def test_sweep_constants_reach_the_simulation(tmp_path):

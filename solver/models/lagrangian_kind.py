@@ -149,6 +149,11 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
     except InputError as err:
         raise build_error(err, loc, ("KineticEnergy",)) from None
     structure = analyse(dae, loc, ("Constraints",) if constraints else ("KineticEnergy",))
+    point_dims = set(sizes.values())
+    if point_dims in ({2}, {3}):
+        # Every coordinate is read as a point's world position (as Animation
+        # does), so the momentum outputs are defined; see docs in README.
+        dae.momentum_dim = point_dims.pop()
 
     pd = require_mapping(data["ProblemData"], ("ProblemData",), loc)
     check_keys(pd, PD_KEYS, ("tend",), ("ProblemData",), loc)
@@ -374,10 +379,11 @@ def _cloth(data: Mapping, options: Any, loc: Locator, path, overrides) -> Model:
                 links.append((f"p{i}_{j}", f"p{i}_{j + 1}"))
             if i + 1 < m:
                 links.append((f"p{i}_{j}", f"p{i + 1}_{j}"))
-    points = {f"p{i}_{j}": parse(f"[r[{3 * (i * n + j)}], r[{3 * (i * n + j) + 1}], "
-                                 f"r[{3 * (i * n + j) + 2}]]") for i in range(m) for j in range(n)}
-    if animation["points"] is None:
-        animation["points"] = points
+
+    def point_arrays(ds) -> dict:
+        # The grid's particles straight from r (time, 3 m n): no expression per point.
+        r = np.asarray(ds["r"].values, dtype=float).reshape(-1, m, n, 3)
+        return {f"p{i}_{j}": r[:, i, j] for i in range(m) for j in range(n)}
 
     def point_scope(t, state, params):
         return PositionScope(t, params, [], {"r": state["r"]}, "a drawn point")
@@ -387,4 +393,4 @@ def _cloth(data: Mapping, options: Any, loc: Locator, path, overrides) -> Model:
                  solver_params=read_solver_params(data.get("SolverParams"), loc),
                  param_info=info, values=values, fixed=["r", "r'"] if fixed_kind == "edges"
                  else ["r'"], animation=animation, point_scope=point_scope, links=links,
-                 conservative=False, overrides=overrides)
+                 conservative=False, overrides=overrides, point_arrays=point_arrays)

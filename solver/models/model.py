@@ -166,7 +166,10 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
 
 def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dict:
     """``Animation: {Scene: {view: [az, el], limits: [[x0, x1], ...]},
-    Points: {name: expr} or [names], Links: [[P, Q], ...], frames: n, fps: n}``.
+    Points: {name: expr} or [names], Links: [[P, Q], ...], Up: -z, frames: n, fps: n}``.
+
+    ``Points`` replaces the points a kind draws by default;
+    ``Up`` is the world direction drawn upward (default +z in 3-D, +y in 2-D).
 
     Args:
         data: the value of ``Animation``.
@@ -175,14 +178,15 @@ def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dic
 
     Returns:
         dict with ``view`` ([az, el] or None), ``limits`` (or None),
-        ``points`` (name -> Expr or None for the kind's default), ``links``
-        (list of (P, Q) or None), ``frames``, ``fps``, and ``raw`` (the data).
+        ``points`` (name -> Expr, or None for the kind's default), ``links``
+        (list of (P, Q) or None), ``up`` (``-z``... or None), ``frames``,
+        ``fps``, and ``raw`` (the data).
 
     Raises:
         InputError: unknown keys or malformed values.
     """
     an = require_mapping(data, ("Animation",), loc, allow_none=True)
-    check_keys(an, ("Scene", "Points", "Links", "frames", "fps"), (), ("Animation",), loc)
+    check_keys(an, ("Scene", "Points", "Links", "Up", "frames", "fps"), (), ("Animation",), loc)
     scene = require_mapping(an.get("Scene"), ("Animation", "Scene"), loc, allow_none=True)
     check_keys(scene, ("view", "limits"), (), ("Animation", "Scene"), loc)
     view = None
@@ -218,9 +222,13 @@ def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dic
         for i, pair in enumerate(require_list(an["Links"], path, loc)):
             pair = require_list(pair, path + (i,), loc, length=2, what="a pair [P, Q]")
             links.append(tuple(require_str(v, path + (i, k), loc) for k, v in enumerate(pair)))
+    up = None
+    if an.get("Up") is not None:
+        up = require_str(an["Up"], ("Animation", "Up"), loc,
+                         choices=tuple(f"{s}{a}" for a in "xyz" for s in ("", "+", "-")))
     frames = require_int(an.get("frames", 100), ("Animation", "frames"), loc, minimum=2)
     fps = require_int(an.get("fps", 20), ("Animation", "fps"), loc, minimum=1)
-    return {"view": view, "limits": limits, "points": points, "links": links,
+    return {"view": view, "limits": limits, "points": points, "links": links, "up": up,
             "frames": frames, "fps": fps, "raw": an}
 
 
@@ -246,6 +254,11 @@ class Model:
         links: point-name pairs to draw (from ``Animation.Links`` or the kind).
         conservative: whether the energy should be conserved (no dissipation,
             forces or explicit time dependence), None when unknown.
+
+    ``point_arrays(ds) -> {name: (time, dim)}`` (optional) gives the drawn
+    points of a generated model directly from its result, faster than one
+    expression per point (a 90×90 cloth has 8,100); ``Animation.Points``
+    still replaces it.
     """
 
     def __init__(self, *, dae, kind: str, title: str, path: str | None, text: str, data: Any,
@@ -253,7 +266,8 @@ class Model:
                  values: Callable[[dict], dict], fixed: list, animation: dict,
                  point_scope: Callable | None = None, default_points: list | None = None,
                  links: list | None = None, conservative: bool | None = None,
-                 builder: Callable | None = None, overrides: Any = None):
+                 builder: Callable | None = None, overrides: Any = None,
+                 point_arrays: Callable | None = None):
         self.dae, self.kind, self.title, self.path, self.text = dae, kind, title, path, text
         self.data, self.locator, self.overrides = data, locator, overrides
         self.t0, self.tend = times["t0"], times["tend"]
@@ -271,7 +285,33 @@ class Model:
         self.links = list(animation.get("links") or links or [])
         self.conservative = conservative
         self._builder = builder
+        self._point_arrays = point_arrays
+        self._check_links()
         check_output_size(self)
+
+    def drawn_points(self) -> dict:
+        """Name -> expression of every drawn point: ``Animation.Points``, else the kind's defaults."""
+        return dict(self.animation.get("points") or {n: parse(n) for n in self.default_points})
+
+    def _check_links(self) -> None:
+        """Every ``Animation.Links`` end is a drawn point (a link is never dropped silently).
+
+        Raises:
+            InputError: a link end that is no point, located at the link,
+                naming the drawn points and how to add one.
+        """
+        given = self.animation.get("links")
+        if not given or self._point_scope is None or self._point_arrays is not None:
+            return
+        names = set(self.drawn_points())
+        for i, pair in enumerate(given):
+            for k, end in enumerate(pair):
+                if end not in names:
+                    where = ("Animation", "Links", i, k)
+                    raise self.locator.error(
+                        f"link end {end!r} is not a drawn point; the points are "
+                        f"{', '.join(sorted(names)) or 'none'}; add it to Animation.Points "
+                        f"(e.g. {end}: [0, 0] for a fixed point at the origin)", where)
 
     # ------------------------------------------------------------ parameters
     @property
@@ -335,6 +375,8 @@ class Model:
             pvals = self.check_params(params)
             extra = {"model_yaml": self.text, "model_kind": self.kind,
                      "model_path": str(self.path or "")}
+            if self.conservative is not None:
+                extra["conservative"] = int(self.conservative)  # netCDF has no booleans
             if self.overrides:
                 extra["model_overrides"] = json.dumps(self.overrides, sort_keys=True, default=str)
             extra.update(kw.pop("extra_attrs", None) or {})
@@ -378,9 +420,11 @@ class Model:
             dict point name -> array (n_time, 2 or 3); points whose value is
             not a 2- or 3-vector are left out.
         """
+        if self._point_arrays is not None and not self.animation.get("points"):
+            return self._point_arrays(ds)
         if self._point_scope is None:
             return {}
-        exprs = self.animation.get("points") or {n: parse(n) for n in self.default_points}
+        exprs = self.drawn_points()
         if not exprs:
             return {}
         params = {k: jnp.asarray(v) for k, v in self.all_params(_ds_params(ds, self)).items()}
@@ -392,7 +436,9 @@ class Model:
             scope = self._point_scope(t, values, params)
             return {k: jnp.asarray(e.evaluate(scope), dtype=jnp.float64) for k, e in exprs.items()}
 
-        out = jax.jit(jax.vmap(at))(times, state)
+        # Eager vmap: compiling one program for many points (a cloth's thousands)
+        # takes far longer than running their few operations op by op.
+        out = jax.vmap(at)(times, state)
         return {k: np.asarray(v) for k, v in out.items() if v.ndim == 2 and v.shape[1] in (2, 3)}
 
     def __repr__(self):
@@ -499,11 +545,16 @@ def values_per_time(dae) -> int:
     """About how many float64 numbers one output time of a run stores.
 
     Each variable's components and their derivatives below the leading order
-    (``NAME``, ``NAME_d1``...), the constraint residual and the energy.
+    (``NAME``, ``NAME_d1``...), the constraint residual, the energy and the
+    balance outputs (:mod:`solver.balance`).
     """
     d = np.asarray(dae.structure.d, dtype=int)
+    from solver.balance import balance_layout
+
     per = sum(v.size * max(1, int(d[v.offset:v.offset + v.size].max(initial=0)))
               for v in dae.variables)
+    layout, coords = balance_layout(dae)
+    per += sum(len(coords.get(dims[-1], [0])) for dims, _ in layout.values())
     return per + 2
 
 

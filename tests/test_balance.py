@@ -1,0 +1,126 @@
+"""Balance outputs (solver/balance.py) against conservation laws.
+
+References nobody here wrote: the work-energy theorem (a damped model's
+energy change plus the energy its Rayleigh forces dissipated is zero),
+conservation of linear and angular momentum of a free system, and
+Euler's law dL/dt = r × F for a pendulum (the rod's force passes through
+the pivot, so only gravity has a torque about it).
+"""
+
+import numpy as np
+import pytest
+
+import solver
+
+TWO_PARTICLES = """Title: Free pair
+Kind: Lagrangian
+PhysicalParams: {m1: 1.0, m2: 2.0, k: 10.0, l0: 1.0}
+Coordinates: {P1: 3, P2: 3}
+Let:
+  d: P2 - P1
+KineticEnergy: m1/2*dot(P1', P1') + m2/2*dot(P2', P2')
+PotentialEnergy: k/2*(norm(d) - l0)**2
+ProblemData:
+  tend: 3
+  positions: {P1: [0.1, -0.2, 0.3], P2: [1.3, 0.4, 0]}
+  fixedpositions: {P1, P2}
+  velocities: {P1: [0, 0.3, -0.1], P2: [0.2, -0.05, 0.2]}
+  samples: 61
+SolverParams:
+  Integration: {tol: 1.0e-10}
+"""
+
+DAMPED = """Title: Damped spring pendulum
+Dimension: 2
+PhysicalParams: {k: 40, l: 1, c: 0.8, m: 1.5}
+PartData:
+  Fixed: {O: [0, 0]}
+  DampedSprings: {OB: [k, l, 0, c]}
+  Particles: {B: m}
+AppliedForces:
+  Gravity:
+ProblemData:
+  tend: 3
+  positions: {B: [1.2, 0.3]}
+  fixedpositions: {B}
+  velocities: {B: [0.5, 1.0]}
+  samples: 1201
+SolverParams:
+  Integration: {tol: 1.0e-11}
+"""
+
+PENDULUM = """Title: Rod pendulum
+Dimension: 2
+PhysicalParams: {m: 2.0, mr: 0.6, L: 1.3}
+PartData:
+  Fixed: {O: [0.0, 0.0]}
+  Rods: {OB: [mr, L]}
+  Particles: {B: m}
+AppliedForces:
+  Gravity:
+ProblemData:
+  tend: 2
+  positions: {B: [1.3, 0]}
+  fixedpositions: {Bx}
+  velocities: {By: 0.5}
+  samples: 401
+SolverParams:
+  Integration: {tol: 1.0e-11}
+"""
+
+
+@pytest.fixture(scope="module")
+def free_pair():
+    return solver.load(TWO_PARTICLES).solve()
+
+
+def test_a_free_pair_conserves_momentum_and_angular_momentum(free_pair):
+    ds = free_pair
+    assert int(ds["status"]) == 0
+    P, L = ds["momentum"].values, ds["angular_momentum"].values
+    assert ds["momentum"].dims == ("time", "axis") and ds["angular_momentum"].dims == ("time", "axis")
+    # Σ m v at t0 by hand, from the fixed velocities.
+    np.testing.assert_allclose(P[0], [0.4, 0.2, 0.3], atol=1e-12)
+    np.testing.assert_allclose(P, np.broadcast_to(P[0], P.shape), atol=1e-9)
+    np.testing.assert_allclose(L, np.broadcast_to(L[0], L.shape), atol=1e-9)
+    # The pair really moves and turns (the test could fail).
+    assert np.ptp(ds["P2"].values, axis=0).max() > 0.1
+    # Conservative: no dissipated output, and the energy does not change.
+    assert "dissipated" not in ds
+    assert np.abs(ds["energy_change"].values).max() < 1e-9
+
+
+def test_a_damped_models_energy_change_is_what_its_dampers_dissipated():
+    ds = solver.load(DAMPED).solve()
+    assert int(ds["status"]) == 0
+    change, lost = ds["energy_change"].values, ds["dissipated"].values
+    assert lost[-1] > 0.05                      # it does lose energy...
+    assert np.all(np.diff(lost) >= -1e-12)      # ...never gains it from the dampers
+    np.testing.assert_allclose(change + lost, 0.0, atol=1e-7 * lost[-1])
+
+
+def test_a_pendulums_angular_momentum_changes_at_the_gravity_torque():
+    model = solver.load(PENDULUM)
+    ds = model.solve()
+    assert int(ds["status"]) == 0
+    t = ds["time"].values
+    L = ds["angular_momentum"].values
+    assert ds["angular_momentum"].dims == ("time",)
+    B = ds["B"].values
+    g, m, mr = 9.81, 2.0, 0.6
+    # Torque about O of gravity (0, -g) on the bob at B and on the rod's centre B/2.
+    torque = -g * (m * B[:, 0] + mr * B[:, 0] / 2)
+    h = t[1] - t[0]
+    dLdt = (-L[4:] + 8 * L[3:-1] - 8 * L[1:-3] + L[:-4]) / (12 * h)  # 4th-order central
+    scale = np.abs(torque).max()
+    np.testing.assert_allclose(dLdt, torque[2:-2], atol=1e-6 * scale)
+    # Linear momentum is not conserved here (the pivot pushes): the check can fail.
+    assert np.ptp(ds["momentum"].values[:, 1]) > 0.1
+
+
+def test_a_dae_without_energy_has_no_balance_outputs():
+    from solver.solution import output_layout
+
+    dae = solver.DAE(lambda t, v, p: [v["x"][1] + v["x"][0]], variables=["x"])
+    layout, coords = output_layout(dae)
+    assert not {"energy_change", "dissipated", "momentum", "angular_momentum"} & set(layout)
