@@ -30,9 +30,9 @@ from jax import lax
 
 from . import linalg
 from . import status as st
-from .ddt import ddt_p
 from .errors import InputError
 from .kkt import KKTBlocks, kkt_factor, kkt_solve
+from .pointwise import levels_from_coefficients, residual_at
 from .tape import UnrolledProgram
 from .taylor import _LINEAR as _LINEAR_NAMES
 from .taylor import TaylorProgram, order_sum, write_row
@@ -192,7 +192,6 @@ class Integrator:
         self.max_c = int(program.c.max())
         self.max_d = int(d.max())
         self.out_orders = {v.name: max(1, int(d[v.offset : v.offset + v.size].max())) for v in dae.variables}
-        self._pointwise_jacobian = all(e.prim is not ddt_p for e in program.eqns)
         self._kkt: KKTBlocks | None = None  # the DAE's KKTBlocks on the "kkt" path
         self.linear = self._choose_linear(linear)
         self.mode = choose_mode(program, mode)
@@ -463,16 +462,10 @@ class Integrator:
 
     def _stage0_dense(self, g0, X, u_guess, t0, consts, newton_iters):
         """Stage 0 with the dense system Jacobian: (u, solve, singular, J)."""
-        if self._pointwise_jacobian:
-            # The system Jacobian from the residual itself (a small program)
-            # instead of differentiating the Taylor pass.
-            def residual_and_jacobian(u):
-                return g0(u), self.stage0_jacobian(X, u, t0, consts)
-        else:
-            def residual_and_jacobian(u):
-                # One trace gives the residual (as aux) and its Jacobian.
-                J, r = jax.jacfwd(lambda uu: (g0(uu), g0(uu)), has_aux=True)(u)
-                return r, J
+        # The system Jacobian from the residual at the point (a small
+        # program), never by differentiating the Taylor stages.
+        def residual_and_jacobian(u):
+            return g0(u), self.stage0_jacobian(X, u, t0, consts)
 
         def step(u):
             r, J = residual_and_jacobian(u)
@@ -503,32 +496,23 @@ class Integrator:
     def stage0_jacobian(self, X, u, t0, consts):
         """A_0 = ∂F_i[c_i]/∂X[j, d_j] = J_ij d_j!/c_i!, J the system Jacobian.
 
-        J_ij = ∂f_i/∂x_j^(d_j - c_i) is evaluated pointwise from the
-        residual's jaxpr (valid when the residual has no ``ddt``).
+        J_ij = ∂f_i/∂x_j^(d_j - c_i) (Pryce) is ``jacfwd`` of the residual at
+        the point, with every ``ddt`` expanded by forward mode along the
+        state (:func:`solver.pointwise.residual_at`).
         """
         dae, prog = self.dae, self.prog
-        X0 = self.set_stage(X, 0, u)
-        keys = dae.input_keys
-        n_p = len(dae.param_names)
-        x_keys = keys[1 + n_p:]
-        derivs = tuple(math.factorial(k[2]) * X0[k[1]][k[2]] for k in x_keys)
-        params = [consts[prog.param_ids[name]] for name in dae.param_names]
-
-        def f(*xs):
-            outs = jax.core.eval_jaxpr(dae.jaxpr.jaxpr, dae.jaxpr.consts, t0, *params, *xs)
-            return jnp.concatenate([jnp.ravel(o) for o in outs])
-
-        jacs = jax.jacfwd(f, argnums=tuple(range(len(x_keys))))(*derivs)
-        n = self.dae.n
+        levels = levels_from_coefficients(prog, self.set_stage(X, 0, u))
+        jac = jax.jacfwd(lambda lv: residual_at(prog, t0, consts, lv))(levels)
+        n = dae.n
         A = jnp.zeros((n, n))
-        for (_, name, l), Jl in zip(x_keys, jacs):
-            var = dae.var_index[name]
+        for var in dae.variables:
             cols = np.arange(var.offset, var.offset + var.size)
-            mask = (self.prog.d[None, cols] - self.prog.c[:, None]) == l
-            if mask.any():
-                A = A.at[:, cols].add(jnp.where(jnp.asarray(mask), Jl.reshape(n, var.size), 0.0))
-        cf = np.array([math.factorial(int(c)) for c in self.prog.c], dtype=float)
-        df = np.array([math.factorial(int(d)) for d in self.prog.d], dtype=float)
+            for l, Jl in enumerate(jac[var.name]):
+                mask = (prog.d[None, cols] - prog.c[:, None]) == l
+                if mask.any():
+                    A = A.at[:, cols].add(jnp.where(jnp.asarray(mask), Jl.reshape(n, var.size), 0.0))
+        cf = np.array([math.factorial(int(c)) for c in prog.c], dtype=float)
+        df = np.array([math.factorial(int(d)) for d in prog.d], dtype=float)
         return A * (df[None, :] / cf[:, None])
 
     # ------------------------------------------------------------- polynomials
