@@ -800,13 +800,13 @@ MODEL_REF_TOL = 1e-14  # the reference run; the candidates stop short of it
 MODEL_TOLS = tuple(t for t in PEER_TOLS if t > MODEL_REF_TOL)
 
 
-def bench_model(args, tab: Tables, name: str, file: str, quick_tend: float):
+def bench_model(args, tab: Tables, name: str, file: str, quick_tend: float, full_tend: float | None = None):
     say = tab.say
     model = solver.load(str(ROOT / "configs" / "mechanisms" / file))
     dae = model.dae
     tol = model.tol
     order = model.order or order_for_tol(tol)
-    t0, t1 = model.t0, (quick_tend if args.quick else model.tend)
+    t0, t1 = model.t0, (quick_tend if args.quick else (full_tend or model.tend))
     t_eval = np.linspace(t0, t1, 101)
     say(f"\n## 3. {model.title} ({file}): {dae.n_q} coordinates, {dae.n_c} constraints, tol {tol:g}, "
         f"order {order}, t in [{t0:g}, {t1:g}], {len(t_eval)} output times")
@@ -1014,7 +1014,9 @@ def main():
     if "rscr" in only:
         bench_model(args, tab, "rscr", "rscr.yaml", quick_tend=1.0)
     if "mechanism0" in only:
-        bench_model(args, tab, "mechanism0", "mechanism0.yaml", quick_tend=2.0)
+        # Over its 20 s Mechanism0 is chaotic: mechsweep at 1e-12 and diffrax's 1e-14 reference
+        # ended 2.7 apart (2026-11-23), so errors mean nothing there; [0, 5] keeps them meaningful.
+        bench_model(args, tab, "mechanism0", "mechanism0.yaml", quick_tend=2.0, full_tend=5.0)
     if "cloth" in only:
         bench_cloth(args, tab)
     if "gpu" in only:
