@@ -327,3 +327,20 @@ def four_bar_assembly(theta, omega, a, b, c, d, branch=+1):
     M = np.array([C - B, C - D])
     Cd = np.linalg.solve(M, np.array([(C - B) @ Bd, 0.0]))
     return {"B": B, "C": C, "Bd": Bd, "Cd": Cd}
+
+
+# The Cartesian pendulum as a DAE-kind model file: the base of the bad-input
+# tables and of the CLI tests that need a small, valid model.
+PENDULUM_YAML = """Title: P
+Kind: DAE
+PhysicalParams: {g: 9.81, L: 1.0}
+Variables: [x, y, lam]
+Equations:
+  - x'' + lam*x
+  - y'' + lam*y - g
+  - x**2 + y**2 - L**2
+ProblemData:
+  tend: 1
+  values: {x: L, y: 0, x': 0, y': 0}
+  fixed: [x, x']
+"""

@@ -19,23 +19,11 @@ import pytest
 from pendulum_sweep import write_pendulum_sweep
 from solver.diagnose import COND_MAX, analyse_jacobian
 from sweep.cli import main
+from models_for_tests import PENDULUM_YAML
 
 ERR = "mechsweep: error: "
 
-PENDULUM = """Title: P
-Kind: DAE
-PhysicalParams: {g: 9.81, L: 1.0}
-Variables: [x, y, lam]
-Equations:
-  - x'' + lam*x
-  - y'' + lam*y - g
-  - x**2 + y**2 - L**2
-ProblemData:
-  tend: 1
-  values: {x: L, y: 0, x': 0, y': 0}
-  fixed: [x, x']
-  samples: 11
-"""
+PENDULUM = PENDULUM_YAML + "  samples: 11\n"
 # f0 and f1 are the same equation; y'' + lam*y - g keeps a transversal.
 IDENTICAL = """Title: Two identical equations
 Kind: DAE

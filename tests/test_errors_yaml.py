@@ -10,20 +10,9 @@ nothing read from a file is executed.
 import pytest
 
 from sweep.cli import main
+from models_for_tests import PENDULUM_YAML
 
-BASE = """Title: P
-Kind: DAE
-PhysicalParams: {g: 9.81, L: 1.0}
-Variables: [x, y, lam]
-Equations:
-  - x'' + lam*x
-  - y'' + lam*y - g
-  - x**2 + y**2 - L**2
-ProblemData:
-  tend: 1
-  values: {x: L, y: 0, x': 0, y': 0}
-  fixed: [x, x']
-"""
+BASE = PENDULUM_YAML
 LAG = """Title: S
 Kind: Lagrangian
 PhysicalParams: {m: 1.0, k: 4.0}

@@ -16,20 +16,9 @@ import pytest
 import solver
 from solver.errors import InputError
 from sweep.cli import main
+from models_for_tests import PENDULUM_YAML
 
-PENDULUM = """Title: P
-Kind: DAE
-PhysicalParams: {g: 9.81, L: 1.0}
-Variables: [x, y, lam]
-Equations:
-  - x'' + lam*x
-  - y'' + lam*y - g
-  - x**2 + y**2 - L**2
-ProblemData:
-  tend: 1
-  values: {x: L, y: 0, x': 0, y': 0}
-  fixed: [x, x']
-"""
+PENDULUM = PENDULUM_YAML
 CLOTH = """Title: C
 Kind: Lagrangian
 PhysicalParams: {m: 100000, n: 100000, M: 0.1, k: 20.0, l: 0.9, kd: 0.05, g: 9.81, dx: 1.0, dy: 1.0}
