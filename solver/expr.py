@@ -73,6 +73,7 @@ Evaluation uses only ``jax.numpy``, so it traces under ``jit``, ``grad`` and
 from __future__ import annotations
 
 import difflib
+import functools
 import keyword
 import math
 import re
@@ -765,7 +766,8 @@ class Expr:
                 (see the module docstring).
 
         Returns:
-            A jax array (0-d for a scalar), traceable under jit/grad/vmap.
+            A jax array (0-d for a scalar), traceable under jit/grad/vmap;
+            a float64 numpy array in a :class:`ConstantScope`.
 
         Raises:
             ExprError: an unknown name (listing the scope's names, closest
@@ -804,25 +806,30 @@ class Expr:
 
 
 def _value(node: Node, vals: list, scope, expr: Expr):
+    # Constants (parameters, initial values: once per design point in a
+    # sweep) are computed in numpy: eager jax dispatch made RSCR's initial
+    # positions cost 2.5 ms a point.  Everything else stays jax (traced).
+    xp = np if isinstance(scope, ConstantScope) else jnp
     if isinstance(node, Num):
-        return jnp.asarray(node.value, dtype=jnp.float64)
+        return xp.asarray(node.value, dtype=xp.float64)
     if isinstance(node, Const):
-        return jnp.asarray(CONSTANTS[node.name], dtype=jnp.float64)
+        return xp.asarray(CONSTANTS[node.name], dtype=xp.float64)
     if isinstance(node, Name):
-        return jnp.asarray(expr._lookup(node, scope), dtype=jnp.float64)
+        return xp.asarray(expr._lookup(node, scope), dtype=xp.float64)
     if isinstance(node, Neg):
         return -vals[0]
     if isinstance(node, BinOp):
         return _binop(node, *vals)
     if isinstance(node, Call):
-        return FUNCTIONS[node.func][1](vals)
+        out = FUNCTIONS[node.func][1](vals)
+        return np.asarray(out, dtype=np.float64) if xp is np else out
     if isinstance(node, Vector):
         shapes = [jnp.shape(v) for v in vals]
         for k, s in enumerate(shapes):
             if s != shapes[0]:
                 raise ExprError(f"vector items must have equal shapes: item 0 is "
                                 f"{_shape_words(shapes[0])}, item {k} is {_shape_words(s)}")
-        return jnp.stack(vals)
+        return xp.stack(vals)
     if isinstance(node, Index):
         shape, base = jnp.shape(vals[0]), _fold(node.base, _render)
         if not shape:
@@ -995,13 +1002,20 @@ class ConstantScope:
             raise ExprError(f"{name}{chr(39) * order} is a derivative, but '{name}' is a "
                             f"constant here")
         try:
-            return jnp.asarray(np.asarray(value, dtype=np.float64))
+            return np.asarray(value, dtype=np.float64)
         except (TypeError, ValueError):
             raise ExprError(f"'{name}' is not a number or a regular array of numbers") from None
 
     def derivative(self, thunk, order: int):
         """Refused: only constants are available."""
         raise ExprError("derivatives are not available here: the values are constants")
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_constant(value, file, path, line) -> Expr:
+    # Initial values are evaluated once per design point of a sweep; their
+    # text does not change, so neither does the parse (Expr is immutable).
+    return parse(value, file=file, path=path, line=line)
 
 
 def evaluate_constant(value, names: Mapping[str, Any], where: str | None = None, *,
@@ -1038,8 +1052,12 @@ def evaluate_constant(value, names: Mapping[str, Any], where: str | None = None,
         if len(shapes) == 1 and not any(isinstance(v, list) for v in items):
             return np.stack([np.asarray(v, dtype=np.float64) for v in items])
         return items
-    expr = parse(value, file=file, path=path, line=line)
-    result = np.asarray(expr.evaluate(ConstantScope(names)), dtype=np.float64)
+    try:
+        expr = _parse_constant(value, file, path, line)
+    except TypeError:  # unhashable (a mapping): parse reports it
+        expr = parse(value, file=file, path=path, line=line)
+    with np.errstate(all="ignore"):  # a 1/0 is reported below as not finite, not warned about
+        result = np.asarray(expr.evaluate(ConstantScope(names)), dtype=np.float64)
     if not np.all(np.isfinite(result)):
         raise ExprError(f"{expr.text!r} evaluates to a value that is not finite: "
                         f"{result.tolist()}", file, path, line)
