@@ -145,7 +145,8 @@ def equation_labels(model) -> list:
     """Row labels: ``fK``, with the file's text for ``Kind: DAE`` (``fK`` is ``Equations[K]``)."""
     dae = model.dae
     names = dae.equation_names()
-    texts = model.data.get("Equations") if model.kind == "DAE" and isinstance(model.data, dict) else None
+    data = getattr(model, "expanded_data", None) or model.data   # repeats written out
+    texts = data.get("Equations") if model.kind == "DAE" and isinstance(data, dict) else None
     if not isinstance(texts, list) or len(texts) != len(dae.equation_blocks):
         return names
     out = []

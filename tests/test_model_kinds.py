@@ -35,9 +35,10 @@ EXPECTED_DOF = {
     "rscr": 2,                  # 7 coordinates, 6 constraints (the talk's table)
     "mechanism0": 6,            # 4 coordinates (A, B), 1 constraint (rod OA)
     "mechanism0_lagrangian": 6,  # the same by hand
+    "spring_chain": 20,         # 5 particles in 2-D, no constraints
 }
 # Every shipped config is listed above; its Kind is Lagrangian unless given here.
-KIND = {"pendulum": "DAE", "mechanism0": "Mechanism"}
+KIND = {"pendulum": "DAE", "mechanism0": "Mechanism", "spring_chain": "Mechanism"}
 
 
 def _solve(name, over=SHORT):

@@ -26,6 +26,7 @@ from solver.errors import InputError
 from solver.yamlio import Locator, load_yaml, require_document, require_mapping, require_str
 
 from .model import Model, deep_merge
+from .repeat import expand as expand_repeats
 
 __all__ = ["load", "load_data", "Model", "KINDS", "register_kind", "deep_merge"]
 
@@ -102,6 +103,11 @@ def load_data(data: Any, locator: Locator, path: str | None = None,
 def _build(data: Any, locator: Locator, path: str | None, overrides=None) -> Model:
     """Build from merged data; the model keeps this function for with_overrides."""
     data = require_mapping(data, (), locator, what="a mapping of top-level keys (Title, Kind, ...)")
+    raw = data
+    # Repeats (``KEY for i in 1..N``, ``sum(...)``, ``{i+1}``) are expanded
+    # before any kind reads the file; the model keeps the data as written, so
+    # that overrides (a new N) are expanded again (solver/models/repeat.py).
+    data = expand_repeats(data, locator)
     kind = _kind_of(data, locator)
     build = _builder(kind, locator)
     try:
@@ -110,6 +116,8 @@ def _build(data: Any, locator: Locator, path: str | None, overrides=None) -> Mod
         accepts = False
     model = build(data, locator, path, overrides=overrides) if accepts else \
         build(data, locator, path)
+    model.data = raw
+    model.expanded_data = data
     model.overrides = overrides
     model._builder = _build
     return model

@@ -38,9 +38,10 @@ parameters used in sizes are *structural*: evaluated once at load time, not
 traced, and refused as sweep axes (change them with an ``Override``).
 
 ``Generator: {cloth: {...}}`` builds the talk's particle–spring cloth
-(:func:`solver.cloth.cloth`) instead of reading energies, because its grid
-of m×n particles cannot be written in the expression language (it has no
-loops or index arithmetic); see :func:`_cloth`.
+(:func:`solver.cloth.cloth`) instead of reading energies; see :func:`_cloth`.
+Its grid of m×n particles could be written with repeats (``for i in 1..m``,
+``sum(...)``: :mod:`solver.models.repeat`, docs/models.md), but the
+generator builds large grids much faster than thousands of expressions.
 """
 
 from __future__ import annotations

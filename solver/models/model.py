@@ -243,7 +243,11 @@ class Model:
             PhysicalParams (traced), derived ones being computed inside the
             residual.
         kind, title, path, text: the file's kind, Title, path and YAML text.
-        data: the YAML data the model was built from (overrides merged).
+        data: the YAML data the model was built from (overrides merged), as
+            written: repeats (``for``, ``sum``, ``{i}``) not expanded, so
+            that :meth:`with_overrides` expands them again;
+            ``expanded_data`` (set by :func:`solver.models.load`) is what
+            the kind read.
         overrides: the overrides merged into the file's data (or None).
         t0, tend, tol, order, samples, dt, max_steps, h_max, init, mode:
             problem and solver settings (``order`` None = from tol; ``mode``

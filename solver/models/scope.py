@@ -174,6 +174,8 @@ def read_params(data: Any, loc: Locator,
         data: the value of ``PhysicalParams`` (a mapping or null).
         loc: the file's locator.
         structural: given the numeric values, the names that fix sizes.
+            The parameters the file's repeats used (``loc.repeat_names``,
+            set by :func:`solver.models.repeat.expand`) are structural too.
 
     Returns:
         :class:`ParamInfo`.
@@ -196,6 +198,8 @@ def read_params(data: Any, loc: Locator,
         values[name] = value
         exprs[name] = parse(raw, **where)
     structural_names = structural(values) if structural else set()
+    # Parameters that bound a repeat or fill a placeholder fix the model's size too.
+    structural_names |= set(getattr(loc, "repeat_names", ())) & set(values)
     free, derived, fixed = {}, [], {}
     for name, expr in exprs.items():
         if name in structural_names:

@@ -1,0 +1,98 @@
+"""Seed systems shipped as configs, against references nobody here wrote.
+
+Seed 001 (``configs/mechanisms/spring_chain.yaml``): N particles of mass m
+joined by N + 1 linear springs of stiffness k between two fixed walls.  The
+longitudinal motion obeys m u_i'' = k (u_(i+1) - 2 u_i + u_(i-1)) exactly,
+whose normal modes are the textbook ones (e.g. Goldstein, *Classical
+Mechanics*, §6.4; French, *Vibrations and Waves*, ch. 5):
+
+    u_i = sin(i j pi / (N + 1)),   omega_j = 2 sqrt(k/m) sin(j pi / (2 (N + 1))).
+
+Started at rest in mode j, the chain moves as amp · shape_j · cos(omega_j t);
+no step of that formula comes from the solver or from the model file's
+equations.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import solver
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "mechanisms"
+SPAN = {"ProblemData": {"tend": 3.0, "samples": 61}}
+
+
+@pytest.fixture(scope="module")
+def chain():
+    return solver.load(CONFIGS / "spring_chain.yaml", overrides=SPAN)
+
+
+def _mode(N, j, k, m):
+    i = np.arange(1, N + 1)
+    shape = np.sin(i * j * np.pi / (N + 1))
+    omega = 2.0 * np.sqrt(k / m) * np.sin(j * np.pi / (2 * (N + 1)))
+    return shape, omega
+
+
+def test_spring_chain_is_the_seed_system(chain):
+    # N = 5 moving particles, 2 walls, 6 springs, no constraints, no gravity.
+    assert chain.points == ["P1", "P2", "P3", "P4", "P5"]
+    assert chain.fixed_points == ["P0", "P6"]
+    assert chain.dae.n_c == 0 and chain.conservative
+    walls = chain.fixed_positions()
+    p = chain.params
+    assert walls["P6"][0] - walls["P0"][0] == pytest.approx(6 * p["l"])
+
+
+@pytest.mark.parametrize("j", [1, 2, 5])
+def test_spring_chain_moves_in_its_normal_mode(chain, j):
+    p = chain.params
+    N = len(chain.points)
+    shape, omega = _mode(N, j, p["k"], p["m"])
+    ds = chain.solve({"mode": j})
+    assert int(ds.status) == 0, ds.attrs.get("status_meaning")
+    t = np.asarray(ds.time.values)
+    x = np.stack([np.asarray(ds[n].values)[:, 0] for n in chain.points], axis=1)
+    y = np.stack([np.asarray(ds[n].values)[:, 1] for n in chain.points], axis=1)
+    rest = p["l"] * np.arange(1, N + 1)
+    expected = p["amp"] * shape[None, :] * np.cos(omega * t)[:, None]
+    # The motion covers at least one full period of the mode.
+    assert omega * t[-1] > 2 * np.pi
+    np.testing.assert_allclose(x - rest, expected, rtol=0, atol=1e-9)
+    # Velocities too: u' = -amp shape omega sin(omega t).
+    xd = np.stack([np.asarray(ds[n + "_d1"].values)[:, 0] for n in chain.points], axis=1)
+    np.testing.assert_allclose(xd, -p["amp"] * omega * shape[None, :] *
+                               np.sin(omega * t)[:, None], rtol=0, atol=1e-8)
+    assert np.max(np.abs(y)) < 1e-12   # longitudinal: nothing moves across the chain
+    # Energy of the linear chain, conserved.
+    e = np.asarray(ds.energy.values)
+    assert np.max(np.abs(e - e[0])) < 1e-10
+    assert e[0] == pytest.approx(0.5 * p["k"] * p["amp"] ** 2 *
+                                 np.sum(np.diff(np.r_[0, shape, 0]) ** 2), rel=1e-12)
+
+
+def test_spring_chain_through_the_command_line(tmp_path, capsys):
+    """``check`` and a short ``simulate --json`` of the shipped file, as a user runs them."""
+    import json
+
+    from sweep.cli import main
+
+    path = tmp_path / "spring_chain.yaml"
+    text = (CONFIGS / "spring_chain.yaml").read_text()
+    assert "  tend: 5\n" in text
+    path.write_text(text.replace("  tend: 5\n", "  tend: 1\n"))
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "mechanical DOF (coordinates - constraints): 10" in out
+    assert main(["simulate", str(path), "--json", "--set", "mode=3"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["status_code"] == 0 and info["t_end"] == pytest.approx(1.0)
+    model = solver.load(path)
+    p = model.params
+    shape, omega = _mode(5, 3, p["k"], p["m"])
+    for i, name in enumerate(model.points):
+        u = info["final"][f"{name}[0]"] - (i + 1) * p["l"]
+        assert u == pytest.approx(p["amp"] * shape[i] * np.cos(omega * 1.0), abs=1e-9)
+        assert info["final"][f"{name}[1]"] == pytest.approx(0.0, abs=1e-12)
