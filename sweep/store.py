@@ -904,14 +904,23 @@ def failed_points(path) -> np.ndarray:
     return np.flatnonzero(st.is_failure(read_status(path)))
 
 
-def open_store(path) -> xr.Dataset:
+def open_store(path, verify: str | None = "quick") -> xr.Dataset:
     """Open a sweep store lazily as an xarray Dataset with the ``.sweep`` accessor.
+
+    The ``status`` it shows is the verified one: the points of batches that
+    are not committed, or whose chunks no longer match their commit record
+    (:func:`check_store`), read as pending, so that post-analysis never
+    takes a lost chunk's NaNs for a successful result.  Damage also gives a
+    warning naming the batches and the command that repairs them.
 
     Args:
         path: the store.
+        verify: the :func:`check_store` level (``quick`` reads only the
+            commit records and the chunk files' sizes), or None for the
+            stored ``status`` as it is.
 
     Returns:
-        The dataset (dask-backed; nothing is read until used).
+        The dataset (dask-backed; nothing else is read until used).
 
     Raises:
         FileNotFoundError: no store at ``path``.
@@ -920,7 +929,19 @@ def open_store(path) -> xr.Dataset:
 
     if not _is_store(Path(path)):
         raise FileNotFoundError(f"{path}: no Zarr store there")
-    return xr.open_zarr(str(path))
+    ds = xr.open_zarr(str(path))
+    if verify is None or "status" not in ds:
+        return ds
+    check = check_store(path, verify)
+    if check.legacy:
+        return ds
+    if check.damaged:
+        warnings.warn(
+            f"{path}: batches {_ranges(sorted(check.damaged))} no longer match their commit records "
+            f"(mechsweep status {path} names the chunks); their points read as pending until "
+            f"'mechsweep sweep SWEEP.yaml --out {path} --resume' recomputes them", stacklevel=2)
+    stored = ds["status"]
+    return ds.assign(status=(stored.dims, np.asarray(check.codes, dtype=stored.dtype), stored.attrs))
 
 
 def _ranges(indices: list[int]) -> str:

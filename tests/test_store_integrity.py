@@ -393,3 +393,20 @@ def test_pendulum_store_of_format_1_resumed_from_the_command_line(pendulum, tmp_
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err
     assert f"{path}: was written by an older mechsweep (store format 1)" in err
+
+
+def test_open_store_shows_a_damaged_batch_as_pending_and_warns(tmp_path):
+    """Post-analysis reads the verified status: a deleted data chunk's NaNs never pass for success."""
+    path = toy_store(tmp_path / "s.zarr")
+    batch, damage, _, _ = DAMAGE["data chunk deleted"]
+    sl = store.batch_slices(15, 4)[batch]
+    assert (store.open_store(path).status.values[sl] == st.SUCCESS).all()
+    damage(path)
+    with pytest.warns(UserWarning, match=rf"batches {batch} no longer match their commit records"):
+        codes = store.open_store(path).status.values
+    assert (codes[sl] == st.PENDING).all()
+    others = np.ones(15, bool)
+    others[sl] = False
+    assert (codes[others] != st.PENDING).all()
+    # The stored array is untouched (a resume reads and repairs it); only the view is verified.
+    assert (store.open_store(path, verify=None).status.values[sl] == st.SUCCESS).all()
