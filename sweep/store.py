@@ -911,7 +911,8 @@ def open_store(path, verify: str | None = "quick") -> xr.Dataset:
     are not committed, or whose chunks no longer match their commit record
     (:func:`check_store`), read as pending, so that post-analysis never
     takes a lost chunk's NaNs for a successful result.  Damage also gives a
-    warning naming the batches and the command that repairs them.
+    warning naming the batches and the command that repairs them; a store
+    that cannot be checked (a partial copy) opens as stored, with a warning.
 
     Args:
         path: the store.
@@ -932,7 +933,14 @@ def open_store(path, verify: str | None = "quick") -> xr.Dataset:
     ds = xr.open_zarr(str(path))
     if verify is None or "status" not in ds:
         return ds
-    check = check_store(path, verify)
+    try:
+        check = check_store(path, verify)
+    except Exception as err:  # noqa: BLE001 - a store that cannot be checked still opens
+        # (e.g. a copy written by xarray that kept the sweep's attributes but
+        # not all of its arrays): the data are the user's; say what is missing.
+        warnings.warn(f"{path}: status not verified against the commit records ({err!r}); "
+                      f"it is shown as stored", stacklevel=2)
+        return ds
     if check.legacy:
         return ds
     if check.damaged:
