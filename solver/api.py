@@ -40,7 +40,7 @@ def integrator_for(dae: DAE, order: int, linear: str = "auto", mode: str = "auto
         order: Taylor order p.
         linear: stage solver, ``auto``/``dense``/``kkt`` (see
             :class:`solver.integrate.Integrator`).
-        mode: Taylor engine, ``auto``/``unrolled``/``looped``.
+        mode: Taylor engine, ``auto``/``unrolled``/``compact``/``looped``.
 
     Returns:
         :class:`solver.integrate.Integrator`.
@@ -151,8 +151,10 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             structured KKT solve for large block-diagonal Lagrangian models.
         mode: Taylor engine: ``unrolled`` (straight-line code per order,
             fast steps, compile time growing with order and model size),
-            ``looped`` (a loop over the orders, compile time independent of
-            the order) or ``auto`` (unrolled for small and medium models;
+            ``compact`` (a scalar tape evaluated in groups, program size
+            independent of the order and of the number of parts),
+            ``looped`` (a loop over the orders) or ``auto`` (unrolled for
+            small and medium models, compact above;
             :func:`solver.integrate.choose_mode`).
         title: dataset title.
         extra_attrs: more dataset attrs.

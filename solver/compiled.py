@@ -94,7 +94,7 @@ def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto") ->
         order: Taylor order p (2 to 60).
         linear: stage solver, one of ``auto``/``dense``/``kkt`` (see
             :class:`solver.integrate.Integrator`).
-        mode: Taylor engine, ``auto``/``unrolled``/``looped`` (see
+        mode: Taylor engine, ``auto``/``unrolled``/``compact``/``looped`` (see
             :func:`solver.integrate.choose_mode`).
 
     Returns:

@@ -33,16 +33,18 @@ from . import status as st
 from .errors import InputError
 from .kkt import KKTBlocks, kkt_factor, kkt_solve
 from .pointwise import levels_from_coefficients, residual_at
+from .compact import CompactProgram, CompactUnsupportedError
 from .tape import UnrolledProgram
 from .taylor import _LINEAR as _LINEAR_NAMES
 from .taylor import TaylorProgram, order_sum, write_row
 
 __all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE", "MODES", "UNROLL_MAX_OPS", "tape_ops", "choose_mode"]
 
-MODES = ("auto", "unrolled", "looped")
+MODES = ("auto", "unrolled", "compact", "looped")
 
 # Above this many elementary operations in one step's series (see
-# tape_ops) the unrolled program may take too long to trace and compile.
+# tape_ops) the unrolled program may take too long to trace and compile,
+# and auto takes the compact engine instead.
 # Measured on the cleaned tapes (workflows/benchmarks/results/modes.txt):
 # RSCR (26k; 16.6k lines of StableHLO) compiles its series in 21 s unrolled,
 # against minutes looped; a free rigid body in Euler angles (40k, 54
@@ -93,12 +95,14 @@ def _cauchy_sums(program: TaylorProgram, e) -> int:
 
 
 def choose_mode(program: TaylorProgram, mode: str = "auto") -> str:
-    """The engine for a program: ``unrolled`` (straight-line, :mod:`solver.tape`) or ``looped``.
+    """The engine for a program: ``unrolled`` (:mod:`solver.tape`), ``compact`` (:mod:`solver.compact`) or ``looped``.
 
     Args:
         program: the Taylor program.
         mode: ``auto`` (unrolled up to :data:`UNROLL_MAX_OPS` operations,
-            else looped), ``unrolled`` or ``looped``.
+            else compact), ``unrolled``, ``compact`` or ``looped``.  The
+            integrator falls back from an automatic ``compact`` to
+            ``looped`` when the compact decomposition does not apply.
 
     Raises:
         InputError: an unknown mode.
@@ -107,7 +111,7 @@ def choose_mode(program: TaylorProgram, mode: str = "auto") -> str:
         raise InputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     if mode != "auto":
         return mode
-    return "unrolled" if tape_ops(program) <= UNROLL_MAX_OPS else "looped"
+    return "unrolled" if tape_ops(program) <= UNROLL_MAX_OPS else "compact"
 
 # Below this many unknowns a dense LU of the system Jacobian is as cheap as
 # the structured solve, and it also copes with a singular mass matrix.
@@ -196,6 +200,21 @@ class Integrator:
         self.linear = self._choose_linear(linear)
         self.mode = choose_mode(program, mode)
         self._unrolled = UnrolledProgram(program) if self.mode == "unrolled" else None
+        self._compact = None
+        if self.mode == "compact":
+            try:
+                self._compact = CompactProgram(program)
+            except CompactUnsupportedError:
+                if mode == "compact":
+                    raise
+                self.mode = "looped"
+            else:
+                # The hidden constraints (and the projection's Jacobian, by
+                # forward mode through them) from the straight-line program:
+                # they need only the orders below the offsets, a small
+                # program, and forward mode through the compact table's
+                # in-place updates would batch them as scatters.
+                self._unrolled_hidden = UnrolledProgram(program)
         if self.linear == "kkt":
             # Found (and checked) eagerly: it cannot be computed inside a trace.
             self._mass_structure = self._kkt.mass_structure
@@ -322,6 +341,8 @@ class Integrator:
             return jnp.zeros(0, dtype=z.dtype)
         if self._unrolled is not None:
             return self._unrolled.hidden(self, z, t0, consts)
+        if self._compact is not None:
+            return self._unrolled_hidden.hidden(self, z, t0, consts)
         X = self.X_from_state(z)
         state = self._negative_stages(X, t0, consts)
         vals = []
@@ -351,6 +372,8 @@ class Integrator:
         """
         if self._unrolled is not None:
             return self._series_unrolled(z, u_guess, t0, consts, newton_iters)
+        if self._compact is not None:
+            return self._series_compact(z, u_guess, t0, consts, newton_iters)
         prog = self.prog
         X = self.X_from_state(z)
         state = self._negative_stages(X, t0, consts)
@@ -418,6 +441,40 @@ class Integrator:
             XL = up.set_stage(XL, k, -y / jnp.asarray(rd))
             up.stage(nodes, aux, XL, k, t0, consts)
         X = up.arrays(XL)
+        return X, u, self._series_status(X, u, singular), J
+
+    def _series_compact(self, z, u_guess, t0, consts, newton_iters):
+        """:meth:`series` on the grouped scalar tape (:mod:`solver.compact`)."""
+        cp, prog = self._compact, self.prog
+        Xf = cp.xf_from_state(self, z)
+        C = cp.negative_stages(cp.init(t0, consts), Xf)
+        const_res = prog.constant_residual(consts)
+
+        def g0(u):
+            return cp.residual(cp.stage(C, cp.set_stage(Xf, 0, u), 0), 0) + const_res
+
+        u, solve, singular, J = self._stage0(g0, cp.arrays(Xf), u_guess, t0, consts, newton_iters)
+        Xf = cp.set_stage(Xf, 0, u)
+        c, d = prog.c, prog.d
+
+        def ratio(k, offs):
+            # Π_{s=1}^{off} (k+s)/s = C(k + off, off)
+            out = jnp.ones(offs.shape)
+            for s in range(1, int(offs.max()) + 1 if offs.size else 1):
+                out = out * jnp.where(s <= offs, (k + s) / s, 1.0)
+            return out
+
+        def stage_k(k, carry):
+            # Commit stage k - 1 (its unknowns are known now), then the
+            # residual pass of stage k with its unknowns still zero.
+            Xf, C = carry
+            C = cp.stage(C, Xf, k - 1)
+            r = cp.residual(cp.stage(C, Xf, k), k)
+            y = solve(ratio(k, c) * r)
+            return cp.set_stage(Xf, k, -y / ratio(k, d)), C
+
+        Xf, _ = lax.fori_loop(1, self.p + 1, stage_k, (Xf, C))
+        X = cp.arrays(Xf)
         return X, u, self._series_status(X, u, singular), J
 
     def _stage0(self, g0, X, u_guess, t0, consts, newton_iters):

@@ -68,7 +68,7 @@ def pendulum_reference(t, theta0=0.5, g=9.81, L=1.0):
     return sol.y[0]
 
 
-@pytest.mark.parametrize("mode", ["unrolled", "looped"])
+@pytest.mark.parametrize("mode", ["unrolled", "compact", "looped"])
 @pytest.mark.parametrize("name, text", [("bead", BEAD), ("rotations", ROTATIONS)])
 def test_lagrangians_with_literal_zeros_and_rotation_products_are_pendulums(tmp_path, name, text, mode):
     model = load(tmp_path, name, text)

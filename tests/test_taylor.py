@@ -3,8 +3,9 @@
 Each case is a scalar DAE ``y = F(t)`` (or ``y = F(a(t), b(t))``) whose
 solution's Taylor coefficients at t0 are F^(k)(t0)/k!; the engine computes
 them through the whole staged machinery, nested jacfwd of F gives the
-reference.  Both engines are checked: ``unrolled`` (straight-line code per
-order, solver/tape.py) and ``looped`` (a lax loop over the orders,
+reference.  All three engines are checked: ``unrolled`` (straight-line code
+per order, solver/tape.py), ``compact`` (a scalar tape evaluated in groups,
+solver/compact.py) and ``looped`` (a lax loop over the orders,
 solver/taylor.py).
 """
 
@@ -80,7 +81,7 @@ def reference_coefficients(F, t0, K):
     return np.array(out)
 
 
-MODES = ["unrolled", "looped"]
+MODES = ["unrolled", "compact", "looped"]
 
 
 @pytest.fixture(scope="module", params=MODES)
@@ -175,14 +176,14 @@ def test_modes_are_chosen_by_size_and_checked():
     prog = TaylorProgram(dae, dae.structure.c, dae.structure.d, 10)
     assert 0 < tape_ops(prog) <= UNROLL_MAX_OPS and choose_mode(prog) == "unrolled"
     assert choose_mode(prog, "looped") == "looped"
-    with pytest.raises(solver.InputError, match="mode must be one of auto, unrolled, looped; got 'fast'"):
+    with pytest.raises(solver.InputError, match="mode must be one of auto, unrolled, compact, looped; got 'fast'"):
         choose_mode(prog, "fast")
 
 
 @pytest.mark.parametrize("model", ["mechanism0", "double_pendulum"])
 def test_both_engines_give_the_same_series_on_shipped_models(model):
     """Lagrangian residuals built by AD (dot products, pads, reshapes …): the
-    coefficients of the unrolled and looped engines agree to rounding."""
+    coefficients of the three engines agree to rounding."""
     from pathlib import Path
 
     m = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / f"{model}.yaml")
@@ -200,5 +201,7 @@ def test_both_engines_give_the_same_series_on_shipped_models(model):
         assert int(status) == 0
         out[mode] = {k: np.asarray(v) for k, v in X.items()}
     for name in out["looped"]:
-        a, b = out["unrolled"][name], out["looped"][name]
-        np.testing.assert_allclose(a[: p + 1], b[: p + 1], rtol=1e-10, atol=1e-10 * (1 + np.abs(b[: p + 1]).max()))
+        b = out["looped"][name]
+        for other in ("unrolled", "compact"):
+            a = out[other][name]
+            np.testing.assert_allclose(a[: p + 1], b[: p + 1], rtol=1e-10, atol=1e-10 * (1 + np.abs(b[: p + 1]).max()))

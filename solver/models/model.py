@@ -38,7 +38,7 @@ DEFAULT_SAMPLES = 201
 DEFAULT_TOL = 1e-10
 TIME_KEYS = ("t0", "tend", "samples", "dt")
 INIT_METHODS = ("auto", "newton", "ipopt")
-ENGINE_MODES = ("auto", "unrolled", "looped")
+ENGINE_MODES = ("auto", "unrolled", "compact", "looped")
 # Input limit (README "Input limits"); the output size limit is
 # solver.errors.MAX_OUTPUT_BYTES.
 MAX_UNKNOWNS = 100_000
@@ -130,7 +130,7 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
 
     Returns:
         dict with tol, order (None = from tol), max_steps, h_max, mode
-        (the Taylor engine: auto, unrolled or looped), init.
+        (the Taylor engine: auto, unrolled, compact or looped), init.
 
     Raises:
         InputError: unknown keys, tol outside (0, 1), order outside 2..60.

@@ -49,6 +49,12 @@ def pendulum_problem():
     return dae, values, ["x", "x'"], 1e-10, (0.0, 10.0)
 
 
+def andrews_problem():
+    import bench_peers as bp
+    dae = solver.DAE(bp.andrews_residual, bp.ANDREWS_NAMES + [f"l{k + 1}" for k in range(6)], {})
+    return dae, bp.andrews_values(), bp.ANDREWS_FIXED, 1e-10, (0.0, bp.ANDREWS_T1)
+
+
 def model_problem(name):
     model = solver.load(ROOT / "configs" / "mechanisms" / f"{name}.yaml")
     return model.dae, model.initial_values(), model.fixed, model.tol, (model.t0, model.tend)
@@ -144,12 +150,13 @@ def profile(dae, values, fixed, tol, span, mode, rep: Report):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="pendulum", help="pendulum, or a file stem in configs/mechanisms/")
+    ap.add_argument("--model", default="pendulum", help="pendulum, andrews (bench_peers), or a file stem in configs/mechanisms/")
     ap.add_argument("--modes", default="looped,unrolled")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     rep = Report()
-    dae, values, fixed, tol, span = pendulum_problem() if args.model == "pendulum" else model_problem(args.model)
+    problems = {"pendulum": pendulum_problem, "andrews": andrews_problem}
+    dae, values, fixed, tol, span = problems.get(args.model, lambda: model_problem(args.model))()
     rep.say(f"profile of one step: {args.model} ({dae.n} unknowns), jax {jax.__version__}, "
              f"{jax.default_backend()}")
     for mode in args.modes.split(","):

@@ -1,0 +1,1235 @@
+"""Compact Taylor engine: a scalar tape evaluated in groups (heyoka's compact mode, in JAX).
+
+The unrolled engine (:mod:`solver.tape`) writes every order of every
+operation as straight-line code, so its program grows with the model and
+the order; the looped one (:mod:`solver.taylor`) interprets the array-level
+jaxpr with dynamic slices of the order axis, about 150 lines of StableHLO
+per operation.  Here the residual is decomposed once, at build time, into
+*scalar* elementary operations (a tape), and the tape's operations are
+grouped by (topological level, kind).  A stage evaluates each group for all
+its members at once: gather the operands' coefficients, compute the
+recurrence, scatter the results.  The program's size is the number of
+groups, independent of the order and of how many elements a level holds.
+
+Decomposition (:class:`_Builder`):
+
+* A scalar is a linear combination ``Σ w · c · atom`` of *atoms* (inputs
+  ``x_j^(l)``, t, constants, results of nonlinear operations) with float
+  weights ``w`` and optional constant factors ``c`` (a parameter, say).
+  Data movement (reshape, slices, gathers, concatenation, broadcasting) and
+  sums are resolved at build time and cost nothing at run time; literal
+  zeros and ones fold away; identical operations are shared.
+* Nonlinear operations become atoms of a few kinds (product, quotient,
+  square root, power, exp, log, sin/cos pairs, inverse trigonometric
+  functions, atan2, abs, selections, piecewise-constant functions); tan,
+  tanh, the logistic function, integer powers, max and min are written
+  with those.
+
+Because every scalar has its own order offset, no window of orders is
+recomputed (the array engines need one when a vector mixes elements of
+different offsets, as the natural coordinates of a 3-D rigid body do):
+each stage computes every live scalar at order ``k + off`` exactly once
+per pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .ddt import ddt_p
+from .primitives import UnsupportedPrimitiveError
+from .taylor import TaylorProgram, _Lit, _is_float, write_row
+
+__all__ = ["CompactProgram", "CompactUnsupportedError"]
+
+
+class CompactUnsupportedError(UnsupportedPrimitiveError):
+    """The residual uses an operation the compact decomposition does not handle.
+
+    ``mode="auto"`` then falls back to the looped engine.
+    """
+
+
+# Data movement: every output element is one operand element (or a padding
+# value); resolved at build time by applying the primitive to element ids.
+_MOVE = {"reshape", "squeeze", "expand_dims", "transpose", "slice", "broadcast_in_dim", "rev",
+         "concatenate", "pad", "gather", "dynamic_slice", "dynamic_update_slice", "split", "tile",
+         "copy", "copy_p", "reduce_precision", "real", "stack", "unstack"}
+# Operands of data-movement primitives that are indices (need concrete values).
+_INDEX_OPERANDS = {"gather": (1,), "dynamic_slice": "rest1", "dynamic_update_slice": "rest2"}
+_COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
+_PIECE = _COMPARE | {"sign", "floor", "ceil", "round", "is_finite", "and", "or", "not", "stop_gradient"}
+# Inverse functions z' = sign · x' / q: (q as a function of x, sign, z0).
+_INVERSE = {"asin": -1.0, "acos": -1.0, "atan": 0.0, "asinh": 1.0, "acosh": 2.0, "atanh": 3.0}
+_INVERSE_F0 = {"asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan, "asinh": jnp.arcsinh,
+               "acosh": jnp.arccosh, "atanh": jnp.arctanh}
+# Operations whose recurrences read every order of their operands.
+_WHOLE_READERS = {"mul", "div", "sqrt", "powc", "exp", "log", "sincos", "inv", "atan2"}
+# Size limit of the dense linear map used for a linear primitive with no
+# dedicated rule (cumsum, scatter-add).
+_DENSE_LINEAR_MAX = 4_000_000
+
+
+def _key(sc: dict) -> tuple:
+    return tuple(sorted(sc.items()))
+
+
+class _Builder:
+    """Decompose a :class:`TaylorProgram`'s cleaned jaxpr into scalar atoms.
+
+    Node kinds (``self.kind[i]``): ``const`` (param: source), ``time``,
+    ``input`` (param: (flat variable element, derivative order l)), ``lin``
+    (param: terms ``(src, const factor or -1, weight)``), and the nonlinear
+    kinds ``mul div sqrt powc exp log sincos cos inv atan2 abs select piece ddt``.
+    """
+
+    def __init__(self, prog: TaylorProgram):
+        self.prog = prog
+        self.kind: list[str] = []
+        self.args: list[tuple] = []
+        self.param: list[Any] = []
+        self._atoms: dict = {}
+        self._lins: dict = {}
+        self.H: list[dict] = [{}]  # interned scalars; handle 0 is zero
+        self._handles: dict = {(): 0}
+        self.ONE = self._const(("lit", 1.0))
+        self.ZERO = self._const(("lit", 0.0))
+        self.TIME = self._node("time", (), None)
+        self.hnd: dict = {}  # array node -> handle array
+        self._concrete = self._concrete_constants()
+        self._run()
+
+    # ------------------------------------------------------------ nodes
+    def _node(self, kind, args, param):
+        self.kind.append(kind)
+        self.args.append(tuple(args))
+        self.param.append(param)
+        return len(self.kind) - 1
+
+    def _const(self, source):
+        k = ("const", source)
+        if k not in self._atoms:
+            self._atoms[k] = self._node("const", (), source)
+        return self._atoms[k]
+
+    def _atom(self, kind, args, param=None):
+        k = (kind, tuple(args), param)
+        if k not in self._atoms:
+            self._atoms[k] = self._node(kind, args, param)
+        return self._atoms[k]
+
+    def is_const_node(self, i) -> bool:
+        return self.kind[i] == "const"
+
+    # ------------------------------------------------------------ scalars
+    def h(self, sc: dict) -> int:
+        sc = {t: w for t, w in sc.items() if w != 0.0}
+        k = _key(sc)
+        if k not in self._handles:
+            self._handles[k] = len(self.H)
+            self.H.append(sc)
+        return self._handles[k]
+
+    def atom_sc(self, a) -> dict:
+        return {(a, -1): 1.0}
+
+    def known(self, sc):
+        """The float value of a scalar known at build time, else None."""
+        if not sc:
+            return 0.0
+        if len(sc) == 1:
+            (a, c), w = next(iter(sc.items()))
+            if a == self.ONE and c == -1:
+                return w
+            if self.kind[a] == "const" and self.param[a][0] == "lit" and c == -1:
+                return w * self.param[a][1]
+        return None
+
+    def known_sc(self, v: float) -> dict:
+        v = float(v)
+        return {} if v == 0.0 else {(self.ONE, -1): v}
+
+    def is_series(self, sc) -> bool:
+        return any(not self.is_const_node(a) for (a, _) in sc)
+
+    @staticmethod
+    def add(a, b, wb=1.0):
+        out = dict(a)
+        for t, w in b.items():
+            out[t] = out.get(t, 0.0) + wb * w
+        return {t: w for t, w in out.items() if w != 0.0}
+
+    @staticmethod
+    def scale(a, s):
+        return {} if s == 0.0 else {t: w * s for t, w in a.items()}
+
+    def mat(self, sc) -> int:
+        """The node holding a scalar (a new ``lin`` node for a combination)."""
+        if not sc:
+            return self.ZERO
+        if len(sc) == 1:
+            (a, c), w = next(iter(sc.items()))
+            if c == -1 and w == 1.0:
+                return a
+        k = _key(sc)
+        if k not in self._lins:
+            terms = tuple((a, c, w) for (a, c), w in k)
+            self._lins[k] = self._node("lin", tuple(a for a, _, _ in terms) + tuple(c for _, c, _ in terms if c >= 0), terms)
+        return self._lins[k]
+
+    def scale_by_const(self, sc, c_sc):
+        """``sc`` times a non-series scalar ``c_sc`` (a single constant term)."""
+        kv = self.known(c_sc)
+        if kv is not None:
+            return self.scale(sc, kv)
+        if len(c_sc) == 1 and all(c == -1 for (_, c) in sc):
+            (cn, cc), cw = next(iter(c_sc.items()))
+            if cc == -1:
+                return {(a, cn): w * cw for (a, _), w in sc.items()}
+        return None
+
+    # ------------------------------------------------------------ constants
+    def _concrete_constants(self):
+        """Values of the non-series nodes that depend on no parameter (build-time numbers)."""
+        prog = self.prog
+        env = {i: np.asarray(v) for i, v in prog.const_values.items()}
+        for e in prog.eqns:
+            if any(o in prog.series for o in e.outvars):
+                continue
+            if not all(isinstance(a, _Lit) or a in env for a in e.invars):
+                continue
+            ins = [a.val if isinstance(a, _Lit) else env[a] for a in e.invars]
+            try:
+                out = e.prim.bind(*ins, **e.params)
+            except Exception:  # pragma: no cover - leave it to run time
+                continue
+            outs = out if e.prim.multiple_results else [out]
+            for o, val in zip(e.outvars, outs):
+                env[o] = np.asarray(val)
+        return env
+
+    def concrete(self, a):
+        """A build-time value of a non-series operand, or None."""
+        if isinstance(a, _Lit):
+            return np.asarray(a.val)
+        return self._concrete.get(a)
+
+    def handles(self, a) -> np.ndarray:
+        """Handle array (shape of the operand) of an operand."""
+        if isinstance(a, _Lit):
+            return np.asarray(self.h(self.known_sc(float(np.asarray(a.val)))), dtype=np.int64)
+        if a in self.hnd:
+            return self.hnd[a]
+        if a in self.prog.series:
+            raise CompactUnsupportedError(f"internal: series node {a} used before it was decomposed")
+        val = self._concrete.get(a)
+        shape = tuple(self.prog.avals[a].shape)
+        if val is not None:
+            flat = np.ravel(np.asarray(val, dtype=np.float64))
+            hs = np.array([self.h(self.known_sc(v)) for v in flat], dtype=np.int64)
+        else:
+            size = int(np.prod(shape)) if shape else 1
+            hs = np.array([self.h(self.atom_sc(self._const(("arr", a, i)))) for i in range(size)], dtype=np.int64)
+        hs = hs.reshape(shape)
+        self.hnd[a] = hs
+        return hs
+
+    # ------------------------------------------------------------ the decomposition
+    def _run(self):
+        prog = self.prog
+        dae = prog.dae
+        # Inputs: x_j^(l) per element, and t.
+        self.hnd[prog.t_id] = np.asarray(self.h(self.atom_sc(self.TIME)), dtype=np.int64)
+        for i, (name, l) in prog.input_x.items():
+            v = dae.var_index[name]
+            hs = [self.h(self.atom_sc(self._atom("input", (), (v.offset + e, l)))) for e in range(v.size)]
+            self.hnd[i] = np.asarray(hs, dtype=np.int64).reshape(v.shape)
+        for e in prog.eqns:
+            if not any(o in prog.series for o in e.outvars):
+                continue
+            outs = self._eqn(e)
+            for o, hs in zip(e.outvars, outs):
+                self.hnd[o] = np.asarray(hs, dtype=np.int64).reshape(tuple(prog.avals[o].shape))
+        # One node per equation element (-1: a constant equation, handled by
+        # TaylorProgram.constant_residual).
+        out = []
+        for (first, size), o in zip(dae.equation_blocks, prog.out_ids):
+            if o in prog.series:
+                out.extend(self.mat(self.H[int(h)]) for h in np.ravel(self.hnd[o]))
+            else:
+                out.extend([-1] * size)
+        self.out_nodes = np.asarray(out, dtype=np.int64)
+
+    def _unsupported(self, e, why=""):
+        return CompactUnsupportedError(
+            f"the compact Taylor engine cannot decompose the operation '{e.prim.name}' "
+            f"(used at {e.source}){': ' + why if why else ''}; use mode='looped' or 'unrolled'")
+
+    def _eqn(self, e):
+        name = e.prim.name
+        prog = self.prog
+        if name in _MOVE or (name == "convert_element_type" and all(
+                _is_float(prog.avals[o]) for o in e.outvars) and _is_float(self._aval(e.invars[0]))):
+            return self._move(e)
+        if name == "convert_element_type":
+            # bool -> float of a piecewise value (stored as 0/1), or float -> int/bool.
+            src = self._aval(e.invars[0])
+            if not _is_float(src):
+                return [self.handles(e.invars[0])]
+            return [self._elementwise(e, lambda a: self._piece(e, [a]))]
+        if name == "reduce_sum":
+            return [self._reduce(e, "sum")]
+        if name in ("reduce_max", "reduce_min"):
+            return [self._reduce(e, "max" if name == "reduce_max" else "min")]
+        if name == "dot_general":
+            return [self._dot(e)]
+        if name == "select_n":
+            return [self._elementwise(e, self._select)]
+        if e.prim is ddt_p:
+            return [self._elementwise(e, lambda a: self._ddt(a))]
+        if name in ("cumsum", "scatter-add", "scatter_add"):
+            return self._dense_linear(e)
+        return [self._elementwise(e, lambda *scs: self._rule(e, name, scs))]
+
+    def _aval(self, a):
+        return jax.typeof(a.val) if isinstance(a, _Lit) else self.prog.avals[a]
+
+    # ---- data movement and linear maps
+    def _move(self, e):
+        name = e.prim.name
+        idx_ops = _INDEX_OPERANDS.get(name, ())
+        if idx_ops == "rest1":
+            idx_ops = tuple(range(1, len(e.invars)))
+        elif idx_ops == "rest2":
+            idx_ops = tuple(range(2, len(e.invars)))
+        args = []
+        for pos, a in enumerate(e.invars):
+            if pos in idx_ops:
+                val = self.concrete(a)
+                if val is None:
+                    raise self._unsupported(e, "its indices depend on the parameters or the solution")
+                args.append(val)
+            else:
+                args.append(np.asarray(self.handles(a), dtype=np.float64) + 1.0)
+        params = dict(e.params)
+        if name == "convert_element_type":
+            params["new_dtype"] = np.dtype(np.float64)
+        out = e.prim.bind(*[jnp.asarray(x) for x in args], **params)
+        outs = out if e.prim.multiple_results else [out]
+        result = []
+        for o in outs:
+            arr = np.asarray(o)
+            if not np.all(np.isfinite(arr)):
+                raise self._unsupported(e, "it reads outside its operand")
+            # Padding with zero (handle -1 + 1 = 0) is the zero scalar.
+            result.append(np.maximum(np.rint(arr).astype(np.int64) - 1, 0))
+        return result
+
+    def _reduce(self, e, how):
+        hs = self.handles(e.invars[0])
+        axes = tuple(e.params["axes"])
+        out_shape = tuple(s for i, s in enumerate(hs.shape) if i not in axes)
+        n_out = int(np.prod(out_shape)) if out_shape else 1
+        target = np.arange(n_out).reshape(out_shape)
+        target = np.broadcast_to(np.expand_dims(target, axes), hs.shape)
+        groups: list[list] = [[] for _ in range(n_out)]
+        for h, t in zip(np.ravel(hs), np.ravel(target)):
+            groups[int(t)].append(self.H[int(h)])
+        out = []
+        for g in groups:
+            if how == "sum":
+                acc = {}
+                for sc in g:
+                    acc = self.add(acc, sc)
+            else:
+                acc = g[0]
+                for sc in g[1:]:
+                    acc = self._minmax(how, acc, sc)
+            out.append(self.h(acc))
+        return np.asarray(out, dtype=np.int64).reshape(out_shape)
+
+    def _dot(self, e):
+        (lc, rc), (lb, rb) = e.params["dimension_numbers"]
+        A, B = self.handles(e.invars[0]), self.handles(e.invars[1])
+        lf = [i for i in range(A.ndim) if i not in lc and i not in lb]
+        rf = [i for i in range(B.ndim) if i not in rc and i not in rb]
+        At = np.transpose(A, list(lb) + lf + list(lc))
+        Bt = np.transpose(B, list(rb) + rf + list(rc))
+        nb = int(np.prod([A.shape[i] for i in lb])) if lb else 1
+        na = int(np.prod([A.shape[i] for i in lf])) if lf else 1
+        nr = int(np.prod([B.shape[i] for i in rf])) if rf else 1
+        nc = int(np.prod([A.shape[i] for i in lc])) if lc else 1
+        At = At.reshape(nb, na, nc)
+        Bt = Bt.reshape(nb, nr, nc)
+        out = np.zeros((nb, na, nr), dtype=np.int64)
+        for b in range(nb):
+            for i in range(na):
+                for j in range(nr):
+                    acc = {}
+                    for c in range(nc):
+                        acc = self.add(acc, self._mul(self.H[int(At[b, i, c])], self.H[int(Bt[b, j, c])]))
+                    out[b, i, j] = self.h(acc)
+        shape = tuple(self.prog.avals[e.outvars[0]].shape)
+        return out.reshape(shape)
+
+    def _dense_linear(self, e):
+        """A linear primitive through its (dense) matrix, for small operands."""
+        floats = [p for p, a in enumerate(e.invars) if _is_float(self._aval(a))]
+        others = {}
+        for p, a in enumerate(e.invars):
+            if p not in floats:
+                val = self.concrete(a)
+                if val is None:
+                    raise self._unsupported(e, "its indices depend on the parameters or the solution")
+                others[p] = jnp.asarray(val)
+        hs = [self.handles(e.invars[p]) for p in floats]
+        out_aval = self.prog.avals[e.outvars[0]]
+        n_out = int(np.prod(out_aval.shape)) if out_aval.shape else 1
+        if n_out * sum(max(h.size, 1) for h in hs) > _DENSE_LINEAR_MAX:
+            raise self._unsupported(e, "too large for its dense linear map")
+
+        def f(*xs):
+            ins = []
+            it = iter(xs)
+            for p in range(len(e.invars)):
+                ins.append(next(it) if p in floats else others[p])
+            return e.prim.bind(*ins, **e.params)
+
+        zeros = [jnp.zeros(h.shape, jnp.float64) for h in hs]
+        jacs = jax.jacfwd(f, argnums=tuple(range(len(zeros))))(*zeros)
+        acc = [dict() for _ in range(n_out)]
+        for Jk, h in zip(jacs, hs):
+            Jm = np.asarray(Jk).reshape(n_out, -1)
+            hf = np.ravel(h)
+            rows, cols = np.nonzero(Jm)
+            for r, c in zip(rows, cols):
+                acc[r] = self.add(acc[r], self.H[int(hf[c])], float(Jm[r, c]))
+        return [np.asarray([self.h(a) for a in acc], dtype=np.int64).reshape(tuple(out_aval.shape))]
+
+    # ---- elementwise
+    def _elementwise(self, e, rule):
+        hs = np.broadcast_arrays(*[self.handles(a) for a in e.invars])
+        shape = hs[0].shape
+        flat = [np.ravel(h) for h in hs]
+        out = [self.h(rule(*[self.H[int(f[i])] for f in flat])) for i in range(flat[0].size if flat else 1)]
+        return np.asarray(out, dtype=np.int64).reshape(shape)
+
+    def _mul(self, a, b):
+        ka, kb = self.known(a), self.known(b)
+        if ka is not None:
+            return self.scale(b, ka)
+        if kb is not None:
+            return self.scale(a, kb)
+        if not self.is_series(a):
+            r = self.scale_by_const(b, a)
+            if r is not None:
+                return r
+        if not self.is_series(b):
+            r = self.scale_by_const(a, b)
+            if r is not None:
+                return r
+        x, y = sorted((self.mat(a), self.mat(b)))
+        return self.atom_sc(self._atom("mul", (x, y)))
+
+    def _div(self, a, b):
+        kb = self.known(b)
+        if kb is not None:
+            return self.scale(a, 1.0 / kb)  # kb == 0 gives inf, as the array engines do
+        if not a:
+            return {}
+        if not self.is_series(b) and len(b) == 1:
+            (cn, cc), cw = next(iter(b.items()))
+            if cc == -1:
+                r = self.scale_by_const(a, self.atom_sc(self._const(("recip", cn))))
+                if r is not None:
+                    return self.scale(r, 1.0 / cw)
+        return self.atom_sc(self._atom("div", (self.mat(a), self.mat(b))))
+
+    def _unary(self, kind, a, f0, param=None):
+        ka = self.known(a)
+        if ka is not None:
+            return self.known_sc(float(f0(ka)))
+        return self.atom_sc(self._atom(kind, (self.mat(a),), param))
+
+    def _sincos(self, a, hyper: bool):
+        """(sin, cos) or (sinh, cosh) atoms of a scalar, computed together."""
+        x = self.mat(a)
+        key = ("sincos", (x,), hyper)
+        if key not in self._atoms:
+            s = self._node("sincos", (x,), hyper)
+            c = self._node("cos", (s,), None)  # the partner: written by its sine's group
+            self.param[s] = (hyper, c)
+            self._atoms[key] = s
+        s = self._atoms[key]
+        return self.atom_sc(s), self.atom_sc(self.param[s][1])
+
+    def _ipow(self, a, n: int):
+        ka = self.known(a)
+        if ka is not None:
+            return self.known_sc(ka ** n)
+        if n == 0:
+            return self.known_sc(1.0)
+        if n < 0:
+            return self._div(self.known_sc(1.0), self._ipow(a, -n))
+        result, base = None, a
+        while n:
+            if n & 1:
+                result = base if result is None else self._mul(result, base)
+            n >>= 1
+            if n:
+                base = self._mul(base, base)
+        return result
+
+    def _minmax(self, how, a, b):
+        ka, kb = self.known(a), self.known(b)
+        if ka is not None and kb is not None:
+            return self.known_sc(max(ka, kb) if how == "max" else min(ka, kb))
+        pred = self._atom("piece", (self.mat(a), self.mat(b)),
+                          ("ge" if how == "max" else "le", ((), ("float64", "float64"))))
+        # select_n(pred, on_false, on_true)
+        return self.atom_sc(self._atom("select", (pred, self.mat(b), self.mat(a))))
+
+    def _select(self, pred, *cases):
+        kp = self.known(pred)
+        if kp is not None:
+            return cases[int(kp)]
+        if all(_key(c) == _key(cases[0]) for c in cases[1:]):
+            return cases[0]
+        return self.atom_sc(self._atom("select", (self.mat(pred),) + tuple(self.mat(c) for c in cases)))
+
+    def _piece(self, e, scs):
+        known = [self.known(s) for s in scs]
+        if all(k is not None for k in known):
+            ins = [np.asarray(k, dtype=self._aval(a).dtype) for k, a in zip(known, e.invars)]
+            return self.known_sc(float(np.asarray(e.prim.bind(*ins, **e.params))))
+        dtypes = tuple(str(self._aval(a).dtype) for a in e.invars)
+        params = tuple(sorted((k, _hashable(v)) for k, v in e.params.items()))
+        return self.atom_sc(self._atom("piece", tuple(self.mat(s) for s in scs), (e.prim.name, (params, dtypes))))
+
+    def _ddt(self, a):
+        if not self.is_series(a):
+            return {}
+        return self.atom_sc(self._atom("ddt", (self.mat(a),)))
+
+    def _rule(self, e, name, scs):
+        H = self
+        if name in ("add", "add_any"):
+            return H.add(scs[0], scs[1])
+        if name == "sub":
+            return H.add(scs[0], scs[1], -1.0)
+        if name == "neg":
+            return H.scale(scs[0], -1.0)
+        if name == "mul":
+            return H._mul(*scs)
+        if name == "div":
+            return H._div(*scs)
+        if name == "square":
+            return H._mul(scs[0], scs[0])
+        if name == "integer_pow":
+            return H._ipow(scs[0], int(e.params["y"]))
+        if name == "sqrt":
+            return H._unary("sqrt", scs[0], math.sqrt)
+        if name == "exp":
+            return H._unary("exp", scs[0], math.exp)
+        if name == "exp2":
+            return H._unary("exp", H.scale(scs[0], math.log(2.0)), math.exp)
+        if name == "expm1":
+            return H.add(H._unary("exp", scs[0], math.exp), H.known_sc(-1.0))
+        if name == "log":
+            return H._unary("log", scs[0], math.log)
+        if name == "log1p":
+            return H._unary("log", H.add(scs[0], H.known_sc(1.0)), math.log)
+        if name in ("rsqrt", "cbrt"):
+            expo = -0.5 if name == "rsqrt" else 1.0 / 3.0
+            f0 = (lambda v: v ** -0.5) if name == "rsqrt" else np.cbrt
+            ka = H.known(scs[0])
+            if ka is not None:
+                return H.known_sc(float(f0(ka)))
+            return H.atom_sc(H._atom("powc", (H.mat(scs[0]), H._const(("lit", expo))), name))
+        if name == "pow":
+            a, b = scs
+            kb = H.known(b)
+            if kb is not None and float(kb).is_integer() and abs(kb) <= 8:
+                return H._ipow(a, int(kb))
+            if not H.is_series(b):
+                if H.known(a) is not None and kb is not None:
+                    return H.known_sc(H.known(a) ** kb)
+                return H.atom_sc(H._atom("powc", (H.mat(a), H.mat(b)), "pow"))
+            # a ** b = exp(b log a)
+            return H._unary("exp", H._mul(b, H._unary("log", a, math.log)), math.exp)
+        if name in ("sin", "cos", "sinh", "cosh", "tan", "tanh"):
+            ka = H.known(scs[0])
+            if ka is not None:
+                return H.known_sc(float(getattr(np, name)(ka)))
+            s, c = H._sincos(scs[0], name in ("sinh", "cosh", "tanh"))
+            if name in ("sin", "sinh"):
+                return s
+            if name in ("cos", "cosh"):
+                return c
+            return H._div(s, c)
+        if name == "logistic":
+            ka = H.known(scs[0])
+            if ka is not None:
+                return H.known_sc(1.0 / (1.0 + math.exp(-ka)))
+            ex = H._unary("exp", H.scale(scs[0], -1.0), math.exp)
+            return H._div(H.known_sc(1.0), H.add(ex, H.known_sc(1.0)))
+        if name in _INVERSE:
+            a = scs[0]
+            ka = H.known(a)
+            if ka is not None:
+                return H.known_sc(float(_INVERSE_F0[name](ka)))
+            xx = H._mul(a, a)
+            one = H.known_sc(1.0)
+            q = {"asin": lambda: H._unary("sqrt", H.add(one, xx, -1.0), math.sqrt),
+                 "acos": lambda: H._unary("sqrt", H.add(one, xx, -1.0), math.sqrt),
+                 "atan": lambda: H.add(one, xx),
+                 "asinh": lambda: H._unary("sqrt", H.add(one, xx), math.sqrt),
+                 "acosh": lambda: H._unary("sqrt", H.add(xx, one, -1.0), math.sqrt),
+                 "atanh": lambda: H.add(one, xx, -1.0)}[name]()
+            return H.atom_sc(H._atom("inv", (H.mat(a), H.mat(q)), name))
+        if name == "atan2":
+            y, x = scs
+            if H.known(y) is not None and H.known(x) is not None:
+                return H.known_sc(math.atan2(H.known(y), H.known(x)))
+            q = H.add(H._mul(x, x), H._mul(y, y))
+            return H.atom_sc(H._atom("atan2", (H.mat(y), H.mat(x), H.mat(q))))
+        if name == "abs":
+            return H._unary("abs", scs[0], abs)
+        if name in ("max", "min"):
+            return H._minmax(name, *scs)
+        if name == "clamp":
+            lo, x, hi = scs
+            return H._minmax("min", H._minmax("max", x, lo), hi)
+        if name in _PIECE:
+            return H._piece(e, scs)
+        raise self._unsupported(e)
+
+
+def _hashable(v):
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    if isinstance(v, np.ndarray):
+        return tuple(v.ravel().tolist())
+    try:
+        hash(v)
+        return v
+    except TypeError:
+        return repr(v)
+
+
+# ---------------------------------------------------------------- the program
+class _Operand:
+    """One operand of a group's members: a linear combination per member.
+
+    ``src[g, t]``: the table rows of member g's terms; ``w`` their float
+    weights and ``fac`` the rows of their constant factors (coefficient 0),
+    both None where every term is a plain node.  Linear combinations have
+    no rows of their own: they are formed where an operation reads them.
+
+    The methods read a table ``C`` of shape ``(n_nodes, K)``, or a batch of
+    them ``(n_nodes, K, B)`` (batch last: every gathered row is a contiguous
+    K × B block, and every operation a vector operation over the batch).
+    """
+
+    def __init__(self, src, w=None, fac=None):
+        self.src = np.asarray(src, dtype=np.int32)
+        self.w = None if w is None else np.asarray(w, dtype=np.float64)
+        self.fac = None if fac is None else np.asarray(fac, dtype=np.int32)
+
+    def _combine(self, C, vals, with_k: bool):
+        # vals: (G, T, *B) or (G, T, K, *B) coefficients of the terms.
+        extra = (None,) * (vals.ndim - 2)
+        if self.w is not None:
+            vals = vals * self.w[(Ellipsis,) + extra]
+        if self.fac is not None:
+            f = C[:, 0][self.fac]  # (G, T, *B)
+            vals = vals * (f[:, :, None] if with_k else f)
+        return jnp.sum(vals, axis=1) if vals.shape[1] > 1 else vals[:, 0]
+
+    def cols(self, C):
+        """(G, K, B): every coefficient."""
+        return self._combine(C, C[self.src], True)
+
+    def at(self, C, m, K):
+        """(G, B): coefficient m (clipped to [0, K))."""
+        return self._combine(C, _col(C, m, K)[self.src], False)
+
+    def row0(self, C):
+        """(G, B): the value (coefficient 0)."""
+        return self._combine(C, C[:, 0][self.src], False)
+
+    def shifted(self, C, m, K):
+        """(G, K, B): entry r holds coefficient m − r (0 where r > m)."""
+        Bv = self.cols(C)[:, ::-1]
+        P = jnp.concatenate([Bv, jnp.zeros_like(Bv)], axis=1)
+        return lax.dynamic_slice_in_dim(P, K - 1 - m, K, 1)
+
+
+class _Group:
+    """Members of one (level, kind, offset): a block of columns, written together.
+
+    ``start``: first column of the members in the coefficient table (they
+    are contiguous); ``off``: their common order offset; ``ops``: their
+    operands (:class:`_Operand`); ``own``: the members themselves as an
+    operand (recurrences read their own lower orders).
+    """
+
+    def __init__(self, kind, param, start, size, off, ops):
+        self.kind, self.param = kind, param
+        self.start, self.size, self.off = int(start), int(size), int(off)
+        self.ops = ops
+        self.own = _Operand(np.arange(self.start, self.start + self.size)[:, None])
+
+
+class CompactProgram:
+    """A :class:`TaylorProgram`'s residual as a grouped scalar tape.
+
+    The coefficient table ``C`` has shape ``(n_nodes, K)``: a node's
+    coefficients are contiguous.  Members of a group share an order offset,
+    so a stage computes one order per group (``k + off``): operand rows are
+    static gathers, the order a dynamic index, and the members' results go
+    into a contiguous block of the table in place.  Linear combinations (sums, differences,
+    scalings, data movement) have no columns: they are formed from their
+    terms where they are read.
+
+    Args:
+        prog: the analysed Taylor program (cleaned jaxpr, series nodes, c, d).
+
+    Raises:
+        CompactUnsupportedError: an operation the decomposition does not
+            handle, or offsets that would need a window (``mode="auto"``
+            then uses the looped engine).
+
+    Attributes:
+        n_nodes: scalar nodes with a column (constants, t, inputs, results
+            of nonlinear operations).
+        n_groups: (level, kind, offset) groups, the program's size per stage.
+        levels: topological levels.
+    """
+
+    def __init__(self, prog: TaylorProgram):
+        self.prog = prog
+        dae = prog.dae
+        self.dae = dae
+        b = _Builder(prog)
+        n_all = len(b.kind)
+        c = prog.c
+        d = prog.d
+        # Offsets, backwards (creation order is topological).
+        off = np.full(n_all, -10**9, dtype=np.int64)
+        for i, o in enumerate(b.out_nodes):
+            if o >= 0:
+                off[o] = max(off[o], int(c[i]))
+        for i in range(n_all - 1, -1, -1):
+            kind = b.kind[i]
+            if kind == "cos":
+                continue
+            if kind == "sincos":
+                partner = b.param[i][1]
+                off[i] = off[partner] = max(off[i], off[partner])
+            if off[i] < -10**8:
+                continue
+            need = off[i] + (1 if kind == "ddt" else 0)
+            for a in self._operands(b, i):
+                off[a] = max(off[a], need)
+        live = off > -10**8
+        live[b.ONE] = live[b.ZERO] = True
+        # The window condition: an input x_j^(l) read at order k + off must
+        # not be a later stage's unknown (off + l <= d_j).
+        for i in range(n_all):
+            if live[i] and b.kind[i] == "input":
+                j, l = b.param[i]
+                if off[i] + l > int(d[j]):
+                    raise CompactUnsupportedError(
+                        "the compact Taylor engine needs scalar offsets off + l <= d_j; "
+                        f"input {j} (derivative {l}) has offset {off[i]} > d_j - l = {int(d[j]) - l}")
+        off = np.where(live, np.maximum(off, 0), 0)
+        # Levels, forwards; a linear combination is at its highest term's level.
+        level = np.zeros(n_all, dtype=np.int64)
+        for i in range(n_all):
+            kind = b.kind[i]
+            if kind in ("const", "time", "input"):
+                continue
+            if kind == "cos":
+                level[i] = level[b.args[i][0]]
+            elif kind == "lin":
+                level[i] = max(level[a] for a in self._operands(b, i))
+            else:
+                level[i] = 1 + max((level[a] for a in self._operands(b, i)), default=0)
+        # Columns: constants, t, inputs by (offset, l), then the groups in
+        # evaluation order, each a contiguous block.
+        live_ids = [i for i in range(n_all) if live[i]]
+        consts = [i for i in live_ids if b.kind[i] == "const"]
+        inputs: dict = {}
+        for i in live_ids:
+            if b.kind[i] == "input":
+                inputs.setdefault((int(off[i]), b.param[i][1]), []).append(i)
+        # A combination of several terms read whole (every order) by a
+        # recurrence gets a row of its own, computed once per order; elsewhere
+        # it is formed where it is read.  Gathering its terms' every order at
+        # each read would multiply the data a batched stage moves.
+        self._rows_of = set()
+        for i in live_ids:
+            if b.kind[i] in _WHOLE_READERS:
+                for a in b.args[i]:
+                    if b.kind[a] == "lin" and len(b.param[a]) > 1:
+                        self._rows_of.add(a)
+        buckets: dict = {}
+        for i in live_ids:
+            kind = b.kind[i]
+            if kind in ("const", "time", "input", "cos") or (kind == "lin" and i not in self._rows_of):
+                continue
+            # Combinations after the operations of their level, before the next.
+            step = 2 * int(level[i]) + (1 if kind == "lin" else 0)
+            key = (step, kind, repr(self._group_param(b, i)), int(off[i]))
+            buckets.setdefault(key, []).append(i)
+        col = -np.ones(n_all, dtype=np.int64)
+        pos = 0
+
+        def place(ids):
+            nonlocal pos
+            col[ids] = np.arange(pos, pos + len(ids))
+            pos += len(ids)
+
+        place(consts)
+        if live[b.TIME]:
+            place([b.TIME])
+        input_blocks = []
+        for (o, l), ids in sorted(inputs.items()):
+            input_blocks.append((pos, o, l, ids))
+            place(ids)
+        group_blocks = []
+        for key in sorted(buckets):
+            ids = buckets[key]
+            group_blocks.append((key, pos, ids))
+            place(ids)
+            if key[1] == "sincos":
+                place([b.param[i][1] for i in ids])  # the cosines, right after their sines
+        self._b, self.col = b, col
+        self.n_nodes = pos
+        self.max_off = int(off[live_ids].max()) if live_ids else 0
+        self.K = prog.p + self.max_off + 2
+        self.KX = prog.KX
+        self.k_start = -self.max_off
+        self.time_col = int(col[b.TIME]) if live[b.TIME] else -1
+        self.const_sources = [b.param[i] for i in consts]
+        self._const_index = {i: k for k, i in enumerate(consts)}
+        self.inputs = [_Group("input", l, start, len(ids), o, [np.array([b.param[i][0] for i in ids])])
+                       for start, o, l, ids in input_blocks]
+        self.groups = [self._make_group(key, start, ids) for key, start, ids in group_blocks]
+        # Equation outputs, by offset c (one row read per distinct c).
+        self.out_series = np.asarray(b.out_nodes >= 0)
+        self.outputs = {}
+        for cc in np.unique(c):
+            sel = np.nonzero((c == cc) & self.out_series)[0]
+            if sel.size:
+                self.outputs[int(cc)] = (sel, self._operand([int(b.out_nodes[i]) for i in sel]))
+        self.levels = int(level[live_ids].max()) if live_ids else 0
+        self.n_groups = len(self.groups)
+        self._stage_fn = _make_stage(self)
+        self._b = None  # the builder's tables are not needed once the groups are built
+
+    # ------------------------------------------------------------ build helpers
+    @staticmethod
+    def _operands(b, i):
+        kind = b.kind[i]
+        if kind == "lin":
+            return [a for a, _, _ in b.param[i]] + [cc for _, cc, _ in b.param[i] if cc >= 0]
+        if kind == "const":
+            src = b.param[i]
+            return [src[1]] if src[0] == "recip" else []
+        if kind == "cos":
+            return []
+        return list(b.args[i])
+
+    @staticmethod
+    def _group_param(b, i):
+        kind = b.kind[i]
+        if kind in ("inv", "piece", "powc"):
+            return b.param[i]
+        if kind == "sincos":
+            return b.param[i][0]
+        if kind == "select":
+            return len(b.args[i])
+        if kind == "lin":
+            return 1 << (len(b.param[i]) - 1).bit_length()  # members padded to this many terms
+        return None
+
+    def _terms(self, node, expand=False):
+        b, col = self._b, self.col
+        if b.kind[node] == "lin" and (expand or node not in self._rows_of):
+            return [(int(col[a]), int(col[cc]) if cc >= 0 else -1, w) for a, cc, w in b.param[node]]
+        return [(int(col[node]), -1, 1.0)]
+
+    def _operand(self, nodes, expand=False) -> _Operand:
+        """The operand reading ``nodes`` (one per member), linear combinations without a row expanded."""
+        terms = [self._terms(n, expand) for n in nodes]
+        width = max(len(t) for t in terms)
+        zero = int(self.col[self._b.ZERO])
+        one = int(self.col[self._b.ONE])
+        src = np.full((len(nodes), width), zero)
+        fac = np.full((len(nodes), width), one)
+        w = np.zeros((len(nodes), width))
+        for g, ts in enumerate(terms):
+            for t, (a, cc, wt) in enumerate(ts):
+                src[g, t], w[g, t] = a, wt
+                if cc >= 0:
+                    fac[g, t] = cc
+        plain_w = width == 1 and np.all(w == 1.0)
+        return _Operand(src, None if plain_w else w, None if np.all(fac == one) else fac)
+
+    def _make_group(self, key, start, members):
+        level, kind, _, off = key
+        b = self._b
+        param = None
+        if kind in ("inv", "piece", "powc"):
+            param = b.param[members[0]]
+        elif kind == "sincos":
+            param = b.param[members[0]][0]
+        elif kind == "lin":
+            return _Group(kind, None, start, len(members), off, [self._operand(members, expand=True)])
+        nargs = len(b.args[members[0]])
+        ops = [self._operand([b.args[i][k] for i in members]) for k in range(nargs)]
+        return _Group(kind, param, start, len(members), off, ops)
+
+    # ------------------------------------------------------------ state
+    def constant_values(self, consts):
+        """Order-0 values of the constant columns, from ``TaylorProgram.constants``."""
+        vals = []
+        flat_cache = {}
+        for src in self.const_sources:
+            if src[0] == "lit":
+                vals.append(jnp.asarray(src[1], jnp.float64))
+            elif src[0] == "arr":
+                node, i = src[1], src[2]
+                if node not in flat_cache:
+                    flat_cache[node] = jnp.ravel(jnp.asarray(consts[node])).astype(jnp.float64)
+                vals.append(flat_cache[node][i])
+            else:  # ("recip", const node): after the base constants
+                vals.append(None)
+        for k, src in enumerate(self.const_sources):
+            if src[0] == "recip":
+                vals[k] = 1.0 / vals[self._const_index[src[1]]]
+        return jnp.stack(vals)
+
+    def init(self, t0, consts):
+        """The coefficient table (n_nodes, K): zeros, with the constants and t filled in."""
+        n_c = len(self.const_sources)
+        col0 = jnp.concatenate([self.constant_values(consts),
+                                jnp.zeros(self.n_nodes - n_c, jnp.float64)])
+        C = jnp.zeros((self.n_nodes, self.K), jnp.float64).at[:, 0].set(col0)
+        if self.time_col >= 0:
+            C = C.at[self.time_col, 0].set(t0).at[self.time_col, 1].set(1.0)
+        return C
+
+    def xf_from_state(self, integ, z):
+        """Variable coefficients ``(KX, n)`` with the state's rows filled in."""
+        rows, cols = [], []
+        for v in self.dae.variables:
+            rows.extend(integ.state_rows[v.name])
+            cols.extend(v.offset + integ.state_cols[v.name])
+        Xf = jnp.zeros((self.KX, self.dae.n), z.dtype)
+        if rows:
+            Xf = Xf.at[np.asarray(rows), np.asarray(cols)].set(z)
+        return Xf
+
+    def set_stage(self, Xf, k, u):
+        """Stage k's unknowns ``X[k + d_j, j] = u_j`` (one row update per distinct d)."""
+        d = self.prog.d
+        for dd in np.unique(d):
+            sel = d == dd
+            row = u if sel.all() else jnp.where(jnp.asarray(sel), u, _row(Xf, k + int(dd), self.KX))
+            Xf = write_row(Xf, k + int(dd), row)
+        return Xf
+
+    def arrays(self, Xf):
+        """Coefficient arrays ``(KX, *shape)`` per variable."""
+        return {v.name: Xf[:, v.offset: v.offset + v.size].reshape((self.KX,) + v.shape)
+                for v in self.dae.variables}
+
+    # ------------------------------------------------------------ evaluation
+    def stage(self, C, Xf, k):
+        """Every node's coefficient of order ``k + off`` (one pass over the groups).
+
+        Args:
+            C: the coefficient table ``(n_nodes, K)``.
+            Xf: the variables' coefficients ``(KX, n)``.
+            k: the stage (may be traced).
+
+        Returns:
+            The updated table.  Under ``jax.vmap`` the batch is evaluated
+            natively (batch-first tables, one gather per operand for the
+            whole batch) rather than by JAX's batching of each gather and
+            update.
+        """
+        return self._stage_fn(C, Xf, k)
+
+    def _stage_native(self, C, Xf, k):
+        """:meth:`stage` on C (n_nodes, K, *B), Xf (KX, n, *B): one table or a batch (last axis).
+
+        Orders below zero (stages k < -off) write garbage into coefficient 0;
+        it is written properly at stage -off, from operands whose
+        coefficient 0 is already right (their offsets are at least the
+        node's), and nothing reads it in between except nodes that are
+        themselves below zero.
+        """
+        for g in self.inputs:
+            m = k + g.off
+            l = g.param
+            fac = 1.0
+            for s in range(1, l + 1):
+                fac = fac * (m + s)
+            row = lax.dynamic_index_in_dim(Xf, jnp.clip(m + l, 0, self.KX - 1), 0, keepdims=False)
+            C = _write(C, m, g.start, fac * row[g.ops[0]], self.K)
+        for g in self.groups:
+            C = _EVAL[g.kind](self, C, g, k + g.off)
+        return C
+
+    def residual(self, C, k):
+        """Coefficient ``k + c_i`` of every series equation (0 for constant equations), k >= 0."""
+        parts, order = [], []
+        for cc, (sel, op) in self.outputs.items():
+            parts.append(op.at(C, k + cc, self.K))
+            order.append(sel)
+        if not parts:
+            return jnp.zeros(self.dae.n, jnp.float64)
+        idx = np.concatenate(order)
+        vals = jnp.concatenate(parts)
+        if idx.size == self.dae.n:
+            return vals[np.argsort(idx)]
+        return jnp.zeros(self.dae.n, jnp.float64).at[idx].set(vals)
+
+    def negative_stages(self, C, Xf):
+        """Stages k_start .. -1: the coefficients below every node's offset."""
+        if self.k_start >= 0:
+            return C
+        return lax.fori_loop(self.k_start, 0, lambda k, CC: self.stage(CC, Xf, k), C)
+
+    def hidden(self, integ, z, t0, consts):
+        """Every constraint on the state (coefficients r < c_i of f_i), flat."""
+        Xf = self.xf_from_state(integ, z)
+        C = self.negative_stages(self.init(t0, consts), Xf)
+        where = {}
+        for cc, (sel, op) in self.outputs.items():
+            for pos, i in enumerate(sel):
+                where[int(i)] = (cc, pos)
+        cache = {}
+        vals = []
+        for b, r, e in integ.hidden_index:
+            i = self.dae.equation_blocks[b][0] + e
+            if i in where:
+                cc, pos = where[i]
+                if (cc, r) not in cache:
+                    cache[(cc, r)] = self.outputs[cc][1].at(C, r, self.K)
+                vals.append(cache[(cc, r)][pos])
+            else:
+                o = self.prog.out_ids[b]
+                vals.append(jnp.ravel(jnp.asarray(consts[o], jnp.float64))[e] if r == 0 else jnp.zeros(()))
+        return jnp.stack(vals)
+
+    def cauchy(self, C, a: _Operand, b: _Operand, m, lo=0, top=0, weight=None):
+        """Σ_{r=lo}^{m−top} w(r) a_r b_{m−r} for each member (w a function of r and m)."""
+        r = jnp.arange(self.K).reshape((1, self.K) + (1,) * (C.ndim - 2))
+        A = a.cols(C)
+        if weight is not None:
+            A = A * weight(r.astype(jnp.float64), jnp.asarray(m, jnp.float64))
+        mask = (r >= lo) & (r <= m - top)
+        return jnp.sum(jnp.where(mask, A * b.shifted(C, m, self.K), 0.0), axis=1)
+
+
+def _row(A, m, n_rows):
+    """``A[clip(m)]`` along the first axis (a dynamic index that stays one under vmap)."""
+    return lax.dynamic_index_in_dim(A, jnp.clip(m, 0, n_rows - 1), 0, keepdims=False)
+
+
+def _col(C, m, K):
+    """``C[:, clip(m)]``: coefficient m of every node (n_nodes, *B)."""
+    return lax.dynamic_index_in_dim(C, jnp.clip(m, 0, K - 1), 1, keepdims=False)
+
+
+def _write(C, m, start, val, K):
+    """``C[start:start + G, clip(m)] = val`` (val: (G, *B)), in place."""
+    m = jnp.clip(m, 0, K - 1)
+    zero = jnp.zeros((), m.dtype)
+    starts = (jnp.asarray(start, m.dtype), m) + (zero,) * (C.ndim - 2)
+    return lax.dynamic_update_slice(C, val[:, None].astype(C.dtype), starts)
+
+
+def _make_stage(prog):
+    """``stage(C, Xf, k)`` of one program, with its batching and differentiation rules."""
+
+    def plain(C, Xf, k):
+        return prog._stage_native(C, Xf, k)
+
+    @jax.custom_batching.custom_vmap
+    def batched(C, Xf, k):
+        return plain(C, Xf, k)
+
+    @batched.def_vmap
+    def rule(axis_size, in_batched, C, Xf, k):
+        C_b, X_b, k_b = in_batched
+        if k_b:  # a stage per batch element (not used by the integrator)
+            return jax.vmap(plain, in_axes=(0 if C_b else None, 0 if X_b else None, 0))(C, Xf, k), True
+        C = jnp.moveaxis(C, 0, -1) if C_b else jnp.broadcast_to(C[..., None], C.shape + (axis_size,))
+        Xf = jnp.moveaxis(Xf, 0, -1) if X_b else jnp.broadcast_to(Xf[..., None], Xf.shape + (axis_size,))
+        return jnp.moveaxis(prog._stage_native(C, Xf, k), -1, 0), True
+
+    @jax.custom_jvp
+    def stage(C, Xf, k):
+        # JAX batches every gather and in-place update of the table one by
+        # one (with layout changes around each); the batching rule runs the
+        # whole stage on a batch-first table instead.  Differentiated, the
+        # stage is the plain computation.
+        return batched(C, Xf, k)
+
+    @stage.defjvp
+    def stage_jvp(primals, tangents):
+        C, Xf, k = primals
+        dC, dXf, _ = tangents
+        return jax.jvp(lambda C_, X_: plain(C_, X_, k), (C, Xf), (dC, dXf))
+
+    return stage
+
+
+# ---------------------------------------------------------------- kinds
+def _mf(m):
+    return jnp.asarray(m, jnp.float64)
+
+
+def _safe(m):
+    return jnp.maximum(_mf(m), 1.0)
+
+
+def _r(r, mm):
+    return r
+
+
+def _ev_lin(P, C, g, m):
+    (a,) = g.ops
+    return _write(C, m, g.start, a.at(C, m, P.K), P.K)
+
+
+def _ev_ddt(P, C, g, m):
+    (x,) = g.ops
+    return _write(C, m, g.start, (_mf(m) + 1.0) * x.at(C, m + 1, P.K), P.K)
+
+
+def _ev_mul(P, C, g, m):
+    a, b = g.ops
+    return _write(C, m, g.start, P.cauchy(C, a, b, m), P.K)
+
+
+def _ev_div(P, C, g, m):
+    a, b = g.ops
+    val = (a.at(C, m, P.K) - P.cauchy(C, b, g.own, m, lo=1)) / b.row0(C)
+    return _write(C, m, g.start, val, P.K)
+
+
+def _ev_sqrt(P, C, g, m):
+    (a,) = g.ops
+    z = g.own
+    rest = (a.at(C, m, P.K) - P.cauchy(C, z, z, m, lo=1, top=1)) / (2.0 * z.row0(C))
+    return _write(C, m, g.start, jnp.where(m == 0, jnp.sqrt(a.row0(C)), rest), P.K)
+
+
+def _ev_powc(P, C, g, m):
+    a, e = g.ops
+    alpha = e.row0(C)
+    x0 = a.row0(C)
+    z0 = jnp.cbrt(x0) if g.param == "cbrt" else x0 ** alpha
+    # z_m = 1/(m x0) Σ_{j=0}^{m-1} (α (m−j) − j) x_{m−j} z_j
+    s = P.cauchy(C, g.own, a, m, lo=0, top=1, weight=lambda r, mm: alpha[:, None] * (mm - r) - r)
+    return _write(C, m, g.start, jnp.where(m == 0, z0, s / (_safe(m) * x0)), P.K)
+
+
+def _ev_exp(P, C, g, m):
+    (a,) = g.ops
+    s = P.cauchy(C, a, g.own, m, lo=1, weight=_r)
+    return _write(C, m, g.start, jnp.where(m == 0, jnp.exp(a.row0(C)), s / _safe(m)), P.K)
+
+
+def _ev_log(P, C, g, m):
+    (a,) = g.ops
+    x0 = a.row0(C)
+    s = P.cauchy(C, g.own, a, m, lo=1, top=1, weight=_r)
+    rest = (a.at(C, m, P.K) - s / _safe(m)) / x0
+    return _write(C, m, g.start, jnp.where(m == 0, jnp.log(x0), rest), P.K)
+
+
+def _ev_sincos(P, C, g, m):
+    (x,) = g.ops
+    s = g.own
+    c = _Operand(s.src + g.size)
+    x0 = x.row0(C)
+    sm = P.cauchy(C, x, c, m, lo=1, weight=_r) / _safe(m)
+    cm = P.cauchy(C, x, s, m, lo=1, weight=_r) / _safe(m)
+    if g.param:  # sinh, cosh
+        s0, c0 = jnp.sinh(x0), jnp.cosh(x0)
+    else:
+        s0, c0, cm = jnp.sin(x0), jnp.cos(x0), -cm
+    val = jnp.concatenate([jnp.where(m == 0, s0, sm), jnp.where(m == 0, c0, cm)], axis=0)
+    return _write(C, m, g.start, val, P.K)
+
+
+def _ev_inv(P, C, g, m):
+    x, q = g.ops
+    sign = -1.0 if g.param == "acos" else 1.0
+    corr = P.cauchy(C, q, g.own, m, lo=1, top=1, weight=lambda r, mm: mm - r)
+    rest = (sign * _mf(m) * x.at(C, m, P.K) - corr) / (_safe(m) * q.row0(C))
+    return _write(C, m, g.start, jnp.where(m == 0, _INVERSE_F0[g.param](x.row0(C)), rest), P.K)
+
+
+def _ev_atan2(P, C, g, m):
+    y, x, q = g.ops
+    w = lambda r, mm: mm - r
+    rhs = P.cauchy(C, x, y, m, lo=0, top=1, weight=w) - P.cauchy(C, y, x, m, lo=0, top=1, weight=w)
+    corr = P.cauchy(C, q, g.own, m, lo=1, top=1, weight=w)
+    rest = (rhs - corr) / (_safe(m) * q.row0(C))
+    return _write(C, m, g.start, jnp.where(m == 0, jnp.arctan2(y.row0(C), x.row0(C)), rest), P.K)
+
+
+def _ev_abs(P, C, g, m):
+    (x,) = g.ops
+    return _write(C, m, g.start, jnp.sign(x.row0(C)) * x.at(C, m, P.K), P.K)
+
+
+def _ev_select(P, C, g, m):
+    pred, *cases = g.ops
+    which = jnp.clip(pred.row0(C).astype(jnp.int32), 0, len(cases) - 1)
+    vals = jnp.stack([c.at(C, m, P.K) for c in cases])
+    return _write(C, m, g.start, jnp.take_along_axis(vals, which[None], 0)[0], P.K)
+
+
+def _ev_piece(P, C, g, m):
+    name, (params, dtypes) = g.param
+    prim = _PIECE_PRIMS[name]
+    ins = [op.row0(C).astype(dt) for op, dt in zip(g.ops, dtypes)]
+    val = jnp.asarray(prim.bind(*ins, **dict(params))).astype(jnp.float64)
+    return _write(C, m, g.start, jnp.where(m == 0, val, 0.0), P.K)
+
+
+class _StopGradient:
+    @staticmethod
+    def bind(x, **_):
+        return x
+
+
+_PIECE_PRIMS = {"lt": lax.lt_p, "le": lax.le_p, "gt": lax.gt_p, "ge": lax.ge_p, "eq": lax.eq_p,
+                "ne": lax.ne_p, "sign": lax.sign_p, "floor": lax.floor_p, "ceil": lax.ceil_p,
+                "round": lax.round_p, "is_finite": lax.is_finite_p, "and": lax.and_p, "or": lax.or_p,
+                "not": lax.not_p, "stop_gradient": _StopGradient,
+                "convert_element_type": lax.convert_element_type_p}
+
+_EVAL = {"lin": _ev_lin, "ddt": _ev_ddt, "mul": _ev_mul, "div": _ev_div, "sqrt": _ev_sqrt,
+         "powc": _ev_powc, "exp": _ev_exp, "log": _ev_log, "sincos": _ev_sincos, "inv": _ev_inv,
+         "atan2": _ev_atan2, "abs": _ev_abs, "select": _ev_select, "piece": _ev_piece}

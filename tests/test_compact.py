@@ -1,0 +1,178 @@
+"""The compact Taylor engine (solver/compact.py): a scalar tape evaluated in groups.
+
+What it promises beyond the coefficient checks in test_taylor.py (every
+primitive against nested jacfwd, all engines):
+
+* the program's size (its groups) depends on neither the order nor how many
+  elements the model has, only on the depth of its expression graph;
+* data movement and sums cost nothing: they are resolved when the tape is
+  built;
+* every scalar has its own order offset, so models whose vectors mix offsets
+  (the array engines recompute a window of orders for them) need no window;
+* batched runs (``jax.vmap``, the slot pool) equal single runs;
+* an operation it cannot decompose makes ``mode="auto"`` fall back to the
+  looped engine, and ``mode="compact"`` say which operation and where.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+
+import solver
+from models_for_tests import pendulum_chain
+from solver.api import integrator_for
+from solver.compact import CompactProgram, CompactUnsupportedError
+from solver.taylor import TaylorProgram
+
+
+def compact_of(dae, order):
+    s = dae.structure
+    return CompactProgram(TaylorProgram(dae, s.c, s.d, order))
+
+
+def test_program_size_depends_neither_on_the_order_nor_on_the_number_of_bodies():
+    sizes = {(n, p): compact_of(pendulum_chain(n), p) for n in (2, 6) for p in (8, 20)}
+    groups = {key: cp.n_groups for key, cp in sizes.items()}
+    assert len(set(groups.values())) == 1, groups
+    # ... while the table grows with the model (one row per scalar node).
+    assert sizes[(6, 8)].n_nodes > 2 * sizes[(2, 8)].n_nodes
+
+
+def test_data_movement_and_sums_have_no_operations_of_their_own():
+    """y = sum of a reshaped, transposed, concatenated, reversed copy of x: linear, so no groups."""
+    def residual(t, v, p):
+        x = v["x"][0]
+        moved = jnp.concatenate([x.reshape(2, 2).T.ravel(), x[::-1]])
+        return [v["x"][1] - jnp.sin(t) * jnp.ones(4), v["y"][0] - jnp.sum(moved) - 2.0 * moved[1]]
+
+    dae = solver.DAE(residual, {"x": 4, "y": 1})
+    cp = compact_of(dae, 6)
+    assert [g.kind for g in cp.groups] == ["sincos"]  # sin t is the only nonlinear operation
+    integ = integrator_for(dae, 6, mode="compact")
+    X, _, status, _ = jax.jit(lambda: integ.series(jnp.zeros(4), jnp.zeros(5), 0.4, integ.prog.constants({})))()
+    assert int(status) == 0
+    # From x = 0 every element follows x' = sin t alike, and
+    # y = sum(moved) + 2 moved[1] = 2 sum(x) + 2 x[2] = 10 x[0].
+    # (y has d = 0: its series ends at order p = 6, x's at p + 1.)
+    np.testing.assert_allclose(np.asarray(X["y"][:7]), 10.0 * np.asarray(X["x"][:7, :1]), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(X["x"][2, 0]), math.cos(0.4) / 2, rtol=1e-13)  # x''/2!
+
+
+def test_a_3d_rigid_body_needs_no_window_in_the_compact_engine(tmp_path):
+    """A 3-D body hinged at O with a marker point D tied to it: D's
+    coordinates (d = 0) and the frame points' (d = 2) meet in the body's
+    vectors, so the array engines recompute a window of 3 orders per stage.
+    The scalar tape gives each element its own offset: no window, and the
+    body swings conserving its energy."""
+    path = tmp_path / "hinged.yaml"
+    path.write_text(HINGED_BODY)
+    model = solver.load(path)
+    s = model.dae.structure
+    prog = TaylorProgram(model.dae, s.c, s.d, 10)
+    assert prog.window == 3
+    cp = CompactProgram(prog)
+    assert cp.k_start == -cp.max_off  # no extra stages for a window
+    ds = model.solve(mode="compact", t_eval=np.linspace(0.0, 1.0, 11))
+    assert int(ds.status) == 0
+    e = ds.energy.values
+    assert np.max(np.abs(e - e[0])) < 1e-9
+    assert float(np.max(np.abs(ds.constraint_residual.values))) < 1e-10
+
+
+HINGED_BODY = """\
+Title: Hinged body with a marker point
+Kind: Mechanism
+Dimension: 3
+PhysicalParams: {a: 1.0, b: 0.5, M: 1.0}
+PartData:
+  Fixed: {O: [0, 0, 0]}
+  Rigids:
+    P: {points: [O, P1, P2, D], Geom: [[a, 0, 0], [0, b, 0], [a, b, 0.2]],
+        Dyna: [[0.3, 0.2, 0], M, [0.2, 0.3, 0.4]]}
+AppliedForces:
+  Gravity: true
+ProblemData:
+  tend: 1
+  positions: {P1: [a, 0, 0], P2: [0, b, 0], D: [a, b, 0.2]}
+  fixedpositions: {P1x, P1y, P2x}
+  velocities: {P1y: 0.1, P1z: 0.2, P2z: 0.3}
+"""
+
+
+def pendulum(t, v, p):
+    x, y, lam = v["x"], v["y"], v["lam"]
+    return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - 9.81, x[0] ** 2 + y[0] ** 2 - p["L"] ** 2]
+
+
+PEND = solver.DAE(pendulum, ["x", "y", "lam"], {"L": 1.0})
+
+
+def test_a_batch_of_lengths_equals_single_runs_and_the_exact_period():
+    """run_batch (vmap through the engine's own batching rule) against one
+    run per length, and each against the elliptic-integral period."""
+    from scipy.special import ellipk
+
+    Ls = np.array([0.5, 1.0, 2.0])
+    th0 = 0.9
+    t1 = 3.0
+    batch = solver.solve_batch(PEND, {"L": Ls}, values=lambda p: {"x": float(p["L"]) * math.sin(th0),
+                                                                  "y": float(p["L"]) * math.cos(th0),
+                                                                  "x'": 0.0},
+                               fixed=["x", "x'"], t_span=(0.0, t1), t_eval=np.linspace(0, t1, 31), tol=1e-11,
+                               mode="compact")
+    assert np.all(batch.status.values == 0)
+    for i, L in enumerate(Ls):
+        one = solver.solve(PEND, (0.0, t1), params={"L": L}, values={"x": L * math.sin(th0), "y": L * math.cos(th0),
+                                                                      "x'": 0.0},
+                           fixed=["x", "x'"], t_eval=np.linspace(0, t1, 31), tol=1e-11, mode="compact")
+        np.testing.assert_allclose(batch.x.values[i], one.x.values, atol=1e-12)
+        # Period 4 sqrt(L/g) K(sin²(θ0/2)): after half a period x = -x0.
+        half = 2.0 * math.sqrt(L / 9.81) * ellipk(math.sin(th0 / 2) ** 2)
+        r = solver.solve(PEND, (0.0, half), params={"L": L}, values={"x": L * math.sin(th0), "y": L * math.cos(th0),
+                                                                     "x'": 0.0},
+                         fixed=["x", "x'"], t_eval=np.array([0.0, half]), tol=1e-12, mode="compact")
+        assert abs(float(r.x.values[-1]) + L * math.sin(th0)) < 1e-9 * max(1.0, L)
+
+
+def indexed_by_parameter(t, v, p):
+    # A dynamic index that depends on a parameter: the compact tape resolves
+    # indices when it is built, so it cannot decompose this.
+    i = p["which"].astype(jnp.int32)
+    vec = jnp.stack([v["y"][0], 2.0 * v["y"][0]])
+    return [v["y"][1] - jax.lax.dynamic_index_in_dim(vec, i, 0, keepdims=False) * jnp.cos(v["y"][0])]
+
+
+def test_an_operation_it_cannot_decompose_is_named_and_auto_falls_back(monkeypatch):
+    dae = solver.DAE(indexed_by_parameter, ["y"], {"which": 1.0})
+    with pytest.raises(CompactUnsupportedError, match="cannot decompose the operation 'dynamic_slice'.*"
+                                                      "its indices depend on the parameters"):
+        integrator_for(dae, 6, mode="compact")
+    import solver.integrate as integrate
+
+    monkeypatch.setattr(integrate, "UNROLL_MAX_OPS", 0)  # auto would choose compact
+    s = dae.structure
+    integ = integrate.Integrator(TaylorProgram(dae, s.c, s.d, 6), mode="auto")
+    assert integ.mode == "looped"
+    ds = solver.solve(dae, (0.0, 1.0), values={"y": 0.3}, tol=1e-10, params={"which": 1.0})
+    assert int(ds.status) == 0
+
+
+@pytest.mark.parametrize("order", [3, 5])
+def test_convergence_order_with_fixed_steps(order):
+    """u'' = -2.5 u: with p stages the series of u has degree p + 2, so the
+    global error with fixed steps falls like h^(p+2) (as the other engines)."""
+    osc = solver.DAE(lambda t, v, p: [v["u"][2] + 2.5 * v["u"][0]], ["u"])
+    integ = integrator_for(osc, order, mode="compact")
+    assert integ.mode == "compact"
+    z0 = jnp.array([1.0, 0.0])
+    T, w = 2.0, math.sqrt(2.5)
+    errs = []
+    for h in [0.2, 0.1, 0.05]:
+        r = integ.run({}, z0, jnp.zeros(1), 0.0, T, np.array([T]), 0.5, fixed_step=h)
+        errs.append(abs(float(r["values"]["u"][0, 0]) - math.cos(w * T)))
+    slopes = [math.log(errs[i] / errs[i + 1]) / math.log(2.0) for i in range(2)]
+    assert all(order + 2 - 0.3 <= s <= order + 2 + 0.5 for s in slopes), (errs, slopes)
