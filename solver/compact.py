@@ -836,7 +836,9 @@ class CompactProgram:
                 self.outputs[int(cc)] = (sel, self._operand([int(b.out_nodes[i]) for i in sel]))
         self.levels = int(level[live_ids].max()) if live_ids else 0
         self.n_groups = len(self.groups)
-        self._stage_fn = _make_stage(self)
+        self._negative = _batch_last(self._negative_native, (True, True), (True,))
+        self._stage0_residual = _batch_last(self._stage0_residual_native, (True, True, True), (True,))
+        self._positive: dict = {}
         self._b = None  # the builder's tables are not needed once the groups are built
 
     # ------------------------------------------------------------ build helpers
@@ -967,12 +969,10 @@ class CompactProgram:
             k: the stage (may be traced).
 
         Returns:
-            The updated table.  Under ``jax.vmap`` the batch is evaluated
-            natively (batch-first tables, one gather per operand for the
-            whole batch) rather than by JAX's batching of each gather and
-            update.
+            The updated table.  (The integrator calls the passes below,
+            which evaluate a batch natively under ``jax.vmap``.)
         """
-        return self._stage_fn(C, Xf, k)
+        return self._stage_native(C, Xf, k)
 
     def _stage_native(self, C, Xf, k):
         """:meth:`stage` on C (n_nodes, K, *B), Xf (KX, n, *B): one table or a batch (last axis).
@@ -996,7 +996,10 @@ class CompactProgram:
         return C
 
     def residual(self, C, k):
-        """Coefficient ``k + c_i`` of every series equation (0 for constant equations), k >= 0."""
+        """Coefficient ``k + c_i`` of every series equation (0 for constant equations), k >= 0.
+
+        ``C`` may carry a batch on its last axis; so does the result.
+        """
         parts, order = [], []
         for cc, (sel, op) in self.outputs.items():
             parts.append(op.at(C, k + cc, self.K))
@@ -1007,13 +1010,91 @@ class CompactProgram:
         vals = jnp.concatenate(parts)
         if idx.size == self.dae.n:
             return vals[np.argsort(idx)]
-        return jnp.zeros(self.dae.n, jnp.float64).at[idx].set(vals)
+        return jnp.zeros((self.dae.n,) + vals.shape[1:], jnp.float64).at[idx].set(vals)
 
     def negative_stages(self, C, Xf):
         """Stages k_start .. -1: the coefficients below every node's offset."""
         if self.k_start >= 0:
             return C
-        return lax.fori_loop(self.k_start, 0, lambda k, CC: self.stage(CC, Xf, k), C)
+        return self._negative(C, Xf)
+
+    def stage0_residual(self, C, Xf, u):
+        """The residual of stage 0 (coefficients c_i) with its unknowns ``X[d_j, j] = u_j``.
+
+        Args:
+            C: the table after :meth:`negative_stages`.
+            Xf: the variables' coefficients (the state's rows).
+            u: the leading derivatives.
+        """
+        return self._stage0_residual(C, Xf, u)
+
+    def positive_stages(self, C, Xf, fact, solve_fn):
+        """Stages 1..p: commit stage k − 1, residual pass of stage k, solve, set its unknowns.
+
+        Args:
+            C: the table after :meth:`negative_stages`.
+            Xf: the variables' coefficients with stage 0's unknowns set.
+            fact: the stage solver's factorisation (a pytree of arrays).
+            solve_fn: ``solve_fn(fact, r)``, the stage solve.
+
+        Returns:
+            ``Xf`` with every stage's unknowns (orders up to p + d_j).
+        """
+        if solve_fn not in self._positive:
+            self._positive[solve_fn] = _batch_last(
+                lambda C_, X_, f_, batched: self._positive_native(C_, X_, f_, solve_fn, batched),
+                (True, True, False), (True,))
+        return self._positive[solve_fn](C, Xf, fact)
+
+    # ------------------------------------------------------------ native passes (batch last)
+    def _negative_native(self, C, Xf, batched):
+        return lax.fori_loop(self.k_start, 0, lambda k, CC: self._stage_native(CC, Xf, k), C)
+
+    def _set_stage_native(self, Xf, k, u):
+        d = self.prog.d
+        trail = (1,) * (Xf.ndim - 2)
+        zero = jnp.zeros((), jnp.asarray(k).dtype)
+        for dd in np.unique(d):
+            sel = d == dd
+            row = k + int(dd)
+            if sel.all():
+                val = u
+            else:
+                old = lax.dynamic_index_in_dim(Xf, jnp.clip(row, 0, self.KX - 1), 0, keepdims=False)
+                val = jnp.where(jnp.asarray(sel).reshape((-1,) + trail), u, old)
+            Xf = lax.dynamic_update_slice(Xf, val[None].astype(Xf.dtype),
+                                          (jnp.clip(row, 0, self.KX - 1) + zero,) + (zero,) * (Xf.ndim - 1))
+        return Xf
+
+    def _stage0_residual_native(self, C, Xf, u, batched):
+        return self.residual(self._stage_native(C, self._set_stage_native(Xf, 0, u), 0), 0)
+
+    def _positive_native(self, C, Xf, fact, solve_fn, batched):
+        c, d = self.prog.c, self.prog.d
+        trail = (1,) * (Xf.ndim - 2)
+        if batched:
+            solve = lambda r: jax.vmap(solve_fn, in_axes=(0, 1), out_axes=1)(fact, r)
+        else:
+            solve = lambda r: solve_fn(fact, r)
+
+        def ratio(k, offs):
+            # Π_{s=1}^{off} (k+s)/s = C(k + off, off)
+            out = jnp.ones(offs.shape)
+            for s in range(1, int(offs.max()) + 1 if offs.size else 1):
+                out = out * jnp.where(s <= offs, (k + s) / s, 1.0)
+            return out.reshape((-1,) + trail)
+
+        def stage_k(k, carry):
+            # Commit stage k - 1 (its unknowns are known now), then the
+            # residual pass of stage k with its unknowns still zero.
+            Xf, C = carry
+            C = self._stage_native(C, Xf, k - 1)
+            r = self.residual(self._stage_native(C, Xf, k), k)
+            y = solve(ratio(k, c) * r)
+            return self._set_stage_native(Xf, k, -y / ratio(k, d)), C
+
+        Xf, _ = lax.fori_loop(1, self.prog.p + 1, stage_k, (Xf, C))
+        return Xf
 
     def hidden(self, integ, z, t0, consts):
         """Every constraint on the state (coefficients r < c_i of f_i), flat."""
@@ -1065,40 +1146,55 @@ def _write(C, m, start, val, K):
     return lax.dynamic_update_slice(C, val[:, None].astype(C.dtype), starts)
 
 
-def _make_stage(prog):
-    """``stage(C, Xf, k)`` of one program, with its batching and differentiation rules."""
+def _batch_last(native, last_in, last_out):
+    """A function with JAX's batching replaced by a native batch-last one.
 
-    def plain(C, Xf, k):
-        return prog._stage_native(C, Xf, k)
+    ``native(*args)`` computes on single arguments, or on a batch along the
+    last axis for the arguments flagged in ``last_in`` (the others keep the
+    batch first: they go to ``jax.vmap`` inside ``native``, or are not
+    batched at all when it is called unbatched).  Under ``jax.vmap`` the
+    flagged arguments are moved batch-last once, ``native`` runs on the
+    batch, and the outputs flagged in ``last_out`` are moved back.  JAX's own
+    batching of the table's gathers and in-place updates changes layouts
+    around each of them; a batch-last table keeps every gathered row a
+    contiguous block and every operation a vector operation over the batch.
+    Differentiated, the function is the plain computation.
+
+    ``native`` receives a keyword ``batched`` (False or the batch size).
+    """
+
+    def plain(*args):
+        return native(*args, batched=False)
 
     @jax.custom_batching.custom_vmap
-    def batched(C, Xf, k):
-        return plain(C, Xf, k)
+    def batched(*args):
+        return plain(*args)
 
     @batched.def_vmap
-    def rule(axis_size, in_batched, C, Xf, k):
-        C_b, X_b, k_b = in_batched
-        if k_b:  # a stage per batch element (not used by the integrator)
-            return jax.vmap(plain, in_axes=(0 if C_b else None, 0 if X_b else None, 0))(C, Xf, k), True
-        C = jnp.moveaxis(C, 0, -1) if C_b else jnp.broadcast_to(C[..., None], C.shape + (axis_size,))
-        Xf = jnp.moveaxis(Xf, 0, -1) if X_b else jnp.broadcast_to(Xf[..., None], Xf.shape + (axis_size,))
-        return jnp.moveaxis(prog._stage_native(C, Xf, k), -1, 0), True
+    def rule(axis_size, in_batched, *args):
+        moved = []
+        for arg, flag, last in zip(args, in_batched, last_in):
+            def one(x, f):
+                if last:
+                    return jnp.moveaxis(x, 0, -1) if f else jnp.broadcast_to(x[..., None], x.shape + (axis_size,))
+                return x if f else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+            moved.append(jax.tree_util.tree_map(one, arg, flag))
+        out = native(*moved, batched=axis_size)
+        outs = out if isinstance(out, tuple) else (out,)
+        back = tuple(jax.tree_util.tree_map(lambda x: jnp.moveaxis(x, -1, 0), o) if last else o
+                     for o, last in zip(outs, last_out))
+        flags = jax.tree_util.tree_map(lambda _: True, back)
+        return (back if isinstance(out, tuple) else back[0]), (flags if isinstance(out, tuple) else flags[0])
 
     @jax.custom_jvp
-    def stage(C, Xf, k):
-        # JAX batches every gather and in-place update of the table one by
-        # one (with layout changes around each); the batching rule runs the
-        # whole stage on a batch-first table instead.  Differentiated, the
-        # stage is the plain computation.
-        return batched(C, Xf, k)
+    def fn(*args):
+        return batched(*args)
 
-    @stage.defjvp
-    def stage_jvp(primals, tangents):
-        C, Xf, k = primals
-        dC, dXf, _ = tangents
-        return jax.jvp(lambda C_, X_: plain(C_, X_, k), (C, Xf), (dC, dXf))
+    @fn.defjvp
+    def fn_jvp(primals, tangents):
+        return jax.jvp(plain, primals, tangents)
 
-    return stage
+    return fn
 
 
 # ---------------------------------------------------------------- kinds

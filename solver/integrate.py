@@ -451,29 +451,10 @@ class Integrator:
         const_res = prog.constant_residual(consts)
 
         def g0(u):
-            return cp.residual(cp.stage(C, cp.set_stage(Xf, 0, u), 0), 0) + const_res
+            return cp.stage0_residual(C, Xf, u) + const_res
 
         u, solve, singular, J = self._stage0(g0, cp.arrays(Xf), u_guess, t0, consts, newton_iters)
-        Xf = cp.set_stage(Xf, 0, u)
-        c, d = prog.c, prog.d
-
-        def ratio(k, offs):
-            # Π_{s=1}^{off} (k+s)/s = C(k + off, off)
-            out = jnp.ones(offs.shape)
-            for s in range(1, int(offs.max()) + 1 if offs.size else 1):
-                out = out * jnp.where(s <= offs, (k + s) / s, 1.0)
-            return out
-
-        def stage_k(k, carry):
-            # Commit stage k - 1 (its unknowns are known now), then the
-            # residual pass of stage k with its unknowns still zero.
-            Xf, C = carry
-            C = cp.stage(C, Xf, k - 1)
-            r = cp.residual(cp.stage(C, Xf, k), k)
-            y = solve(ratio(k, c) * r)
-            return cp.set_stage(Xf, k, -y / ratio(k, d)), C
-
-        Xf, _ = lax.fori_loop(1, self.p + 1, stage_k, (Xf, C))
+        Xf = cp.positive_stages(C, cp.set_stage(Xf, 0, u), solve.args[0], solve.func)
         X = cp.arrays(Xf)
         return X, u, self._series_status(X, u, singular), J
 
@@ -531,7 +512,9 @@ class Integrator:
         n = u_guess.shape[0]
         u, J = self._newton(step, u_guess, jnp.zeros((n, n), u_guess.dtype), newton_iters)
         fact = linalg.lu_factor(J)
-        return u, (lambda r: linalg.lu_solve(fact, r)), fact.singular, J
+        # A partial (not a lambda): the compact engine's batched stage loop
+        # takes the factorisation and the solve apart (solve.func, solve.args).
+        return u, partial(linalg.lu_solve, fact), fact.singular, J
 
     def _stage0_kkt(self, g0, X, u_guess, t0, consts, newton_iters):
         """Stage 0 of a Lagrangian DAE with ``[[2M, Gᵀ], [G, 0]]``: (u, solve, singular).
@@ -546,7 +529,7 @@ class Integrator:
         qd = {name: X[name][1] for name in kkt.coords}
         blocks = [(idx, 2.0 * B) for idx, B in kkt.mass_blocks(t0, q, qd, p)]
         fact = kkt_factor(blocks, kkt.constraint_jacobian(t0, q, p))
-        solve = lambda r: kkt_solve(fact, r)
+        solve = partial(kkt_solve, fact)
         u, _ = self._newton(lambda uu: (solve(g0(uu)), ()), u_guess, (), newton_iters)
         return u, solve, fact.singular
 

@@ -69,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("simulate", help="solve a model once")
     s.add_argument("model")
     s.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a parameter (repeatable)")
+                   help="override a parameter (repeatable); a structural one (a size, such as "
+                        "the number of repeated parts) builds the model again")
     s.add_argument("--out", help="write the result (.zarr or .nc)")
     s.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
     pl = sub.add_parser("plot", help="time series of a run or model as a PNG")
@@ -130,6 +131,45 @@ def _parse_sets(items: Sequence[str], model) -> dict:
         out[name] = value
     model.check_params(out)
     return out
+
+
+def _apply_sets(items: Sequence[str], model):
+    """``--set`` values: structural ones rebuild the model, the others are run parameters.
+
+    A structural parameter (one that fixes the model's size: the number of
+    particles of a repeated part, the cloth's grid) cannot vary per run of
+    one compiled model; setting it builds the model again from its file with
+    ``PhysicalParams`` overridden, and says so.
+
+    Returns:
+        ``(model, params)``.
+
+    Raises:
+        InputError: a malformed item, an unknown name, or a value the rebuilt
+            model refuses (located in the model file).
+    """
+    from solver.expr import evaluate_constant
+
+    structural = set(model.param_info.structural)
+    rest, sizes = [], {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if name in structural and eq and text.strip():
+            sizes[name] = evaluate_constant(text.strip(), model.all_params(), path=f"--set {name}")
+        else:
+            rest.append(item)
+    if sizes:
+        for name, value in sizes.items():
+            if np.ndim(value) != 0 or float(value) != int(float(value)):
+                raise InputError(f"--set {name}={value}: '{name}' fixes the model's size and must be "
+                                 f"a whole number", file=model.path)
+        sizes = {k: int(float(v)) for k, v in sizes.items()}
+        said = ", ".join(f"{k} = {v}" for k, v in sizes.items())
+        _progress(f"{said}: structural (it fixes the model's size), so the model is built again "
+                  f"and compiled for it")
+        model = model.with_overrides({"PhysicalParams": sizes})
+    return model, _parse_sets(rest, model)
 
 
 def _final_state(ds) -> dict:
@@ -474,8 +514,7 @@ def cmd_simulate(args) -> int:
         raise InputError(f"--out {args.out!r}: the result file must end in .zarr or .nc")
     if args.out:
         check_out(args.out, folder=args.out.endswith(".zarr"), what="a Zarr store")
-    model = load(_model_file(args.model))
-    params = _parse_sets(args.set, model)
+    model, params = _apply_sets(args.set, load(_model_file(args.model)))
     ds = _simulate(model, params)
     if args.out:
         write_result(ds, args.out)

@@ -96,3 +96,28 @@ def test_spring_chain_through_the_command_line(tmp_path, capsys):
         u = info["final"][f"{name}[0]"] - (i + 1) * p["l"]
         assert u == pytest.approx(p["amp"] * shape[i] * np.cos(omega * 1.0), abs=1e-9)
         assert info["final"][f"{name}[1]"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_structural_set_rebuilds_the_model_and_says_so(tmp_path, capsys):
+    """``--set N=3`` on the spring chain (N sizes the repeated parts) builds a
+    3-particle chain: its check counts 6 mechanical DOF and its motion is the
+    3-particle normal mode."""
+    import json
+
+    from sweep.cli import main
+
+    path = tmp_path / "spring_chain.yaml"
+    path.write_text((CONFIGS / "spring_chain.yaml").read_text().replace("  tend: 5\n", "  tend: 1\n"))
+    assert main(["simulate", str(path), "--json", "--set", "N=3", "--set", "mode=2"]) == 0
+    captured = capsys.readouterr()
+    assert "N = 3: structural (it fixes the model's size), so the model is built again" in captured.err
+    info = json.loads(captured.out)
+    model = solver.load(path, overrides={"PhysicalParams": {"N": 3}})
+    assert len(model.points) == 3
+    p = model.params
+    shape, omega = _mode(3, 2, p["k"], p["m"])
+    for i, name in enumerate(model.points):
+        u = info["final"][f"{name}[0]"] - (i + 1) * p["l"]
+        assert u == pytest.approx(p["amp"] * shape[i] * np.cos(omega * 1.0), abs=1e-9)
+    assert main(["simulate", str(path), "--set", "N=2.5"]) == 2
+    assert "'N' fixes the model's size and must be a whole number" in capsys.readouterr().err
