@@ -38,6 +38,26 @@ AXIS_DIM = "axis"
 _AXES = ("x", "y", "z")
 
 
+def coordinate_levels(dae, values) -> tuple[dict, dict]:
+    """Values and first derivatives of the DAE's coordinates from dense outputs.
+
+    Args:
+        dae: a DAE with ``coords`` (Lagrangian, Mechanism, or a DAE-kind
+            model with an ``Energy``).
+        values: name -> (B, n_out, L, *shape) derivatives.
+
+    Returns:
+        ``(q, qd)``: name -> (B, n_out, *shape); a coordinate whose first
+        derivative is not carried (L = 1) gets zeros there.
+    """
+    q, qd = {}, {}
+    for c in dae.coords:
+        arr = jnp.asarray(values[c.name])
+        q[c.name] = arr[:, :, 0]
+        qd[c.name] = arr[:, :, 1] if arr.shape[2] > 1 else jnp.zeros_like(arr[:, :, 0])
+    return q, qd
+
+
 def has_dissipation(dae) -> bool:
     """Whether the DAE has a Rayleigh dissipation function (``dissipated`` output)."""
     return bool(getattr(dae, "has_dissipation", False)) and callable(
@@ -137,8 +157,7 @@ def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy) -> dic
     if not kernels:
         return out
     t = jnp.asarray(t_eval, dtype=float)
-    q = {c.name: jnp.asarray(values[c.name])[:, :, 0] for c in dae.coords}
-    qd = {c.name: jnp.asarray(values[c.name])[:, :, 1] for c in dae.coords}
+    q, qd = coordinate_levels(dae, values)
     p = {k: jnp.asarray(v) for k, v in params.items()}
     if "power" in kernels:
         power = np.asarray(kernels["power"](t, q, qd, p), dtype=float)

@@ -31,6 +31,7 @@ from .errors import InputError
 from .initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
                          ipopt_point, state_scale)
 from .initialize import _residual_list  # the one wording of violated constraints
+from .balance import coordinate_levels
 from .integrate import MODES, Integrator
 from .taylor import TaylorProgram
 
@@ -231,8 +232,7 @@ class Compiled:
         """
         if not self.has_energy:
             return None
-        q = {c.name: jnp.asarray(values[c.name])[:, :, 0] for c in self.dae.coords}
-        qd = {c.name: jnp.asarray(values[c.name])[:, :, 1] for c in self.dae.coords}
+        q, qd = coordinate_levels(self.dae, values)
         return np.asarray(self._energy_series(jnp.asarray(t_eval, dtype=float), q, qd,
                                               {k: jnp.asarray(v) for k, v in params.items()}))
 

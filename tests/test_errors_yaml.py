@@ -108,12 +108,12 @@ EXPECTED = {
         "an, DAE; did you mean 'DAE'?"),
     'unknown_top_key': (
         "MODEL:13: Equation: unknown key 'Equation'; valid keys: Title, Kind, P"
-        'hysicalParams, Variables, Let, Equations, ProblemData, SolverParams, A'
-        "nimation; did you mean 'Equations'?"),
+        'hysicalParams, Variables, Let, Equations, Energy, ProblemData, SolverP'
+        "arams, Animation; did you mean 'Equations'?"),
     'missing_equations': (
         "MODEL: missing required key 'Equations'; valid keys: Title, Kind, Phys"
-        'icalParams, Variables, Let, Equations, ProblemData, SolverParams, Anim'
-        'ation'),
+        'icalParams, Variables, Let, Equations, Energy, ProblemData, SolverPara'
+        'ms, Animation'),
     'bad_variable_name': (
         "MODEL:4: Variables[2]: variable '2lam' is not a name (letters, digits "
         'and _, not starting with a digit)'),

@@ -197,6 +197,37 @@ def test_pendulum_matches_the_angle_equation(runs):
     np.testing.assert_allclose(bob[:, 1], -ds.y.values)
 
 
+def test_a_dae_model_with_an_energy_reports_it_conserved(runs):
+    """The shipped pendulum declares E = (x'² + y'²)/2 − g y: from rest at
+    y = 0 it is 0, and the run conserves it."""
+    model, ds = runs("pendulum")
+    assert float(ds.energy[0]) == pytest.approx(0.0, abs=1e-12)
+    assert float(np.max(np.abs(ds.energy_change.values))) < 1e-9
+    g = model.params["g"]
+    np.testing.assert_allclose(ds.energy.values, 0.5 * (ds.x_d1.values ** 2 + ds.y_d1.values ** 2)
+                               - g * ds.y.values, atol=1e-13)
+
+
+ENERGY_ERRORS = [
+    ("lam'**2", "lam': the Energy may use a variable's value and, for a variable whose second "
+                "derivative the equations use, its first derivative"),
+    ("x'**2 + z", "unknown name 'z'"),
+    ("[x, y]", "the Energy must be a scalar, got shape (2,)"),
+]
+
+
+@pytest.mark.parametrize("energy, message", ENERGY_ERRORS)
+def test_a_bad_energy_is_refused_at_load_with_its_place(tmp_path, energy, message):
+    text = (CONFIGS / "pendulum.yaml").read_text()
+    old = "Energy: (x'**2 + y'**2)/2 - g*y"
+    assert old in text
+    path = tmp_path / "p.yaml"
+    path.write_text(text.replace(old, f"Energy: \"{energy}\""))
+    with pytest.raises(InputError) as err:
+        load(path)
+    assert message in str(err.value) and "p.yaml:14: Energy: " in str(err.value)
+
+
 def test_double_pendulum_matches_the_angle_equations(runs):
     model, ds = runs("double_pendulum")
     p = model.all_params()

@@ -18,6 +18,7 @@
       values: {x: 1.0, y: 0.0, x': 0.0, y': 0.0}   # guesses unless fixed
       fixed: [x, x']
       samples: 1001                   # or dt: 0.01
+    Energy: (x'**2 + y'**2)/2 - g*y   # optional: the energy outputs
     SolverParams:
       Integration: {tol: 1.0e-10, order: 20}
 
@@ -25,15 +26,24 @@ Variables may be differentiated to any order (``x''``); ``(expr)'`` and the
 prime of a ``Let`` name (``r2'``) are d/dt of the expression through
 :func:`solver.ddt`.  Value keys use :func:`solver.solve` syntax (``q[2]'``;
 ``q'[2]`` is accepted too) and may be expressions of parameters.
+
+``Energy`` (optional) is an expression of t, the parameters, ``Let`` names
+and the variables and their first derivatives (``x'`` for a variable whose
+second derivative the equations use, so that the solution carries it); with
+it a run reports ``energy`` and ``energy_change`` (and ``energy_drift`` where
+nothing dissipates), as the Lagrangian and Mechanism kinds do.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+import jax
+import jax.numpy as jnp
+
 from solver.dae import DAE, DAEDefinitionError
 from solver.errors import InputError
-from solver.expr import evaluate_constant, parse
+from solver.expr import ExprError, evaluate_constant, parse
 from solver.yamlio import Locator, check_keys, format_path, require_list, require_mapping
 
 from .model import (TIME_KEYS, Model, analyse, build_error, check_key_order, parse_value_key,
@@ -43,8 +53,8 @@ from .scope import DAEScope, PositionScope, read_lets, read_params
 
 __all__ = ["build", "TOP_KEYS"]
 
-TOP_KEYS = ("Title", "Kind", "PhysicalParams", "Variables", "Let", "Equations", "ProblemData",
-            "SolverParams", "Animation")
+TOP_KEYS = ("Title", "Kind", "PhysicalParams", "Variables", "Let", "Equations", "Energy",
+            "ProblemData", "SolverParams", "Animation")
 
 
 def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Model:
@@ -87,6 +97,8 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
         raise build_error(err, loc, ("Equations",)) from None
     structure = analyse(dae, loc, ("Equations",),
                         " (equation fK is Equations[K], counted from 0)")
+    if data.get("Energy") is not None:
+        _attach_energy(dae, data["Energy"], info, lets, sizes, structure, loc)
 
     pd = require_mapping(data["ProblemData"], ("ProblemData",), loc)
     check_keys(pd, TIME_KEYS + ("values", "fixed"), ("tend",), ("ProblemData",), loc)
@@ -132,6 +144,63 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
                  locator=loc, times=times, solver_params=solver_params, param_info=info,
                  values=values, fixed=fixed, animation=animation, point_scope=point_scope,
                  default_points=default_points, overrides=overrides)
+
+
+class _Coordinate:
+    """A variable the energy reads (``.name``, as a Lagrangian coordinate)."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class _Levels:
+    """``v[name][order]`` for the energy: the value and, where it is carried, the first derivative."""
+
+    def __init__(self, name, q, qd):
+        self.name, self.q, self.qd = name, q, qd
+
+    def __getitem__(self, order):
+        if order == 0:
+            return self.q
+        if order == 1 and self.qd is not None:
+            return self.qd
+        raise ExprError(f"{self.name}{chr(39) * order}: the Energy may use a variable's value and, "
+                        f"for a variable whose second derivative the equations use, its first "
+                        f"derivative")
+
+
+def _attach_energy(dae, raw, info, lets, sizes, structure, loc) -> None:
+    """Give the DAE an ``energy_fn(t, q, qd, p)`` from the ``Energy`` expression.
+
+    Raises:
+        InputError: the expression does not parse, names something unknown,
+            or uses a derivative the solution does not carry (located).
+    """
+    import numpy as np
+
+    expr = parse(raw, file=loc.file, path="Energy", line=loc.line(("Energy",)))
+    names = list(sizes)
+    d = structure.d
+    # The dense output carries x' for a variable with d >= 2 (solution.py).
+    carried = {v.name: int(d[v.offset: v.offset + v.size].max()) >= 2 for v in dae.variables}
+
+    def energy_fn(t, q, qd, p):
+        v = {n: _Levels(n, q[n], qd.get(n) if carried[n] else None) for n in names}
+        scope = DAEScope(t, info.resolve(p), lets, v, names)
+        return jnp.asarray(expr.evaluate(scope), dtype=jnp.float64)
+
+    probe_q = {v.name: jnp.zeros(v.shape) for v in dae.variables}
+    try:
+        val = jax.eval_shape(lambda: energy_fn(0.0, probe_q, dict(probe_q), info.numeric()))
+    except (ExprError, InputError) as err:
+        raise loc.error(str(getattr(err, "message", err)), ("Energy",)) from None
+    except Exception as err:  # a time derivative of an expression: ddt has no value here
+        raise loc.error(f"the Energy must be a function of the variables and first derivatives "
+                        f"({type(err).__name__}: {err})", ("Energy",)) from None
+    if np.prod(val.shape) != 1:
+        raise loc.error(f"the Energy must be a scalar, got shape {tuple(val.shape)}", ("Energy",))
+    dae.energy_fn = lambda t, q, qd, p: jnp.reshape(energy_fn(t, q, qd, p), ())
+    dae.coords = [_Coordinate(n) for n in names]
 
 
 def _check_value_shape(val, vk, sizes, loc, kpath) -> None:
