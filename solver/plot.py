@@ -252,6 +252,39 @@ def _limits(points: dict, given, M: np.ndarray | None = None):
     return [(m - 0.6 * span, m + 0.6 * span) for m in mid]
 
 
+def follow_limits(points: dict, follow: list, given=None, M: np.ndarray | None = None) -> np.ndarray:
+    """Per-frame axis limits of a camera that tracks the mean of the ``follow`` points.
+
+    Args:
+        points: name -> (n_time, dim) display coordinates.
+        follow: names of the followed points (one point, or a body's).
+        given: ``Scene.limits`` relative to the followed centre (world
+            axes), or None: a cube just holding every drawn point around the
+            centre at every time.
+        M: the display transform (``Animation.Up``), for ``given``.
+
+    Returns:
+        (n_time, dim, 2) limits.
+
+    Raises:
+        InputError: a followed name that is not a drawn point.
+    """
+    missing = [n for n in follow if n not in points]
+    if missing:
+        raise InputError(f"Animation.follow: unknown point {missing[0]!r}; the drawn points are "
+                         f"{', '.join(points)}")
+    centre = np.mean(np.stack([points[n] for n in follow]), axis=0)      # (n_time, dim)
+    dim = centre.shape[1]
+    if given:
+        rel = np.array(_limits({"c": np.zeros((1, dim))}, given, M), dtype=float)   # (dim, 2)
+    else:
+        allp = np.stack(list(points.values()), axis=1) - centre[:, None, :]     # (time, point, dim)
+        reach = np.nanmax(np.abs(allp)) if np.isfinite(allp).any() else 1.0
+        half = 1.2 * (float(reach) or 1.0)
+        rel = np.array([[-half, half]] * dim)
+    return centre[:, :, None] + rel[None, :, :]
+
+
 def _frame_budget() -> float:
     import os
 
@@ -265,10 +298,11 @@ class _Scene:
     """The artists of one animation: links as one collection, points as one marker line."""
 
     def __init__(self, fig, points: dict, links: list, lims, dim: int, labels3, view, title: str,
-                 times):
+                 times, frame_lims=None):
         from matplotlib.collections import LineCollection
 
         self.points, self.names, self.dim, self.times, self.title_text = points, list(points), dim, times, title
+        self.frame_lims = frame_lims  # (n_time, dim, 2) for a following camera
         index = {n: i for i, n in enumerate(self.names)}
         self.link_idx = np.array([(index[a], index[b]) for a, b in links], dtype=int).reshape(-1, 2)
         self.P = np.stack([points[n] for n in self.names], axis=1)      # (time, point, dim)
@@ -297,9 +331,15 @@ class _Scene:
         self.labels = ([ax.text(*([0.0] * dim), n, fontsize=7) for n in self.names]
                        if len(self.names) <= 12 else [])
         self.title = ax.set_title("")
+        self.ax = ax
 
     def draw(self, i: int):
         P = self.P[i]
+        if self.frame_lims is not None:
+            lims = self.frame_lims[i]
+            self.ax.set_xlim(*lims[0]), self.ax.set_ylim(*lims[1])
+            if self.dim == 3:
+                self.ax.set_zlim(*lims[2])
         self.lines.set_segments(P[self.link_idx] if len(self.link_idx) else [])
         self.dots.set_data(P[:, 0], P[:, 1])
         if self.dim == 3:
@@ -339,7 +379,8 @@ def animate(model, ds, out: str, frames: int | None = None, budget_s: float | No
     3-D) and the points as one marker line, so a 90×90 cloth costs a few
     artists a frame; frames are subsampled evenly in time so that rendering
     stays within ``budget_s``.  A 3-D view has equal aspect; the model's
-    ``Animation.Up`` (e.g. ``-z``) is drawn upward.
+    ``Animation.Up`` (e.g. ``-z``) is drawn upward; with ``Animation.follow``
+    the camera tracks a point or a body (:func:`follow_limits`).
 
     Args:
         model: the :class:`solver.models.Model` (points, links, view, up).
@@ -377,7 +418,16 @@ def animate(model, ds, out: str, frames: int | None = None, budget_s: float | No
     n_time = next(iter(points.values())).shape[0]
     times = np.asarray(ds["time"].values, dtype=float)
     links = [(a, b) for a, b in model.links if a in points and b in points]
-    lims = _limits(points, anim_cfg.get("limits"), M)
+    follow = anim_cfg.get("follow")
+    frame_lims = None
+    if follow:
+        try:
+            frame_lims = follow_limits(points, follow, anim_cfg.get("limits"), M)
+        except InputError as err:
+            raise InputError(str(err), file=model.path, path="Animation.follow") from None
+        lims = [tuple(r) for r in frame_lims[0]]
+    else:
+        lims = _limits(points, anim_cfg.get("limits"), M)
 
     plt = _pyplot()
     from matplotlib import animation as mpl_animation
@@ -385,7 +435,7 @@ def animate(model, ds, out: str, frames: int | None = None, budget_s: float | No
     fig = plt.figure(figsize=(5, 5), dpi=80)
     try:
         scene = _Scene(fig, points, links, lims, dim, axis_labels, anim_cfg.get("view"), model.title,
-                       times)
+                       times, frame_lims)
         wanted = int(frames or anim_cfg.get("frames", 100))
         idx = _frame_indices(scene, fig, n_time, wanted, _frame_budget() if budget_s is None else budget_s)
         fps = int(anim_cfg.get("fps", 20))

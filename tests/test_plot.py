@@ -97,6 +97,36 @@ def test_a_model_whose_z_points_down_is_drawn_hanging_with_every_link(tmp_path):
         assert im.n_frames == 4
 
 
+def test_a_following_camera_keeps_a_travelling_body_in_a_window_of_its_own_size(tmp_path):
+    """A pair that falls 50 m while 1 m apart: fixed axes would shrink it to
+    a dot; following R1 (or the pair's mean) keeps it in the same small box."""
+    text = CHAIN.replace("  frames: 4\n", "  frames: 4\n  follow: [R1, R2]\n")
+    model = solver.load(text)
+    assert model.animation["follow"] == ["R1", "R2"]
+    t = np.linspace(0, 3, 7)
+    drop = 0.5 * 9.81 * t ** 2
+    R1 = np.c_[0 * t, 0 * t, 1 + drop]
+    ds = xr.Dataset({"R1": (("time", "R1_index"), R1), "R2": (("time", "R2_index"), R1 + [0, 0, 1])},
+                    coords={"time": t})
+    M, _ = plot.up_transform(model.animation["up"], 3)
+    points = {k: v @ M.T for k, v in model.point_series(ds).items() if k != "O"}
+    lims = plot.follow_limits(points, ["R1", "R2"])
+    assert lims.shape == (7, 3, 2)
+    centre = (points["R1"] + points["R2"]) / 2
+    np.testing.assert_allclose(lims.mean(axis=2), centre)
+    width = lims[:, :, 1] - lims[:, :, 0]
+    np.testing.assert_allclose(width, 1.2)   # half the pair (0.5 m each side of the centre), padded 1.2x, doubled
+    # Relative Scene.limits: the same offsets around the centre at every time.
+    rel = plot.follow_limits(points, ["R1"], [[-2, 2], [-2, 2], [-3, 1]], M)
+    np.testing.assert_allclose(rel[:, :, 1] - rel[:, :, 0], [[4, 4, 4]] * 7)
+    with pytest.raises(InputError, match="Animation.follow: unknown point 'R3'; the drawn points are R1, R2"):
+        plot.follow_limits(points, ["R3"])
+    gif = tmp_path / "falling.gif"
+    plot.animate(model, ds, str(gif))
+    with Image.open(gif) as im:
+        assert im.n_frames == 4
+
+
 def test_frames_are_subsampled_to_the_time_budget(tmp_path):
     model = solver.load("configs/mechanisms/cloth.yaml")   # 5 x 5 grid
     T = 60

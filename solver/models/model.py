@@ -166,10 +166,14 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
 
 def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dict:
     """``Animation: {Scene: {view: [az, el], limits: [[x0, x1], ...]},
-    Points: {name: expr} or [names], Links: [[P, Q], ...], Up: -z, frames: n, fps: n}``.
+    Points: {name: expr} or [names], Links: [[P, Q], ...], Up: -z, follow: P,
+    frames: n, fps: n}``.
 
     ``Points`` replaces the points a kind draws by default;
-    ``Up`` is the world direction drawn upward (default +z in 3-D, +y in 2-D).
+    ``Up`` is the world direction drawn upward (default +z in 3-D, +y in 2-D);
+    ``follow`` (a point, or a list of points such as a body's, whose mean is
+    followed) makes the camera track it, ``Scene.limits`` then being
+    relative to it.
 
     Args:
         data: the value of ``Animation``.
@@ -186,7 +190,7 @@ def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dic
         InputError: unknown keys or malformed values.
     """
     an = require_mapping(data, ("Animation",), loc, allow_none=True)
-    check_keys(an, ("Scene", "Points", "Links", "Up", "frames", "fps"), (), ("Animation",), loc)
+    check_keys(an, ("Scene", "Points", "Links", "Up", "follow", "frames", "fps"), (), ("Animation",), loc)
     scene = require_mapping(an.get("Scene"), ("Animation", "Scene"), loc, allow_none=True)
     check_keys(scene, ("view", "limits"), (), ("Animation", "Scene"), loc)
     view = None
@@ -226,10 +230,18 @@ def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dic
     if an.get("Up") is not None:
         up = require_str(an["Up"], ("Animation", "Up"), loc,
                          choices=tuple(f"{s}{a}" for a in "xyz" for s in ("", "+", "-")))
+    follow = None
+    if an.get("follow") is not None:
+        path = ("Animation", "follow")
+        raw = an["follow"]
+        items = require_list(raw, path, loc, nonempty=True, what="a point or a list of points") \
+            if isinstance(raw, list) else [raw]
+        follow = [require_str(v, path + ((i,) if isinstance(raw, list) else ()), loc)
+                  for i, v in enumerate(items)]
     frames = require_int(an.get("frames", 100), ("Animation", "frames"), loc, minimum=2)
     fps = require_int(an.get("fps", 20), ("Animation", "fps"), loc, minimum=1)
     return {"view": view, "limits": limits, "points": points, "links": links, "up": up,
-            "frames": frames, "fps": fps, "raw": an}
+            "follow": follow, "frames": frames, "fps": fps, "raw": an}
 
 
 # ------------------------------------------------------------------ the model
