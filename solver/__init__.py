@@ -24,7 +24,7 @@ from . import status  # noqa: E402
 
 __all__ = ["DAE", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
            "consistent_point", "InputError",
-           "DAEDefinitionError", "status", "lagrangian", "load"]
+           "DAEDefinitionError", "status", "lagrangian", "load", "lagrangian_ds"]
 
 
 def __getattr__(name):
@@ -38,4 +38,8 @@ def __getattr__(name):
         from .models import load
 
         return load
+    if name == "lagrangian_ds":
+        from .siconos import lagrangian_ds
+
+        return lagrangian_ds
     raise AttributeError(f"module 'solver' has no attribute {name!r}")
