@@ -115,6 +115,22 @@ def test_simulate_out_zarr_reopens_with_the_same_final_state(pendulum_run):
     assert ds.sizes["time"] == 21
 
 
+def test_simulate_out_netcdf_round_trips_and_plots(files, tmp_path, capsys):
+    """netCDF-3 (scipy's writer) stores neither lists of strings nor a
+    ``variables`` attribute of its own: the result still writes, reopens
+    with the same attributes and values, and plots."""
+    from sweep.cli import open_result
+
+    nc = tmp_path / "run.nc"
+    assert main(["simulate", str(files / "pendulum.yaml"), "--json", "--out", str(nc)]) == 0
+    final = json.loads(capsys.readouterr().out)["final"]
+    ds = open_result(str(nc))
+    assert ds.attrs["variables"] == ["x", "y", "lam"] and ds.attrs["title"] == "Short pendulum"
+    assert float(ds.x[-1]) == final["x"]
+    assert main(["plot", str(nc), "--out", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").stat().st_size > 0
+
+
 def test_simulate_store_opens_quietly_and_records_the_order_used(pendulum_run):
     import warnings
 

@@ -98,7 +98,7 @@ AppliedForces:
 ProblemData:
   tend: 1
   positions: {P1: [a, 0, 0], P2: [0, b, 0], D: [a, b, 0.2]}
-  fixedpositions: {P1x, P1y, P2x}
+  fixedpositions: {P1y, P1z, P2z}     # the free components are simple roots
   velocities: {P1y: 0.1, P1z: 0.2, P2z: 0.3}
 """
 
