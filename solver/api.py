@@ -153,9 +153,9 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             fast steps, compile time growing with order and model size),
             ``compact`` (a scalar tape evaluated in groups, program size
             independent of the order and of the number of parts),
-            ``looped`` (a loop over the orders) or ``auto`` (unrolled for
-            small and medium models, compact above;
-            :func:`solver.integrate.choose_mode`).
+            ``looped`` (a loop over the orders) or ``auto`` (for one run
+            unrolled up to 5,000 operations, compact above: compiling is
+            most of a single run; :func:`solver.integrate.choose_mode`).
         title: dataset title.
         extra_attrs: more dataset attrs.
 
@@ -181,7 +181,7 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     wall0 = _time.perf_counter()
     t0, t1 = _time_span(t_span)
     tol, p = _check_settings(tol, order)
-    comp = compiled_model(dae, p, linear, mode)
+    comp = compiled_model(dae, p, linear, mode, batch=False)
     integ = comp.integrator
     pvals = dae.param_values(params)
     spec = parse_values(integ, values, fixed)

@@ -87,7 +87,7 @@ class compile_clock:
         return self._acc[0]
 
 
-def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto") -> "Compiled":
+def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", batch: bool = True) -> "Compiled":
     """The compiled model of a DAE at a Taylor order (built once, then reused).
 
     Args:
@@ -97,10 +97,12 @@ def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto") ->
             :class:`solver.integrate.Integrator`).
         mode: Taylor engine, ``auto``/``unrolled``/``compact``/``looped`` (see
             :func:`solver.integrate.choose_mode`).
+        batch: for ``mode="auto"``: an engine for batches (default) or for
+            single runs (``solve``), which may differ.
 
     Returns:
-        The :class:`Compiled` of ``(dae, order, linear, mode)``; the same
-        object on every call while the DAE lives.
+        The :class:`Compiled` of ``(dae, order, linear, mode[, batch])``;
+        the same object on every call while the DAE lives.
 
     Raises:
         InputError: an order outside 2..60, an unknown ``linear`` or ``mode``.
@@ -112,10 +114,10 @@ def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto") ->
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     per_dae = _REGISTRY.setdefault(dae, {})
-    key = (int(order), linear, mode)
+    key = (int(order), linear, mode) + ((bool(batch),) if mode == "auto" else ())
     if key not in per_dae:
         s = dae.structure
-        integ = Integrator(TaylorProgram(dae, s.c, s.d, int(order)), linear=linear, mode=mode)
+        integ = Integrator(TaylorProgram(dae, s.c, s.d, int(order)), linear=linear, mode=mode, batch=batch)
         per_dae[key] = Compiled(dae=dae, order=int(order), linear=linear, integrator=integ)
     return per_dae[key]
 

@@ -38,7 +38,8 @@ from .tape import UnrolledProgram
 from .taylor import _LINEAR as _LINEAR_NAMES
 from .taylor import TaylorProgram, order_sum, write_row
 
-__all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE", "MODES", "UNROLL_MAX_OPS", "tape_ops", "choose_mode"]
+__all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE", "MODES", "UNROLL_MAX_OPS", "UNROLL_MAX_OPS_SINGLE",
+           "tape_ops", "choose_mode"]
 
 MODES = ("auto", "unrolled", "compact", "looped")
 
@@ -52,6 +53,13 @@ MODES = ("auto", "unrolled", "compact", "looped")
 # XLA's cost grows faster than the program, so auto stays well below the
 # latter; pass mode="unrolled" to try it on a larger model.
 UNROLL_MAX_OPS = 30_000
+# For one run (solve, simulate) compiling is most of the time, and the
+# compact engine compiles 1.5-2x faster from about this size on (RSCR 28 ->
+# 14 s, Mechanism0 18 -> 11 s, the small cloth 7.8 -> 4.8 s, whole first
+# solve; workflows/benchmarks/results/modes.txt), while its slower steps
+# cost a single run little.  Batches keep UNROLL_MAX_OPS: there the unrolled
+# steps' speed dominates (RSCR, 200 points: 4.8 s unrolled, 30 s compact).
+UNROLL_MAX_OPS_SINGLE = 5_000
 
 
 def tape_ops(program: TaylorProgram) -> int:
@@ -94,15 +102,19 @@ def _cauchy_sums(program: TaylorProgram, e) -> int:
     return 2 if name in _TWO_SUMS else 1
 
 
-def choose_mode(program: TaylorProgram, mode: str = "auto") -> str:
+def choose_mode(program: TaylorProgram, mode: str = "auto", batch: bool = True) -> str:
     """The engine for a program: ``unrolled`` (:mod:`solver.tape`), ``compact`` (:mod:`solver.compact`) or ``looped``.
 
     Args:
         program: the Taylor program.
-        mode: ``auto`` (unrolled up to :data:`UNROLL_MAX_OPS` operations,
-            else compact), ``unrolled``, ``compact`` or ``looped``.  The
-            integrator falls back from an automatic ``compact`` to
-            ``looped`` when the compact decomposition does not apply.
+        mode: ``auto``, ``unrolled``, ``compact`` or ``looped``.  ``auto``
+            takes unrolled up to :data:`UNROLL_MAX_OPS` operations for
+            batches and up to :data:`UNROLL_MAX_OPS_SINGLE` for single runs,
+            compact above.  The integrator falls back from an automatic
+            ``compact`` to ``looped`` when the compact decomposition does not
+            apply.
+        batch: whether the integrator is for batches (``solve_batch``,
+            sweeps) or single runs (``solve``): only ``auto`` reads it.
 
     Raises:
         InputError: an unknown mode.
@@ -111,7 +123,8 @@ def choose_mode(program: TaylorProgram, mode: str = "auto") -> str:
         raise InputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     if mode != "auto":
         return mode
-    return "unrolled" if tape_ops(program) <= UNROLL_MAX_OPS else "compact"
+    limit = UNROLL_MAX_OPS if batch else UNROLL_MAX_OPS_SINGLE
+    return "unrolled" if tape_ops(program) <= limit else "compact"
 
 # Below this many unknowns a dense LU of the system Jacobian is as cheap as
 # the structured solve, and it also copes with a singular mass matrix.
@@ -143,13 +156,15 @@ class Integrator:
             code), ``"looped"`` (:class:`~solver.taylor.TaylorProgram`
             interpreted in a ``lax`` loop over the stages, a program whose
             size does not depend on the order) or ``"auto"``.
+        batch: what ``"auto"`` chooses for: batches (default) or single
+            runs (:func:`choose_mode`).
 
     Raises:
         InputError: an unknown ``linear`` or ``mode``, or ``"kkt"`` for a DAE without the
             Lagrangian structure.
     """
 
-    def __init__(self, program: TaylorProgram, linear: str = "auto", mode: str = "auto"):
+    def __init__(self, program: TaylorProgram, linear: str = "auto", mode: str = "auto", batch: bool = True):
         self.prog = program
         dae = program.dae
         self.dae = dae
@@ -198,7 +213,7 @@ class Integrator:
         self.out_orders = {v.name: max(1, int(d[v.offset : v.offset + v.size].max())) for v in dae.variables}
         self._kkt: KKTBlocks | None = None  # the DAE's KKTBlocks on the "kkt" path
         self.linear = self._choose_linear(linear)
-        self.mode = choose_mode(program, mode)
+        self.mode = choose_mode(program, mode, batch)
         self._unrolled = UnrolledProgram(program) if self.mode == "unrolled" else None
         self._compact = None
         if self.mode == "compact":

@@ -162,6 +162,27 @@ class KKTFactor:
     singular: object
 
 
+def _kkt_flatten(f: KKTFactor):
+    # The block index arrays are static (they fix the program): aux data,
+    # as hashable tuples; the factors are the leaves.
+    index = tuple(None if idx is None else (tuple(np.asarray(idx).shape), tuple(np.asarray(idx).ravel().tolist()))
+                  for idx, _ in f.groups)
+    return (f.MinvGt, f.G, f.schur, f.singular, tuple(inv for _, inv in f.groups)), (f.n, index)
+
+
+def _kkt_unflatten(aux, children):
+    n, index = aux
+    MinvGt, G, schur, singular, invs = children
+    groups = [(None if ix is None else np.asarray(ix[1], dtype=int).reshape(ix[0]), inv)
+              for ix, inv in zip(index, invs)]
+    return KKTFactor(n, groups, MinvGt, G, schur, singular)
+
+
+# A pytree, so that a factorisation can cross jit, vmap and custom batching
+# rules as an argument (the compact engine's stage loop takes it so).
+jax.tree_util.register_pytree_node(KKTFactor, _kkt_flatten, _kkt_unflatten)
+
+
 def _block_apply(groups, n, rhs):
     """blockdiag(M)⁻¹ rhs for rhs of shape (n, k), from the inverse blocks."""
     if len(groups) == 1 and groups[0][0] is None:

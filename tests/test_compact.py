@@ -176,3 +176,25 @@ def test_convergence_order_with_fixed_steps(order):
         errs.append(abs(float(r["values"]["u"][0, 0]) - math.cos(w * T)))
     slopes = [math.log(errs[i] / errs[i + 1]) / math.log(2.0) for i in range(2)]
     assert all(order + 2 - 0.3 <= s <= order + 2 + 0.5 for s in slopes), (errs, slopes)
+
+
+def test_auto_takes_compact_for_one_run_of_a_medium_model_and_unrolled_for_its_batches():
+    """Mechanism0's tape (about 13,600 operations) is above the single-run
+    limit and below the batch one: solve() compiles the compact engine (half
+    the compile time), solve_batch() the unrolled one (the fastest steps)."""
+    from pathlib import Path
+
+    from solver.integrate import UNROLL_MAX_OPS, UNROLL_MAX_OPS_SINGLE, choose_mode, tape_ops
+
+    model = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "mechanism0.yaml")
+    s = model.dae.structure
+    prog = TaylorProgram(model.dae, s.c, s.d, 12)
+    assert UNROLL_MAX_OPS_SINGLE < tape_ops(prog) <= UNROLL_MAX_OPS
+    assert choose_mode(prog, "auto", batch=False) == "compact"
+    assert choose_mode(prog, "auto", batch=True) == "unrolled"
+    single = solver.compiled_model(model.dae, 12, batch=False)
+    batch = solver.compiled_model(model.dae, 12, batch=True)
+    assert single.integrator.mode == "compact" and batch.integrator.mode == "unrolled"
+    assert solver.compiled_model(model.dae, 12, batch=False) is single   # built once each
+    assert solver.compiled_model(model.dae, 12, mode="unrolled", batch=False) is \
+        solver.compiled_model(model.dae, 12, mode="unrolled")             # batch only matters for auto

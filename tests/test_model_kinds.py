@@ -36,9 +36,13 @@ EXPECTED_DOF = {
     "mechanism0": 6,            # 4 coordinates (A, B), 1 constraint (rod OA)
     "mechanism0_lagrangian": 6,  # the same by hand
     "spring_chain": 20,         # 5 particles in 2-D, no constraints
+    "pendulum_chain3d": 12,     # 3 points in 3-D (9 coordinates), 3 rods
+    "free_body": 12,            # 3 points in 3-D (9 coordinates), 3 rigidity constraints
+    "free_body_lagrangian": 12,  # centroid and 3 Euler angles
 }
 # Every shipped config is listed above; its Kind is Lagrangian unless given here.
-KIND = {"pendulum": "DAE", "mechanism0": "Mechanism", "spring_chain": "Mechanism"}
+KIND = {"pendulum": "DAE", "mechanism0": "Mechanism", "spring_chain": "Mechanism",
+        "pendulum_chain3d": "Mechanism", "free_body": "Mechanism"}
 
 
 def _solve(name, over=SHORT):

@@ -227,9 +227,12 @@ def hy_build(make):
 
 
 # ============================================================ mechsweep helpers
-def mechsweep_state(dae, order, params, t0, values, fixed, linear="auto"):
-    """(compiled model, consistent flat state z0, u0 guess) through the public init path."""
-    comp = solver.compiled_model(dae, order, linear)
+def mechsweep_state(dae, order, params, t0, values, fixed, linear="auto", batch=False):
+    """(compiled model, consistent flat state z0, u0 guess) through the public init path.
+
+    ``batch=False``: the engine ``solve`` picks for one run (mode auto).
+    """
+    comp = solver.compiled_model(dae, order, linear, batch=batch)
     spec = parse_values(comp.integrator, values, fixed)
     z0 = comp.consistent_point(params, t0, spec)
     return comp, jnp.asarray(z0), jnp.asarray(spec.u_guess)
@@ -385,7 +388,7 @@ def bench_pendulum(args, tab: Tables):
     tc, best, r = compile_and_run(lambda: block(integ.run(params, z0, u0, 0.0, t1, t_eval, tol)), args.repeat)
     assert int(r["status"]) == 0, f"pendulum: status {int(r['status'])}"
     err = xy_error(r["values"]["x"][None, :, 0], r["values"]["y"][None, :, 0], t_eval, [1.0])
-    ms = Row(f"mechsweep integrator.run (order {order})", best, tc, err, f"{int(r['steps'])} steps")
+    ms = Row(f"mechsweep integrator.run (order {order}, {integ.mode})", best, tc, err, f"{int(r['steps'])} steps")
     _, sbest, _, _, ds = timed(lambda: solver.solve(dae, (0.0, t1), pendulum_values({"L": 1.0}), PENDULUM_FIXED,
                                                     tol=tol, t_eval=t_eval), max(3, args.repeat // 4))
     ms_solve = Row("mechsweep solve() (init + run + Dataset)", sbest, None,
@@ -416,6 +419,8 @@ def bench_pendulum(args, tab: Tables):
     Ls = np.linspace(0.5, 2.0, B)
     say(f"\n### {B} lengths in [0.5, 2] (same tol, span and outputs)")
     params_b = {"g": np.full(B, G), "L": Ls}
+    comp = solver.compiled_model(dae, order, batch=True)   # the engine solve_batch picks
+    integ = comp.integrator
     z0s, u0s = mechsweep_states(comp, [pendulum_values({"L": L}) for L in Ls], PENDULUM_FIXED, params_b, 0.0)
     slots = min(256, B)
     pb = {k: jnp.asarray(v) for k, v in params_b.items()}
@@ -424,7 +429,7 @@ def bench_pendulum(args, tab: Tables):
     assert np.all(np.asarray(rb["status"]) == 0)
     berr = xy_error(rb["values"]["x"][:, :, 0], rb["values"]["y"][:, :, 0], t_eval, Ls)
     steps = np.asarray(rb["steps"])
-    msb = Row(f"mechsweep integrator.run_batch ({slots} slots)", bbest, btc, berr,
+    msb = Row(f"mechsweep integrator.run_batch ({slots} slots, {integ.mode})", bbest, btc, berr,
               f"{steps.min()}-{steps.max()} steps")
     kw = dict(values=pendulum_values, fixed=PENDULUM_FIXED, t_span=(0.0, t1), t_eval=t_eval, tol=tol, slots=slots)
     _, sbest, _, _, ds = timed(lambda: solver.solve_batch(dae, {"L": Ls}, **kw), max(1, args.repeat // 10))
@@ -722,7 +727,7 @@ def bench_andrews(args, tab: Tables):
         q = q_end(r)
         err_t = andrews_err(q, ref_t)
         target = max(err_t, floor)
-        ms = Row(f"mechsweep integrator.run (order {order})", best, compile_ms, andrews_err(q),
+        ms = Row(f"mechsweep integrator.run (order {order}, {integ.mode})", best, compile_ms, andrews_err(q),
                  f"{int(r['steps'])} steps; vs tight {err_t:.1e}; abs {np.max(np.abs(q - ANDREWS_REF)):.1e}")
         rows = [ms]
         dx = hx = None
@@ -857,7 +862,7 @@ def bench_model(args, tab: Tables, name: str, file: str, quick_tend: float, full
         dx = Row(f"diffrax Dopri8, index-1 ODE (rtol=atol={drtol:g})", dbest, dtc, ref_err["diffrax"],
                  f"{int(dres[1])} steps; M, bias, G from the LagrangianDAE, C'' by AD"
                  + ("" if bool(dres[2]) else "; FAILED"))
-    ms = Row(f"mechsweep integrator.run (order {order})", best, tc, ref_err.get("mechsweep"),
+    ms = Row(f"mechsweep integrator.run (order {order}, {integ.mode})", best, tc, ref_err.get("mechsweep"),
              f"{int(r['steps'])} steps")
     ms_solve = Row("mechsweep model.solve() (init + run + Dataset)", sbest, None, ref_err.get("mechsweep"),
                    f"max constraint_residual {float(np.nanmax(ds['constraint_residual'].values)):.1e}")
