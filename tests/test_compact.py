@@ -12,6 +12,9 @@ primitive against nested jacfwd, all engines):
 * batched runs (``jax.vmap``, the slot pool) equal single runs;
 * an operation it cannot decompose makes ``mode="auto"`` fall back to the
   looped engine, and ``mode="compact"`` say which operation and where.
+
+Its convergence order is checked with the other engines' in
+test_integrate.py.
 """
 
 import math
@@ -159,23 +162,6 @@ def test_an_operation_it_cannot_decompose_is_named_and_auto_falls_back(monkeypat
     assert integ.mode == "looped"
     ds = solver.solve(dae, (0.0, 1.0), values={"y": 0.3}, tol=1e-10, params={"which": 1.0})
     assert int(ds.status) == 0
-
-
-@pytest.mark.parametrize("order", [3, 5])
-def test_convergence_order_with_fixed_steps(order):
-    """u'' = -2.5 u: with p stages the series of u has degree p + 2, so the
-    global error with fixed steps falls like h^(p+2) (as the other engines)."""
-    osc = solver.DAE(lambda t, v, p: [v["u"][2] + 2.5 * v["u"][0]], ["u"])
-    integ = integrator_for(osc, order, mode="compact")
-    assert integ.mode == "compact"
-    z0 = jnp.array([1.0, 0.0])
-    T, w = 2.0, math.sqrt(2.5)
-    errs = []
-    for h in [0.2, 0.1, 0.05]:
-        r = integ.run({}, z0, jnp.zeros(1), 0.0, T, np.array([T]), 0.5, fixed_step=h)
-        errs.append(abs(float(r["values"]["u"][0, 0]) - math.cos(w * T)))
-    slopes = [math.log(errs[i] / errs[i + 1]) / math.log(2.0) for i in range(2)]
-    assert all(order + 2 - 0.3 <= s <= order + 2 + 0.5 for s in slopes), (errs, slopes)
 
 
 def test_auto_takes_compact_for_one_run_of_a_medium_model_and_unrolled_for_its_batches():

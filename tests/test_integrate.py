@@ -78,11 +78,13 @@ def test_linear_constant_coefficient_dae_closed_form():
 OSC = solver.DAE(lambda t, v, p: [v["u"][2] + 2.5 * v["u"][0]], ["u"])
 
 
+@pytest.mark.parametrize("mode", ["unrolled", "compact"])
 @pytest.mark.parametrize("order", [3, 5])
-def test_convergence_order_with_fixed_steps(order):
+def test_convergence_order_with_fixed_steps(order, mode):
     """With p stages the series of u (d = 2) has degree p + 2, so the global
-    error with fixed steps falls like h^(p+2)."""
-    integ = integrator_for(OSC, order)
+    error with fixed steps falls like h^(p+2), in either engine."""
+    integ = integrator_for(OSC, order, mode=mode)
+    assert integ.mode == mode
     z0 = jnp.array([1.0, 0.0])
     T, w = 2.0, math.sqrt(2.5)
     hs = [0.2, 0.1, 0.05]
