@@ -67,8 +67,7 @@ _MOVE = {"reshape", "squeeze", "expand_dims", "transpose", "slice", "broadcast_i
 _INDEX_OPERANDS = {"gather": (1,), "dynamic_slice": "rest1", "dynamic_update_slice": "rest2"}
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}
 _PIECE = _COMPARE | {"sign", "floor", "ceil", "round", "is_finite", "and", "or", "not", "stop_gradient"}
-# Inverse functions z' = sign · x' / q: (q as a function of x, sign, z0).
-_INVERSE = {"asin": -1.0, "acos": -1.0, "atan": 0.0, "asinh": 1.0, "acosh": 2.0, "atanh": 3.0}
+# Inverse functions z' = ±x' / q(x), and their values at order 0.
 _INVERSE_F0 = {"asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan, "asinh": jnp.arcsinh,
                "acosh": jnp.arccosh, "atanh": jnp.arctanh}
 # Operations whose recurrences read every order of their operands.
@@ -587,7 +586,7 @@ class _Builder:
                 return H.known_sc(1.0 / (1.0 + math.exp(-ka)))
             ex = H._unary("exp", H.scale(scs[0], -1.0), math.exp)
             return H._div(H.known_sc(1.0), H.add(ex, H.known_sc(1.0)))
-        if name in _INVERSE:
+        if name in _INVERSE_F0:
             a = scs[0]
             ka = H.known(a)
             if ka is not None:
@@ -965,22 +964,10 @@ class CompactProgram:
                 for v in self.dae.variables}
 
     # ------------------------------------------------------------ evaluation
-    def stage(self, C, Xf, k):
-        """Every node's coefficient of order ``k + off`` (one pass over the groups).
-
-        Args:
-            C: the coefficient table ``(n_nodes, K)``.
-            Xf: the variables' coefficients ``(KX, n)``.
-            k: the stage (may be traced).
-
-        Returns:
-            The updated table.  (The integrator calls the passes below,
-            which evaluate a batch natively under ``jax.vmap``.)
-        """
-        return self._stage_native(C, Xf, k)
-
     def _stage_native(self, C, Xf, k):
-        """:meth:`stage` on C (n_nodes, K, *B), Xf (KX, n, *B): one table or a batch (last axis).
+        """One stage: every node's coefficient of order ``k + off``, one pass over the groups.
+
+        C (n_nodes, K, *B), Xf (KX, n, *B): one table or a batch (last axis).
 
         Orders below zero (stages k < -off) write garbage into coefficient 0;
         it is written properly at stage -off, from operands whose
@@ -1100,28 +1087,6 @@ class CompactProgram:
 
         Xf, _ = lax.fori_loop(1, self.prog.p + 1, stage_k, (Xf, C))
         return Xf
-
-    def hidden(self, integ, z, t0, consts):
-        """Every constraint on the state (coefficients r < c_i of f_i), flat."""
-        Xf = self.xf_from_state(integ, z)
-        C = self.negative_stages(self.init(t0, consts), Xf)
-        where = {}
-        for cc, (sel, op) in self.outputs.items():
-            for pos, i in enumerate(sel):
-                where[int(i)] = (cc, pos)
-        cache = {}
-        vals = []
-        for b, r, e in integ.hidden_index:
-            i = self.dae.equation_blocks[b][0] + e
-            if i in where:
-                cc, pos = where[i]
-                if (cc, r) not in cache:
-                    cache[(cc, r)] = self.outputs[cc][1].at(C, r, self.K)
-                vals.append(cache[(cc, r)][pos])
-            else:
-                o = self.prog.out_ids[b]
-                vals.append(jnp.ravel(jnp.asarray(consts[o], jnp.float64))[e] if r == 0 else jnp.zeros(()))
-        return jnp.stack(vals)
 
     def cauchy(self, C, a: _Operand, b: _Operand, m, lo=0, top=0, weight=None):
         """Σ_{r=lo}^{m−top} w(r) a_r b_{m−r} for each member (w a function of r and m)."""
