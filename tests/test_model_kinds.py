@@ -39,6 +39,7 @@ EXPECTED_DOF = {
     "pendulum_chain3d": 12,     # 3 points in 3-D (9 coordinates), 3 rods
     "free_body": 12,            # 3 points in 3-D (9 coordinates), 3 rigidity constraints
     "free_body_lagrangian": 12,  # centroid and 3 Euler angles
+    "car": 12,                  # centre of mass and 3 Euler angles of the frame, no constraints
 }
 # Every shipped config is listed above; its Kind is Lagrangian unless given here.
 KIND = {"pendulum": "DAE", "mechanism0": "Mechanism", "spring_chain": "Mechanism",
