@@ -184,3 +184,55 @@ def test_auto_takes_compact_for_one_run_of_a_medium_model_and_unrolled_for_its_b
     assert solver.compiled_model(model.dae, 12, batch=False) is single   # built once each
     assert solver.compiled_model(model.dae, 12, mode="unrolled", batch=False) is \
         solver.compiled_model(model.dae, 12, mode="unrolled")             # batch only matters for auto
+
+
+# Each operation applied to an *unknown*: G(y, t) = G(a(t), t) has the
+# solution y = a(t), so y's series is a's, and at every stage k >= 1 the
+# unknown y_k reaches the residual through G at the same stage (test_taylor's
+# cases reach it only through t, whose coefficients are all known).
+def _a(t):
+    return 0.4 + 0.7 * t - 0.5 * t**2 + 0.2 * jnp.sin(2 * t)
+
+
+def _b(t):
+    return 1.3 + 0.3 * jnp.cos(t) + 0.25 * t**3
+
+
+ON_THE_UNKNOWN = {
+    "mul": lambda y, t: y * _b(t) + y * y,
+    "div": lambda y, t: _b(t) / (y + 2.0),
+    "sqrt": lambda y, t: jnp.sqrt(y + 2.0),
+    "real_pow": lambda y, t: (y + 2.0) ** 1.7,
+    "series_pow": lambda y, t: (y + 2.0) ** _b(t),
+    "exp": lambda y, t: jnp.exp(y),
+    "log": lambda y, t: jnp.log(y + 2.0),
+    "sin": lambda y, t: jnp.sin(y),
+    "cos": lambda y, t: jnp.cos(y + 0.5),
+    "sinh_cosh": lambda y, t: jnp.sinh(y) + jnp.cosh(y),
+    "asin": lambda y, t: jnp.arcsin(0.5 * y),
+    "acos": lambda y, t: jnp.arccos(0.5 * y),
+    "atan": lambda y, t: jnp.arctan(y),
+    "atan2": lambda y, t: jnp.arctan2(y, _b(t)),
+    "atan2_denominator": lambda y, t: jnp.arctan2(_b(t), y),
+    "abs": lambda y, t: jnp.abs(y - 2.0),
+    "where": lambda y, t: jnp.where(y > 0, y * _b(t), -y),
+    "chain": lambda y, t: jnp.exp(jnp.sin(y) * _b(t)) / (1.0 + y * y),
+}
+
+
+def test_every_operation_on_an_unknown_gives_the_exact_series():
+    order, t0 = 9, 0.3
+    names = sorted(ON_THE_UNKNOWN)
+    dae = solver.DAE(lambda t, v, p: [ON_THE_UNKNOWN[n](v[n][0], t) - ON_THE_UNKNOWN[n](_a(t), t)
+                                      for n in names], names)
+    integ = integrator_for(dae, order, mode="compact")
+    consts = integ.prog.constants({})
+    guess = jnp.full(len(names), float(_a(t0)))
+    X, u, status, _ = jax.jit(lambda: integ.series(jnp.zeros(0), guess, t0, consts))()
+    assert int(status) == 0
+    ref, f = [], _a
+    for k in range(order + 1):
+        ref.append(float(jax.jit(f)(t0)) / math.factorial(k))
+        f = jax.jacfwd(f)
+    for n in names:
+        np.testing.assert_allclose(np.asarray(X[n][: order + 1]), ref, rtol=1e-11, atol=1e-12, err_msg=n)
