@@ -160,15 +160,20 @@ def _apply_sets(items: Sequence[str], model):
         else:
             rest.append(item)
     if sizes:
-        for name, value in sizes.items():
-            if np.ndim(value) != 0 or float(value) != int(float(value)):
-                raise InputError(f"--set {name}={value}: '{name}' fixes the model's size and must be "
-                                 f"a whole number", file=model.path)
-        sizes = {k: int(float(v)) for k, v in sizes.items()}
+        from sweep.pipeline import rebuild_structural, structural_sizes
+
+        for name, value in sizes.items():   # a vector value is refused as it is written
+            if np.ndim(value) != 0:
+                raise InputError(f"--set {name}={value}: '{name}' fixes the model's size and must "
+                                 f"be a whole number", file=model.path)
+        given = dict(sizes)
+        sizes = structural_sizes(given, lambda name, value: InputError(
+            f"--set {name}={given[name]}: '{name}' fixes the model's size and must be a whole "
+            f"number", file=model.path))
         said = ", ".join(f"{k} = {v}" for k, v in sizes.items())
         _progress(f"{said}: structural (it fixes the model's size), so the model is built again "
                   f"and compiled for it")
-        model = model.with_overrides({"PhysicalParams": sizes})
+        model = rebuild_structural(model, sizes)
     return model, _parse_sets(rest, model)
 
 
@@ -614,17 +619,26 @@ def cmd_sweep(args) -> int:
 def cmd_status(args) -> int:
     """Print ``sweep.store.status_report`` after checking the store's batches.
 
+    A structural store (:mod:`sweep.structural`) is reported group by group.
+
     Returns:
         0 when no batch is damaged (pending batches are not damage), 1 when a
-        batch's chunks are missing or corrupt, or a shared array is undecodable.
+        batch's chunks are missing or corrupt, or a shared array is undecodable
+        (for a structural store: in any group, or a group is missing).
 
     Raises:
         InputError: no sweep store; ``--verify`` on a store without commit
             records (format 1).
     """
     from sweep import store  # dask and zarr: loaded for sweep commands only
+    from sweep import structural
 
-    check = store.check_store(args.store, "decode" if args.verify else "quick")
+    level = "decode" if args.verify else "quick"
+    if structural.is_structural_store(args.store):   # one report per structure group
+        text, ok = structural.status_report(args.store, level)
+        print(text)
+        return EXIT_OK if ok else EXIT_FAILED
+    check = store.check_store(args.store, level)
     print(store.status_report(args.store, check=check))
     return EXIT_OK if check.ok else EXIT_FAILED
 

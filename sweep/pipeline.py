@@ -19,8 +19,8 @@ import math
 import re
 import time
 import warnings
-from collections import OrderedDict
-from typing import Any, Mapping
+from collections import Counter, OrderedDict
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -29,7 +29,8 @@ from solver import status as codes
 from solver.errors import InputError
 
 __all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "store_bytes", "check_store_size",
-           "estimate_run"]
+           "estimate_run", "load_model", "structural_names", "structural_sizes", "rebuild_structural",
+           "group_context", "remember_model", "MODEL_BUILDS"]
 
 REDUCERS = {
     "min": lambda a: np.nanmin(a, axis=1),
@@ -58,6 +59,10 @@ class SweepContext:
         attrs: dataset attributes (model text, solver settings, structure).
         key: the model's hash (the worker's cache key).
         batch: points per task; shorter batches are padded to it.
+        structural: structural parameter -> whole value of a structure
+            group (:mod:`sweep.structural`); these names are in the points as
+            constant coordinates and fixed in ``override``, never passed to
+            the solver as run parameters. Empty for a plain sweep.
     """
 
     model_path: str
@@ -70,6 +75,7 @@ class SweepContext:
     attrs: dict
     key: str
     batch: int = 0
+    structural: dict = dataclasses.field(default_factory=dict)
 
 
 # A worker keeps the models it has loaded, by model hash; each model's DAE
@@ -78,6 +84,32 @@ class SweepContext:
 _WORKER_MODELS: "OrderedDict[str, Any]" = OrderedDict()
 _WORKER_MODELS_MAX = 4
 
+#: Sweep models built in this process, by model key (:attr:`SweepContext.key`):
+#: the driver's builds (:func:`load_model`, :func:`group_context`) and the
+#: worker's (:func:`batch_fn`, once per model while cached). Each build of a
+#: model is one compile of it when it runs (its compiled state lives on its
+#: DAE), so a structural sweep run in this process (``workers=0``) counts 1
+#: per structure group.
+MODEL_BUILDS: Counter = Counter()
+
+
+def _model_key(path, text: str, override) -> str:
+    """The model's hash: the worker's cache key (file, text and override)."""
+    return hashlib.sha256(json.dumps([str(path), text, override], sort_keys=True,
+                                     default=str).encode()).hexdigest()
+
+
+def remember_model(key: str, model) -> None:
+    """Put a model the driver built into this process's worker cache.
+
+    A sweep run in this process (``workers=0``, ``--estimate``) then uses it
+    instead of building it again: one build and one compile per model.
+    """
+    _WORKER_MODELS[key] = model
+    _WORKER_MODELS.move_to_end(key)
+    while len(_WORKER_MODELS) > _WORKER_MODELS_MAX:
+        _WORKER_MODELS.popitem(last=False)
+
 
 def _model(path, override, key):
     """The loaded model of a sweep on this worker (cached by model hash)."""
@@ -85,10 +117,82 @@ def _model(path, override, key):
         _WORKER_MODELS.move_to_end(key)
         return _WORKER_MODELS[key]
     model = solver.load(path, overrides=override or None)
-    _WORKER_MODELS[key] = model
-    while len(_WORKER_MODELS) > _WORKER_MODELS_MAX:
-        _WORKER_MODELS.popitem(last=False)
+    MODEL_BUILDS[key] += 1
+    remember_model(key, model)
     return model
+
+
+def load_model(spec):
+    """The sweep's model as its file and ``Override`` give it (built in the driver).
+
+    Raises:
+        InputError: the model cannot be built (located in its file).
+    """
+    model = solver.load(spec.model_path, overrides=spec.override or None)
+    MODEL_BUILDS[_model_key(spec.model_path, model.text, spec.override)] += 1
+    return model
+
+
+# ----------------------------------------------------------------- structure
+def structural_sizes(values: Mapping[str, Any],
+                     fail: Callable[[str, Any], Exception]) -> dict[str, int]:
+    """Values of structural parameters as whole numbers.
+
+    Args:
+        values: name -> value (a number, or an array of the values a sweep
+            gives it).
+        fail: ``fail(name, bad_value)`` -> the exception to raise for a value
+            that is not a whole number (each caller names its own input:
+            ``--set`` or the sweep file's key).
+
+    Returns:
+        name -> int (for arrays: the first value; all are checked).
+
+    Raises:
+        whatever ``fail`` returns, for a value that is not a finite whole
+        number (or not a scalar).
+    """
+    out = {}
+    for name, value in values.items():
+        arr = np.asarray(value, dtype=float) if np.ndim(value) else None
+        items = arr.ravel() if arr is not None else [value]
+        for v in items:
+            try:
+                whole = np.ndim(v) == 0 and math.isfinite(float(v)) and float(v) == int(float(v))
+            except (TypeError, ValueError):
+                whole = False
+            if not whole:
+                raise fail(name, v)
+        out[name] = int(float(items[0]))
+    return out
+
+
+def rebuild_structural(model, sizes: Mapping[str, int]):
+    """The model built again from its file with structural parameters set.
+
+    The one way a structural value changes (``simulate --set N=5`` and the
+    structure groups of a sweep): ``PhysicalParams`` overridden, the whole
+    model (repeats expanded again, structure analysed) rebuilt by
+    :meth:`solver.models.model.Model.with_overrides`; its ``overrides`` then
+    hold the sizes, so ``solver.load(path, overrides=model.overrides)``
+    builds the same model (as the sweep workers do).
+
+    Raises:
+        InputError: the rebuilt model is invalid (an impossible structure),
+            located in the model file.
+    """
+    return model.with_overrides({"PhysicalParams": {k: int(v) for k, v in sizes.items()}})
+
+
+def structural_names(spec, model) -> list[str]:
+    """The swept or constant names of a sweep that are structural parameters of its model.
+
+    Returns:
+        Names in the model's order of structural parameters (empty for a
+        plain sweep).
+    """
+    given = set(spec.points) | set(spec.constants)
+    return [name for name in model.param_info.structural if name in given]
 
 
 # ----------------------------------------------------------------- context
@@ -108,11 +212,13 @@ def _component_index(dae, name: str):
     return None
 
 
-def build_context(spec) -> SweepContext:
+def build_context(spec, model=None) -> SweepContext:
     """Check the sweep against its model and fix everything that is kept.
 
     Args:
         spec: :class:`sweep.spec.SweepSpec`.
+        model: its model, already built by :func:`load_model` (default:
+            built here).
 
     Returns:
         SweepContext.
@@ -120,14 +226,64 @@ def build_context(spec) -> SweepContext:
     Raises:
         InputError: swept names that are not parameters of the model, unknown
             output variables or metric targets (with the valid choices).
+        ValueError: the sweep varies a structural parameter: such a sweep
+            runs one context per structure group (:func:`group_context`,
+            :mod:`sweep.structural`).
     """
+    model = load_model(spec) if model is None else model
+    _check_swept_names(spec, model)
+    names = structural_names(spec, model)
+    if names:
+        raise ValueError(f"the sweep varies structural parameters ({', '.join(names)}): build one "
+                         f"context per structure group with sweep.pipeline.group_context")
+    return _context(spec, model, spec.override, spec.constants)
+
+
+def group_context(spec, base, sizes: Mapping[str, int]):
+    """The model and context of one structure group of a sweep.
+
+    The model is :func:`rebuild_structural` of the base model (the file with
+    the sweep's ``Override``) with ``sizes``; the context's override holds
+    the sizes, so a worker builds the same model, and its constants leave
+    the structural names out (they are not run parameters).
+
+    Args:
+        spec: the sweep (all of its points; the points are not used here).
+        base: its model from :func:`load_model`.
+        sizes: structural parameter -> whole value of this group.
+
+    Returns:
+        ``(model, context)``.
+
+    Raises:
+        InputError: the structure cannot be built, or the sweep's outputs or
+            metrics do not exist in it.
+    """
+    model = rebuild_structural(base, sizes)
+    override = model.overrides
+    constants = {k: v for k, v in spec.constants.items() if k not in sizes}
+    context = _context(spec, model, override, constants, structural=dict(sizes))
+    MODEL_BUILDS[context.key] += 1
+    return model, context
+
+
+def _times(spec, model) -> np.ndarray:
+    """The sweep's output times: ``Outputs.samples``/``dt``, else the model's."""
+    if spec.outputs.samples is not None:
+        return np.linspace(model.t0, model.tend, int(spec.outputs.samples))
+    if spec.outputs.dt is not None:
+        n = int(math.floor((model.tend - model.t0) / spec.outputs.dt * (1 + 1e-12))) + 1
+        return model.t0 + spec.outputs.dt * np.arange(n)
+    return model.t_eval()
+
+
+def _context(spec, model, override, constants, structural=None) -> SweepContext:
+    """The context of a sweep (or of one structure group) on a built model."""
     from solver.integrate import order_for_tol
     from solver.solution import output_layout
     from sweep.store import Schema
 
-    model = solver.load(spec.model_path, overrides=spec.override or None)
     dae = model.dae
-    _check_swept_names(spec, model)
     structure = dae.structure
     names = [v.name for v in dae.variables]
     wanted = list(spec.outputs.variables) if spec.outputs.variables is not None else names
@@ -143,13 +299,7 @@ def build_context(spec) -> SweepContext:
                              f"a component such as {names[0]}[0] or Bx, or constraint_residual",
                              file=str(spec.path), path=f"Outputs.metrics.{mname}.of")
         metrics[mname] = (m.of, m.reduce)
-    if spec.outputs.samples is not None:
-        t = np.linspace(model.t0, model.tend, int(spec.outputs.samples))
-    elif spec.outputs.dt is not None:
-        n = int(math.floor((model.tend - model.t0) / spec.outputs.dt * (1 + 1e-12))) + 1
-        t = model.t0 + spec.outputs.dt * np.arange(n)
-    else:
-        t = model.t_eval()
+    t = _times(spec, model)
     layout, coords = output_layout(dae, wanted)
     variables = {name: dims for name, (dims, _) in layout.items()}
     var_attrs = {name: attrs for name, (_, attrs) in layout.items()}
@@ -169,12 +319,11 @@ def build_context(spec) -> SweepContext:
         "structural_index": int(structure.index),
         "dof": int(structure.dof),
     }
-    key = hashlib.sha256(json.dumps([str(spec.model_path), model.text, spec.override], sort_keys=True,
-                                    default=str).encode()).hexdigest()
-    return SweepContext(model_path=str(spec.model_path), override=spec.override,
-                        constants={k: float(v) for k, v in spec.constants.items()}, variables=wanted,
+    key = _model_key(spec.model_path, model.text, override)
+    return SweepContext(model_path=str(spec.model_path), override=override,
+                        constants={k: float(v) for k, v in constants.items()}, variables=wanted,
                         metrics=metrics, time=schema.time, schema=schema, attrs=ds_attrs, key=key,
-                        batch=int(spec.batch))
+                        batch=int(spec.batch), structural=dict(structural or {}))
 
 
 def _where(spec, name: str) -> tuple[str, int | None]:
@@ -187,16 +336,28 @@ def _where(spec, name: str) -> tuple[str, int | None]:
 
 
 def _check_swept_names(spec, model) -> None:
-    """Every swept or constant name is a scalar free parameter of the model.
+    """Every swept or constant name is a scalar free or structural parameter of the model.
+
+    A structural parameter (one that fixes the model's size, see
+    :mod:`sweep.structural`) must take whole values.
 
     Raises:
-        InputError: an unknown, derived or structural name, or a vector
-            parameter, listing the sweepable parameters.
+        InputError: an unknown or derived name, a vector parameter, or a
+            structural one given a value that is not a whole number; listing
+            the sweepable parameters or saying how to fix it.
     """
     params = model.params
+    structural = model.param_info.structural
     valid = ", ".join(sorted(params)) or "none (the model has no free PhysicalParams)"
+    if structural:
+        valid += f"; structural (one model per value): {', '.join(structural)}"
     for name in list(spec.points) + list(spec.constants):
         path, line = _where(spec, name)
+        if name in structural and np.ndim(structural[name]) == 0:
+            values = spec.points[name] if name in spec.points else spec.constants[name]
+            structural_sizes({name: values}, lambda n, v: InputError(
+                _not_whole(spec, n, v), file=str(spec.path), path=path, line=line))
+            continue
         if name not in params:
             raise InputError(f"{name!r} is not a parameter of the model {spec.model_path}; "
                              f"sweepable parameters: {valid}", file=str(spec.path), path=path,
@@ -207,6 +368,17 @@ def _check_swept_names(spec, model) -> None:
             raise InputError(f"{name!r} is a vector parameter of shape {shape} in the model "
                              f"{spec.model_path}; a sweep varies scalar parameters only: "
                              f"{scalars}", file=str(spec.path), path=path, line=line)
+
+
+def _not_whole(spec, name: str, value) -> str:
+    """The message for a structural sweep value that is not a whole number."""
+    sampled = any(a.name == name and a.group == "sample" for a in spec.axes)
+    fix = (f"give '{name}' whole values under Sweep.product or Sweep.zip (a sample draws real "
+           f"numbers), e.g. {name}: [1, 2, 3]" if sampled
+           else f"give whole numbers, e.g. {name}: [1, 2, 3]")
+    return (f"'{name}' is structural (it fixes the model's size: the sweep builds and compiles "
+            f"the model once per value), so its values must be whole numbers, got {float(value):g}; "
+            f"{fix}")
 
 
 # ----------------------------------------------------------------- estimates
@@ -302,13 +474,19 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
 
     model = _model(context.model_path, context.override, context.key)
     B = len(next(iter(points.values()))) if points else 1
+    # A structure group's structural names are constant coordinates of its
+    # points, fixed in its model: not run parameters.
+    structural = getattr(context, "structural", None) or {}
+    points = {k: v for k, v in points.items() if k not in structural}
     # A short last batch is padded (repeating its last point) so that every
     # batch has the same shape and the worker compiles once.
     pad = max(context.batch - B, 0) if points else 0
     padded = {k: np.concatenate([np.asarray(v, float), np.repeat(np.asarray(v, float)[-1:], pad)])
               for k, v in points.items()}
     ds = solver.solve_batch(model, padded, params=context.constants, t_eval=context.time)
-    ds = ds.isel(point=slice(0, B))
+    # No run parameter varies (a group over structural values only): one
+    # solve serves its B identical points.
+    ds = ds.isel(point=slice(0, B) if padded else np.zeros(B, dtype=int))
     status = ds["status"].values.astype(np.int8)
     failed = status != codes.SUCCESS
     data = {name: np.asarray(ds[name].values, dtype=float)

@@ -65,6 +65,16 @@ CLUSTER_KEYS = {
 
 # ---------------------------------------------------------------- worker side
 
+def local_cores() -> int:
+    """The cores this process may use (the LocalCluster's default worker count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def format_seconds(s: float) -> str:
+    """A duration for people: seconds, minutes or hours, 3 significant digits."""
+    return f"{s:.3g} s" if s < 120 else f"{s / 60:.3g} min" if s < 7200 else f"{s / 3600:.3g} h"
+
+
 def default_jax_cache_dir() -> str:
     """The persistent JAX compilation cache used by workers.
 

@@ -44,13 +44,18 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
         plot: write ``<out>.png`` with a summary picture afterwards.
         echo: where messages go.
 
+    A sweep that varies (or sets) a structural parameter runs one structure
+    group after another into one store (:mod:`sweep.structural`).
+
     Returns:
-        the run summary (None for a dry run).
+        the run summary (None for a dry run): a :class:`sweep.run.SweepSummary`,
+        or a :class:`sweep.structural.StructuralSummary`.
 
     Raises:
         InputError: bad sweep file, model or options.
     """
-    from sweep.pipeline import batch_fn, build_context, check_store_size
+    from sweep.pipeline import (batch_fn, build_context, check_store_size, load_model,
+                                structural_names)
     from sweep.run import run_sweep
     from sweep.spec import load_sweep
 
@@ -59,7 +64,17 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
         raise InputError("--out STORE.zarr is required (or use --dry-run)")
     # Builds the model: unknown parameter or output names fail here, before
     # a dry run says anything or a run writes anything.
-    context = build_context(spec)
+    model = load_model(spec)
+    names = structural_names(spec, model)
+    if names:   # one model, compile and store group per structure (sweep/structural.py)
+        from sweep.structural import run_structural_file
+
+        return run_structural_file(spec, model, names, out, workers=workers, scheduler=scheduler,
+                                   scheduler_file=scheduler_file, cluster=cluster, mode=mode,
+                                   dry_run=dry_run, progress=progress,
+                                   plot=summary_plot if plot else None, echo=echo,
+                                   estimate=estimate)
+    context = build_context(spec, model)
     store_line = check_store_size(spec, context)
     if dry_run:
         echo(spec.describe())
@@ -80,15 +95,6 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
     return summary
 
 
-def _local_cores() -> int:
-    """The cores this process may use (the LocalCluster's default worker count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def _seconds(s: float) -> str:
-    return f"{s:.3g} s" if s < 120 else f"{s / 60:.3g} min" if s < 7200 else f"{s / 3600:.3g} h"
-
-
 def dry_run_estimate(spec, context, workers=None, remote=None) -> str:
     """``sweep --dry-run --estimate``: time one compiled batch and extrapolate.
 
@@ -102,8 +108,9 @@ def dry_run_estimate(spec, context, workers=None, remote=None) -> str:
         Lines of text: compile seconds, seconds per point, the total.
     """
     from sweep.pipeline import estimate_run
+    from sweep.run import format_seconds, local_cores
 
-    n_workers = workers or _local_cores()
+    n_workers = workers or local_cores()
     _progress_line = f"  estimate:  compiling and running batch 0 ({context.batch} points) ..."
     print(_progress_line, file=sys.stderr, flush=True)
     e = estimate_run(spec, context, n_workers)
@@ -113,7 +120,7 @@ def dry_run_estimate(spec, context, workers=None, remote=None) -> str:
              f"cache makes later compiles fast)",
              f"  per point: {e['seconds_per_point']:.3g} s (batch 0, padded to "
              f"{e['batch_points']} points; {e['failed']} failed)",
-             f"  total:     about {_seconds(e['total_seconds'])} for {spec.n_points} points in "
+             f"  total:     about {format_seconds(e['total_seconds'])} for {spec.n_points} points in "
              f"{spec.n_batches} batches on {basis}"]
     return "\n".join(lines)
 
@@ -123,7 +130,9 @@ def summary_plot(store, out_png=None):
 
     The first metric (or the range of the first output) is shown against the
     first two swept parameters (a heat map when they form a grid, a scatter
-    otherwise); failed designs are marked with crosses.
+    otherwise); failed designs are marked with crosses. A structural store
+    shows the points of all its groups (its metrics; the series differ in
+    shape from group to group).
 
     Returns:
         the PNG path, or None when the store has nothing to draw.
@@ -134,7 +143,12 @@ def summary_plot(store, out_png=None):
     import matplotlib.pyplot as plt
     import xarray as xr
 
-    ds = xr.open_zarr(store)
+    from sweep.store import is_structural_store
+    from sweep.structural import points_dataset
+
+    ds = points_dataset(store) if is_structural_store(store) else xr.open_zarr(store)
+    if "status" not in ds:
+        return None
     params = [c for c in ds.coords if ds[c].dims == ("point",) and c != "point"]
     scalars = [v for v in ds.data_vars if ds[v].dims == ("point",) and v not in ("status", "steps")]
     if scalars:

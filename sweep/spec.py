@@ -233,8 +233,13 @@ class SweepSpec:
                           allow_nan=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def describe(self) -> str:
+    def describe(self, batches: int | None = None) -> str:
         """The ``--dry-run`` report: title, model, counts, axes, constants, outputs.
+
+        Args:
+            batches: the number of batches when the points run in structure
+                groups, each batched on its own (:mod:`sweep.structural`);
+                default :attr:`n_batches`.
 
         Returns:
             Several lines of text, no trailing newline.
@@ -245,10 +250,15 @@ class SweepSpec:
         if self.override:
             flat = ", ".join(f"{k}={_short(v)}" for k, v in _flatten(self.override))
             lines.append(f"  override:  {flat}")
-        last = self.n_points - (self.n_batches - 1) * self.batch if self.n_points else 0
-        tail = f" (last has {last})" if self.n_batches and last != self.batch else ""
-        lines.append(f"  points:    {self.n_points} in {self.n_batches} batch"
-                     f"{'es' if self.n_batches != 1 else ''} of {self.batch}{tail}")
+        if batches is None:
+            last = self.n_points - (self.n_batches - 1) * self.batch if self.n_points else 0
+            tail = f" (last has {last})" if self.n_batches and last != self.batch else ""
+            lines.append(f"  points:    {self.n_points} in {self.n_batches} batch"
+                         f"{'es' if self.n_batches != 1 else ''} of {self.batch}{tail}")
+        else:
+            lines.append(f"  points:    {self.n_points} in {batches} batch"
+                         f"{'es' if batches != 1 else ''} of at most {self.batch} (each structure "
+                         f"group batched on its own, below)")
         if self.axes:
             lines.append("  axes (combined in this order, the last varying fastest):")
             kinds = [f"{a.kind} n={self.sample['n']} seed={self.sample['seed']}"

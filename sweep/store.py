@@ -63,6 +63,11 @@ reads as damaged, and as done at the next check.)
 Stores of format 1 (written before commit records existed) can still be read
 and reported, but neither verified nor resumed (a clear error says so).
 
+A sweep over structural parameters writes one such store per structure
+group, as child groups (``STORE.zarr/N=3``) of one Zarr root
+(:mod:`sweep.structural`); :func:`open_store` opens that root as an
+``xarray.DataTree``.
+
 Only local filesystem paths are supported as stores (the template is created
 in a temporary directory and renamed into place, and checks read chunk files,
 which object stores cannot do).
@@ -424,6 +429,11 @@ def plan_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: S
         raise InputError("exists and is not a Zarr store. Choose another --out path",
                          file=str(path))
     old = store_attrs(path)
+    if "mechsweep_structural_sweep" in old:
+        raise InputError(f"holds a sweep over structural parameters (one Zarr group per "
+                         f"structure: {', '.join(map(str, old.get('sweep_groups') or []))}), not "
+                         f"this sweep. Pass --overwrite to replace it, or choose a new --out path",
+                         file=str(path))
     if "sweep_hash" not in old:
         raise InputError("is a Zarr store but not a mechsweep sweep store (no sweep_hash "
                          "attribute). Pass --overwrite to replace it, or choose a new --out path",
@@ -701,6 +711,12 @@ def _open_sweep_group(path: Path) -> zarr.Group:
                          f"({type(exc).__name__}: {exc}). Recompute it with --overwrite or into "
                          f"a new --out path", file=str(path)) from None
     attrs = group.attrs
+    if "mechsweep_structural_sweep" in attrs:
+        groups = [str(g) for g in attrs.get("sweep_groups") or []]
+        raise InputError(f"a sweep store over structural parameters: one store per structure "
+                         f"group ({', '.join(groups)}); give a group's path, e.g. "
+                         f"{path / (groups[0] if groups else 'N=1')}, or use "
+                         f"'mechsweep status {path}' and sweep.store.open_store", file=str(path))
     if "sweep_hash" not in attrs:
         raise InputError("a Zarr store, but not a mechsweep sweep store (no sweep_hash attribute)",
                          file=str(path))
@@ -904,8 +920,84 @@ def failed_points(path) -> np.ndarray:
     return np.flatnonzero(st.is_failure(read_status(path)))
 
 
-def open_store(path, verify: str | None = "quick") -> xr.Dataset:
+
+# ------------------------------------------------------------ structural roots
+# A sweep over structural parameters (sweep/structural.py) writes one plain
+# store per structure group under a root group marked ROOT_MARK; reading
+# such a root is the store's job.
+ROOT_MARK = "mechsweep_structural_sweep"
+
+
+def root_attrs(path) -> dict:
+    """The attributes of a store's root group (no data read)."""
+    import zarr
+
+    return dict(zarr.open_group(str(path), mode="r").attrs)
+
+
+def is_structural_store(path) -> bool:
+    """Whether ``path`` is the root of a structural sweep store."""
+    path = Path(path)
+    if not _is_store(path):
+        return False
+    try:
+        return ROOT_MARK in root_attrs(path)
+    except Exception:  # noqa: BLE001 - unreadable metadata: not one (the plain checks say why)
+        return False
+
+
+def _groups_of(path: Path) -> tuple[dict, list[str]]:
+    attrs = root_attrs(path)
+    labels = attrs.get("sweep_groups")
+    if isinstance(labels, str):
+        labels = json.loads(labels)
+    return attrs, [str(x) for x in labels or []]
+
+
+def open_tree(path, verify: str | None = "quick", group: str | None = None):
+    """Open a structural store: an ``xarray.DataTree`` of its groups, or one group's Dataset.
+
+    Args:
+        path: the root.
+        verify: as for :func:`sweep.store.open_store`, for every group.
+        group: a group's name (``"N=3"``): return its Dataset only.
+
+    Returns:
+        ``xarray.DataTree`` whose root holds the root's attributes and whose
+        children, named by group, are what :func:`sweep.store.open_store`
+        gives for each group's store; a group whose store is missing is left
+        out with a warning. With ``group``, that Dataset.
+
+    Raises:
+        KeyError: ``group`` is not one of the store's groups.
+    """
+    import xarray as xr
+
+
+    path = Path(path)
+    attrs, labels = _groups_of(path)
+    if group is not None:
+        if group not in labels:
+            raise KeyError(f"{path}: no structure group {group!r}; its groups: {', '.join(labels)}")
+        return open_store(path / group, verify)
+    children = {}
+    for label in labels:
+        if not _is_store(path / label):
+            warnings.warn(f"{path}: structure group {label} is missing; 'mechsweep sweep "
+                          f"SWEEP.yaml --out {path} --resume' recomputes it", stacklevel=3)
+            continue
+        children[label] = open_store(path / label, verify)
+    return xr.DataTree.from_dict({"/": xr.Dataset(attrs=attrs), **children})
+
+
+def open_store(path, verify: str | None = "quick", group: str | None = None):
     """Open a sweep store lazily as an xarray Dataset with the ``.sweep`` accessor.
+
+    A *structural* store (a sweep over structural parameters, one Zarr
+    group per structure: :mod:`sweep.structural`) opens as an
+    ``xarray.DataTree`` with one child per group, named like ``N=3``, each
+    the Dataset this function gives for a plain store (``tree["N=3"].ds``);
+    with ``group="N=3"``, that one Dataset.
 
     The ``status`` it shows is the verified one: the points of batches that
     are not committed, or whose chunks no longer match their commit record
@@ -919,17 +1011,26 @@ def open_store(path, verify: str | None = "quick") -> xr.Dataset:
         verify: the :func:`check_store` level (``quick`` reads only the
             commit records and the chunk files' sizes), or None for the
             stored ``status`` as it is.
+        group: for a structural store, the structure group to open.
 
     Returns:
-        The dataset (dask-backed; nothing else is read until used).
+        The dataset (dask-backed; nothing else is read until used), or for
+        a structural store without ``group`` the ``xarray.DataTree``.
 
     Raises:
         FileNotFoundError: no store at ``path``.
+        KeyError: ``group`` is not a group of the structural store.
+        ValueError: ``group`` given for a plain store (it has no groups).
     """
     import sweep.accessor  # noqa: F401  (registers ds.sweep)
 
     if not _is_store(Path(path)):
         raise FileNotFoundError(f"{path}: no Zarr store there")
+    if is_structural_store(path):
+        return open_tree(path, verify, group)
+    if group is not None:
+        raise ValueError(f"{path}: a plain sweep store has no structure groups (group={group!r}); "
+                         f"open it without group")
     ds = xr.open_zarr(str(path))
     if verify is None or "status" not in ds:
         return ds
@@ -947,9 +1048,15 @@ def open_store(path, verify: str | None = "quick") -> xr.Dataset:
         warnings.warn(
             f"{path}: batches {_ranges(sorted(check.damaged))} no longer match their commit records "
             f"(mechsweep status {path} names the chunks); their points read as pending until "
-            f"'mechsweep sweep SWEEP.yaml --out {path} --resume' recomputes them", stacklevel=2)
+            f"'mechsweep sweep SWEEP.yaml --out {_resume_target(path, ds.attrs)} --resume' "
+            f"recomputes them", stacklevel=2)
     stored = ds["status"]
     return ds.assign(status=(stored.dims, np.asarray(check.codes, dtype=stored.dtype), stored.attrs))
+
+
+def _resume_target(path, attrs: Mapping) -> Path:
+    """The ``--out`` that resumes a store: the root of a structure group's store."""
+    return Path(path).parent if attrs.get("sweep_group") else Path(path)
 
 
 def _ranges(indices: list[int]) -> str:
@@ -973,7 +1080,7 @@ _LEVEL_TEXT = {
 }
 
 
-def _integrity_lines(check: StoreCheck, path: Path) -> list[str]:
+def _integrity_lines(check: StoreCheck, path: Path, resume: Path | None = None) -> list[str]:
     """The integrity part of the status report."""
     if check.legacy:
         return ["integrity:  NOT VERIFIABLE: this store " + _legacy_message(
@@ -982,7 +1089,7 @@ def _integrity_lines(check: StoreCheck, path: Path) -> list[str]:
     lines = [f"integrity:  {_LEVEL_TEXT[check.level]}"]
     if check.damaged:
         lines.append(f"damaged batches ({len(check.damaged)}; their points count as damaged, "
-                     f"not by status; 'mechsweep sweep SWEEP.yaml --out {path} --resume' "
+                     f"not by status; 'mechsweep sweep SWEEP.yaml --out {resume or path} --resume' "
                      f"recomputes them):")
         for i, problems in sorted(check.damaged.items()):
             sl = check.slices[i]
@@ -1041,9 +1148,10 @@ def status_report(path, check: StoreCheck | None = None) -> str:
         lines.append(f"  {'damaged':<{width}}  {damaged_points:>8}  (points of damaged batches, "
                      f"listed below)")
     lines += _message_lines(group, check)
-    lines += _integrity_lines(check, path)
+    resume = _resume_target(path, attrs)
+    lines += _integrity_lines(check, path, resume)
     if check.todo and not check.legacy:
-        lines.append(f"resume with: mechsweep sweep SWEEP.yaml --out {path} --resume")
+        lines.append(f"resume with: mechsweep sweep SWEEP.yaml --out {resume} --resume")
     return "\n".join(lines)
 
 
