@@ -9,6 +9,7 @@ solver/compact.py) and ``looped`` (a lax loop over the orders,
 solver/taylor.py).
 """
 
+import functools
 import math
 
 import numpy as np
@@ -97,9 +98,16 @@ def engine_series(request):
     return {n: np.asarray(X[f"y_{n}"][: ORDER + 1]) for n in names}
 
 
+@functools.lru_cache(maxsize=None)
+def case_reference(name):
+    """A case's coefficients by nested jacfwd, computed once for the three engines
+    (nested jacfwd to order 7 grows 2^7-fold: b(t)**a(t) took minutes per engine)."""
+    return reference_coefficients(CASES[name], T0, ORDER)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_primitive_series_matches_nested_jacfwd(name, engine_series):
-    ref = reference_coefficients(CASES[name], T0, ORDER)
+    ref = case_reference(name)
     np.testing.assert_allclose(engine_series[name], ref, rtol=1e-11, atol=1e-12)
 
 
@@ -188,14 +196,16 @@ def test_both_engines_give_the_same_series_on_shipped_models(model):
 
     m = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / f"{model}.yaml")
     p = 9
-    out = {}
+    from solver.initialize import parse_values
+
+    out, z0 = {}, None
+    params = {k: jnp.asarray(v) for k, v in m.dae.params.items()}
     for mode in MODES:
         comp = solver.compiled_model(m.dae, p, mode=mode)
         integ = comp.integrator
-        from solver.initialize import parse_values
         spec = parse_values(integ, m.initial_values(), m.fixed)
-        params = {k: jnp.asarray(v) for k, v in m.dae.params.items()}
-        z0 = jnp.asarray(comp.consistent_point(params, m.t0, spec))
+        if z0 is None:  # one consistent point (the engines share the state layout)
+            z0 = jnp.asarray(comp.consistent_point(params, m.t0, spec))
         X, u, status, _ = jax.jit(lambda z: integ.series(z, jnp.asarray(spec.u_guess), m.t0,
                                                         integ.prog.constants(params)))(z0)
         assert int(status) == 0
