@@ -177,7 +177,7 @@ def test_vmapped_batch_equals_single_runs():
         np.testing.assert_allclose(batch["values"]["lam"][i], single["values"]["lam"], rtol=0, atol=1e-11)
 
 
-@pytest.mark.parametrize("slots", [2, 5, 64])
+@pytest.mark.parametrize("slots", [2, 64])  # refilled slots; more slots than problems
 def test_slot_pool_batch_equals_the_vmapped_batch(slots):
     """run_batch (slots refilled as problems finish) gives the vmapped runs'
     results, failures included: L = 0 puts the bob on the pivot, where the
