@@ -9,7 +9,7 @@ solve, the compile seconds JAX reports for the first, steps and status.
 
 Usage::
 
-    .venv/bin/python workflows/benchmarks/bench_configs.py [--out results/configs.txt]
+    .venv/bin/python workflows/benchmarks/bench_configs.py [--out results/configs.txt] [NAME ...]
 """
 
 from __future__ import annotations
@@ -44,13 +44,21 @@ print(json.dumps({{"first": first, "second": second, "compile": float(ds.attrs.g
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="also write the table to this file")
+    ap.add_argument("names", nargs="*", help="config stems to run (default: every shipped config)")
     args = ap.parse_args(argv)
+    paths = sorted(CONFIGS.glob("*.yaml"))
+    if args.names:
+        known = {p.stem: p for p in paths}
+        unknown = [n for n in args.names if n not in known]
+        if unknown:
+            ap.error(f"no config {', '.join(unknown)}; choose from {', '.join(sorted(known))}")
+        paths = [known[n] for n in args.names]
     lines = [f"$ .venv/bin/python workflows/benchmarks/bench_configs.py"
-             + (f" --out {args.out}" if args.out else ""), "",
+             + (f" --out {args.out}" if args.out else "") + "".join(f" {n}" for n in args.names), "",
              f"{'config':<26}{'unknowns':>9}{'order':>6}{'engine':>10}{'tape_ops':>10}"
              f"{'first s':>9}{'compile s':>10}{'run s':>8}{'steps':>7}{'status':>7}"]
     print("\n".join(lines), flush=True)
-    for path in sorted(CONFIGS.glob("*.yaml")):
+    for path in paths:
         with tempfile.TemporaryDirectory() as cache:
             env = dict(os.environ, MECHSWEEP_JAX_CACHE=cache)
             proc = subprocess.run([sys.executable, "-c", ONE.format(root=str(ROOT), path=str(path))],
