@@ -246,16 +246,25 @@ def test_cluster_file_without_dask_jobqueue_stops_with_the_pip_hint(tmp_path, mo
 # ------------------------------------------------------------ sweep files and exit codes
 
 def test_every_shipped_sweep_file_fits_its_model():
-    from sweep.pipeline import build_context
+    from sweep.pipeline import build_context, load_model, structural_names
     from sweep.spec import load_sweep
+    from sweep.structural import plan_groups
 
     files = sorted((ROOT / "configs/sweeps").glob("*.yaml"))
     assert {"cloth_stiffness.yaml", "mechanism0_spring.yaml", "rscr_lengths_angles.yaml",
             "rscr_lhs.yaml"} <= {f.name for f in files}
     for path in files:
         spec = load_sweep(path)
-        context = build_context(spec)        # swept names, outputs and metrics checked
-        assert spec.n_points >= 1 and context.schema.variables
+        model = load_model(spec)
+        names = structural_names(spec, model)
+        if names:   # one model and context per structure group (sweep/structural.py)
+            groups = plan_groups(spec, model, names)
+            assert groups and all(not g.error and g.context.schema.variables for g in groups)
+            assert sum(g.n_points for g in groups) == spec.n_points
+        else:
+            context = build_context(spec, model)   # swept names, outputs and metrics checked
+            assert context.schema.variables
+        assert spec.n_points >= 1
         assert f"points:    {spec.n_points} in {spec.n_batches} batches" in spec.describe()
 
 
