@@ -19,11 +19,12 @@ _jax.config.update("jax_enable_x64", True)
 from .dae import DAE, ddt, DAEDefinitionError  # noqa: E402
 from .errors import InputError  # noqa: E402
 from .api import solve, solve_batch, integrator_for, consistent_point  # noqa: E402
-from .compiled import Compiled, compiled_model  # noqa: E402
+from .compiled import Compiled, compiled_model, compile_clock  # noqa: E402
+from .integrate import order_for_tol  # noqa: E402
 from . import status  # noqa: E402
 
 __all__ = ["DAE", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
-           "consistent_point", "InputError",
+           "consistent_point", "order_for_tol", "compile_clock", "InputError",
            "DAEDefinitionError", "status", "lagrangian", "load", "lagrangian_ds"]
 
 

@@ -18,7 +18,6 @@ import jax
 import jax.numpy as jnp
 
 from . import status as st
-from .balance import balance_series
 from .compiled import Compiled, compile_clock, compiled_model, compiled_of
 from .dae import DAE
 from .errors import InputError
@@ -192,7 +191,7 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
                      max_steps, h_max, 1)
     residual = comp.constraint_residual_series(res["values"], t_eval, params_b)[0]
     energy = comp.energy_series(res["values"], t_eval, params_b)
-    balance = balance_series(dae, res["values"], t_eval, params_b, energy)
+    balance = comp.balance_series(res["values"], t_eval, params_b, energy)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear}
     one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0],
@@ -349,7 +348,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
     residual = comp.constraint_residual_series(res["values"], t_eval, full)
     energy = comp.energy_series(res["values"], t_eval, full)
-    balance = balance_series(dae, res["values"], t_eval, full, energy)
+    balance = comp.balance_series(res["values"], t_eval, full, energy)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear}
     ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,

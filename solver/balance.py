@@ -31,7 +31,8 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-__all__ = ["AXIS_DIM", "has_dissipation", "momentum_dim", "balance_layout", "balance_series"]
+__all__ = ["AXIS_DIM", "has_dissipation", "momentum_dim", "balance_layout", "balance_kernels",
+           "balance_series"]
 
 # The dimension of momentum components (the Mechanism kind's point axes).
 AXIS_DIM = "axis"
@@ -100,11 +101,19 @@ def balance_layout(dae) -> tuple[dict, dict]:
     return layout, coords
 
 
-def _kernels(dae) -> dict:
-    """Jitted (point, time)-vmapped kernels of a DAE, built once per DAE."""
-    cache = dae.__dict__.setdefault("_balance_kernels", {})
-    if cache:
-        return cache
+def balance_kernels(dae) -> dict:
+    """Jitted (point, time)-vmapped kernels of a DAE's balance outputs, built anew.
+
+    Nothing is cached here (and nothing is written on the DAE): the one
+    owner of a DAE's compiled kernels is its compiled model,
+    :attr:`solver.compiled.Compiled.balance_kernels`, which builds them once.
+
+    Returns:
+        dict with ``power`` (dissipation power, where the DAE has a
+        dissipation function) and ``momenta`` (linear and angular momentum,
+        where its coordinates are point positions); empty otherwise.
+    """
+    cache = {}
 
     def over_points_and_times(fn):
         one = jax.vmap(fn, in_axes=(0, 0, 0, None))
@@ -135,7 +144,7 @@ def _cumulative_integral(y: np.ndarray, t: np.ndarray) -> np.ndarray:
     return cumulative_simpson(y, x=t, axis=-1, initial=0.0)
 
 
-def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy) -> dict:
+def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy, kernels=None) -> dict:
     """The balance outputs of a batch of runs.
 
     Args:
@@ -144,6 +153,9 @@ def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy) -> dic
         t_eval: (n_out,) output times.
         params: name -> (B, …) full parameter values.
         energy: (B, n_out) energy series, or None (then nothing is computed).
+        kernels: the DAE's :func:`balance_kernels` (pass the compiled model's,
+            :meth:`solver.compiled.Compiled.balance_series`, to compile them
+            once); built anew when None.
 
     Returns:
         dict name -> array with leading (B, n_out), the names of
@@ -153,7 +165,7 @@ def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy) -> dic
         return {}
     energy = np.asarray(energy, dtype=float)
     out = {"energy_change": energy - energy[:, :1]}
-    kernels = _kernels(dae)
+    kernels = balance_kernels(dae) if kernels is None else kernels
     if not kernels:
         return out
     t = jnp.asarray(t_eval, dtype=float)

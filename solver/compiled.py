@@ -8,7 +8,8 @@ DAE, so it lives exactly as long as its DAE.  It owns
   jitted on it),
 * the vmapped Gauss–Newton of the consistent initialisation,
 * IPOPT's jitted constraint, sparse Jacobian and Hessian functions,
-* the per-output-time constraint-residual and energy series,
+* the per-output-time constraint-residual, energy and balance series
+  (dissipated energy, momenta: :mod:`solver.balance`),
 
 and the one initialisation policy: Gauss–Newton for every point at once,
 IPOPT for the points Newton misses (:meth:`Compiled.consistent_points`).
@@ -31,7 +32,7 @@ from .errors import InputError
 from .initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
                          ipopt_point, state_scale)
 from .initialize import _residual_list  # the one wording of violated constraints
-from .balance import coordinate_levels
+from .balance import balance_kernels, balance_series, coordinate_levels
 from .integrate import MODES, Integrator
 from .taylor import TaylorProgram
 
@@ -180,6 +181,11 @@ class Compiled:
         one = jax.vmap(lambda t, q, qd, p: dae.energy_fn(t, q, qd, p), in_axes=(0, 0, 0, None))
         return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
 
+    @functools.cached_property
+    def balance_kernels(self) -> dict:
+        """The jitted kernels of the balance outputs (:func:`solver.balance.balance_kernels`)."""
+        return balance_kernels(self.dae)
+
     @property
     def has_energy(self) -> bool:
         """Whether the DAE defines an energy (Lagrangian and mechanism models)."""
@@ -238,9 +244,24 @@ class Compiled:
         return np.asarray(self._energy_series(jnp.asarray(t_eval, dtype=float), q, qd,
                                               {k: jnp.asarray(v) for k, v in params.items()}))
 
+    def balance_series(self, values, t_eval, params, energy) -> dict:
+        """The balance outputs (energy change, dissipated energy, momenta) of a batch of runs.
+
+        :func:`solver.balance.balance_series` with this compiled model's
+        kernels (:attr:`balance_kernels`, compiled once).
+
+        Args: as :meth:`constraint_residual_series`, and ``energy``: the
+            :meth:`energy_series` (None: nothing is computed).
+
+        Returns:
+            dict name -> array with leading (B, n_out).
+        """
+        return balance_series(self.dae, values, t_eval, params, energy, kernels=self.balance_kernels)
+
     # ------------------------------------------------------------ initial values
     def consistent_points(self, params_batch: Mapping, t0: float, z_hat, free, method: str = "auto",
-                          ipopt_options: Mapping | None = None, newton_iters: int = 40):
+                          ipopt_options: Mapping | None = None, newton_iters: int = 40, *,
+                          specs=None):
         """Consistent states for a batch of points: Newton for all, IPOPT where it misses.
 
         The one initialisation policy of the package: every point is solved
@@ -260,6 +281,9 @@ class Compiled:
             method: ``auto``, ``newton`` or ``ipopt``.
             ipopt_options: options for IPOPT.
             newton_iters: Gauss–Newton iteration limit.
+            specs: optional per-point :class:`~solver.initialize.StateSpec`
+                handed to IPOPT (its weights and the entries the user gave,
+                for the messages); default built from ``z_hat`` and ``free``.
 
         Returns:
             (z (B, n_state), ok (B,) bool, messages: list of str, '' where ok);
@@ -297,7 +321,7 @@ class Compiled:
             if method == "newton":
                 messages[i] = self._newton_failure(z[i], p_i, t0, scale[i], free_b[i])
                 continue
-            spec = StateSpec(z_hat[i], free_b[i], np.zeros(self.dae.n))
+            spec = specs[i] if specs is not None else StateSpec(z_hat[i], free_b[i], np.zeros(self.dae.n))
             try:
                 z[i] = ipopt_point(self.integrator, p_i, t0, spec, options=ipopt_options,
                                    derivatives=self.ipopt_derivatives)
@@ -333,8 +357,9 @@ class Compiled:
                          ipopt_options: Mapping | None = None) -> np.ndarray:
         """A consistent state near the guesses, keeping fixed entries (one point).
 
-        The same policy as :meth:`consistent_points`, with IPOPT's own error
-        (violated constraints, closest point) raised when it fails.
+        :meth:`consistent_points` of a batch of one (the one policy), with
+        its message (violated constraints, closest point) raised when it
+        fails.
 
         Args:
             params: parameter dict (no batch axis).
@@ -351,19 +376,14 @@ class Compiled:
                 violated constraints and their residuals.
             InputError: an unknown method.
         """
-        if method not in INIT_METHODS:
-            raise InputError(f"unknown initialisation method {method!r}; valid: {list(INIT_METHODS)}")
-        z_hat = np.asarray(spec.z_hat, dtype=float)
-        if method in ("auto", "newton"):
-            p1 = {k: jnp.asarray(np.asarray(v, dtype=float)[None]) for k, v in params.items()}
-            scale = np.array([state_scale(z_hat)])
-            z, ok = self._newton(p1, t0, z_hat[None], np.asarray(spec.free, dtype=bool)[None], scale, 40)
-            if ok[0]:
-                return z[0]
-            if method == "newton":
-                raise InitialValueError(self._newton_failure(z[0], params, t0, scale[0], spec.free))
-        return ipopt_point(self.integrator, params, t0, spec, options=ipopt_options,
-                           derivatives=self.ipopt_derivatives)
+        one = {k: np.asarray(v, dtype=float)[None] for k, v in params.items()}
+        z, ok, messages = self.consistent_points(
+            one, t0, np.asarray(spec.z_hat, dtype=float)[None],
+            np.asarray(spec.free, dtype=bool)[None], method=method, ipopt_options=ipopt_options,
+            specs=[spec])
+        if not ok[0]:
+            raise InitialValueError(messages[0])
+        return z[0]
 
     # ------------------------------------------------------------ diagnosis
     @functools.cached_property

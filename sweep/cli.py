@@ -130,7 +130,32 @@ def _parse_sets(items: Sequence[str], model) -> dict:
         value = evaluate_constant(text.strip(), known, path=f"--set {name}")
         out[name] = value
     model.check_params(out)
+    _check_set_values(out, model)
     return out
+
+
+def _check_set_values(params: dict, model) -> None:
+    """``--set`` values against the model's value rules (positive masses, ...).
+
+    The model file's quantities are checked at its defaults when it is read;
+    a value given here is checked by the same rules before anything runs.
+
+    Raises:
+        InputError: located at the offending quantity in the model file,
+            with its value and rule, naming the ``--set`` items involved.
+    """
+    from solver.models import ValueRangeError
+
+    try:
+        model.check_values(params)
+    except ValueRangeError as err:
+        given = " ".join(f"--set {n}={_set_text(params[n])}" for n in err.names if n in params)
+        raise InputError(f"{err.message}; given by {given or '--set'}", file=err.file,
+                         path=err.path, line=err.line) from None
+
+
+def _set_text(value) -> str:
+    return f"{float(value):g}" if np.ndim(value) == 0 else str(np.asarray(value).tolist())
 
 
 def _apply_sets(items: Sequence[str], model):

@@ -29,8 +29,10 @@ from solver import status as codes
 from solver.errors import InputError
 
 __all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "store_bytes", "check_store_size",
+           "check_batch_memory",
            "estimate_run", "load_model", "structural_names", "structural_sizes", "rebuild_structural",
-           "group_context", "remember_model", "MODEL_BUILDS"]
+           "group_context", "remember_model", "MODEL_BUILDS", "check_point_values",
+           "RANGE_CHECK_POINTS"]
 
 REDUCERS = {
     "min": lambda a: np.nanmin(a, axis=1),
@@ -58,11 +60,14 @@ class SweepContext:
         schema: :class:`sweep.store.Schema` of the per-point outputs.
         attrs: dataset attributes (model text, solver settings, structure).
         key: the model's hash (the worker's cache key).
-        batch: points per task; shorter batches are padded to it.
+        batch: points per task: the sweep's ``Batch``, or its number of
+            points where that is fewer (:func:`sweep.store.effective_batch`);
+            shorter batches are padded to it.
         structural: structural parameter -> whole value of a structure
             group (:mod:`sweep.structural`); these names are in the points as
             constant coordinates and fixed in ``override``, never passed to
             the solver as run parameters. Empty for a plain sweep.
+        value_check: what :func:`check_point_values` checked, in words.
     """
 
     model_path: str
@@ -76,6 +81,7 @@ class SweepContext:
     key: str
     batch: int = 0
     structural: dict = dataclasses.field(default_factory=dict)
+    value_check: str = ""
 
 
 # A worker keeps the models it has loaded, by model hash; each model's DAE
@@ -236,7 +242,10 @@ def build_context(spec, model=None) -> SweepContext:
     if names:
         raise ValueError(f"the sweep varies structural parameters ({', '.join(names)}): build one "
                          f"context per structure group with sweep.pipeline.group_context")
-    return _context(spec, model, spec.override, spec.constants)
+    checked = check_point_values(spec, model)
+    context = _context(spec, model, spec.override, spec.constants)
+    context.value_check = checked
+    return context
 
 
 def group_context(spec, base, sizes: Mapping[str, int]):
@@ -279,9 +288,8 @@ def _times(spec, model) -> np.ndarray:
 
 def _context(spec, model, override, constants, structural=None) -> SweepContext:
     """The context of a sweep (or of one structure group) on a built model."""
-    from solver.integrate import order_for_tol
     from solver.solution import output_layout
-    from sweep.store import Schema
+    from sweep.store import Schema, effective_batch
 
     dae = model.dae
     structure = dae.structure
@@ -313,17 +321,46 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
         "model_path": str(spec.model_path),
         "model_kind": model.kind,
         "solver_tol": model.tol,
-        "solver_order": int(model.order or order_for_tol(model.tol)),
+        "solver_order": int(model.order or solver.order_for_tol(model.tol)),
         "structure_c": [int(x) for x in structure.c],
         "structure_d": [int(x) for x in structure.d],
         "structural_index": int(structure.index),
         "dof": int(structure.dof),
+        **_sweep_attrs(spec, dae, override, constants),
     }
     key = _model_key(spec.model_path, model.text, override)
     return SweepContext(model_path=str(spec.model_path), override=override,
                         constants={k: float(v) for k, v in constants.items()}, variables=wanted,
                         metrics=metrics, time=schema.time, schema=schema, attrs=ds_attrs, key=key,
-                        batch=int(spec.batch), structural=dict(structural or {}))
+                        batch=effective_batch(spec.batch, spec.n_points),
+                        structural=dict(structural or {}))
+
+
+def _sweep_attrs(spec, dae, override, constants) -> dict:
+    """What the sweep changed of its model, for the store's attributes.
+
+    ``model_yaml`` is the model file as written; these say what the sweep
+    ran instead: ``parameters`` (every parameter that is not swept, with the
+    sweep's constants applied: the JSON text ``solver.solve_batch`` writes in
+    its own ``attrs["parameters"]`` for the same point), ``sweep_constants``,
+    the ``Override`` (``sweep_override``; ``model_overrides`` as ``solve``
+    writes it, so the stored model can be rebuilt), and the sweep file
+    (``sweep_path``, ``sweep_yaml``).
+    """
+    swept = set(spec.points)
+    values = dae.param_values({k: float(v) for k, v in constants.items()})
+    attrs = {
+        "parameters": json.dumps({k: np.asarray(v).tolist() for k, v in values.items()
+                                  if k not in swept}, sort_keys=True),
+        "sweep_constants": json.dumps({k: float(v) for k, v in spec.constants.items()},
+                                      sort_keys=True),
+        "sweep_override": json.dumps(spec.override or {}, sort_keys=True, default=str),
+        "sweep_path": str(getattr(spec, "path", "")),
+        "sweep_yaml": str(getattr(spec, "text", "") or ""),
+    }
+    if override:
+        attrs["model_overrides"] = json.dumps(override, sort_keys=True, default=str)
+    return attrs
 
 
 def _where(spec, name: str) -> tuple[str, int | None]:
@@ -368,6 +405,71 @@ def _check_swept_names(spec, model) -> None:
             raise InputError(f"{name!r} is a vector parameter of shape {shape} in the model "
                              f"{spec.model_path}; a sweep varies scalar parameters only: "
                              f"{scalars}", file=str(spec.path), path=path, line=line)
+
+
+#: Most distinct points :func:`check_point_values` checks one by one (about
+#: 0.2 ms each for a small mechanism); a sweep with more distinct values of
+#: the checked parameters is checked at the points where each of them takes
+#: its smallest or its largest value.
+RANGE_CHECK_POINTS = 2000
+
+
+def check_point_values(spec, model) -> str:
+    """The sweep's values against the model's value rules (positive masses, ...).
+
+    The model's reader checks each part's quantities at the model's default
+    parameters; this runs the same rules (:meth:`solver.models.Model.check_values`,
+    no build, no compile) at the sweep's points: the constants with every
+    distinct combination of the swept values that the rules depend on, or,
+    above :data:`RANGE_CHECK_POINTS` of them, the points where each such
+    axis takes its smallest or largest value.  Structural names are left
+    out (a structure group's model checks its own, :mod:`sweep.structural`).
+
+    Returns:
+        What was checked, in words for the dry run.
+
+    Raises:
+        InputError: a point out of range, located at the sweep file's axis (or
+            constant) that moves the offending quantity, with its value, the
+            point, and the model's key, value and rule.
+    """
+    from solver.models import ValueRangeError
+
+    relevant = set(model.value_rule_params())
+    if not relevant:
+        return "the model's kind declares no value rules, so values are not range-checked"
+    names = [n for n in spec.points if n in relevant and n in model.params]
+    constants = {k: float(v) for k, v in spec.constants.items() if k in model.params}
+    if names:
+        table = np.stack([np.asarray(spec.points[n], dtype=float) for n in names], axis=1)
+        _, first = np.unique(table, axis=0, return_index=True)
+        index = np.sort(first)
+    else:
+        table, index = np.zeros((max(spec.n_points, 1), 0)), np.zeros(1, dtype=int)
+    if len(index) > RANGE_CHECK_POINTS:
+        index = np.array(sorted({int(f(table[:, j])) for j in range(len(names))
+                                 for f in (np.argmin, np.argmax)}))
+        words = (f"{len(index)} points where {', '.join(names)} take their smallest or largest "
+                 f"values (of {spec.n_points} points; above {RANGE_CHECK_POINTS} distinct ones "
+                 f"only these are checked)")
+    elif names:
+        words = f"every point's values ({', '.join(names)}; {len(index)} distinct)"
+    else:
+        words = "no swept name enters them, and the constants pass"
+    for i in index:
+        params = {**constants, **{n: float(table[i, j]) for j, n in enumerate(names)}}
+        try:
+            model.check_values(params)
+        except ValueRangeError as err:
+            blamed = [n for n in err.names if n in params] or names or list(constants)
+            name = next((n for n in blamed if n in spec.points), blamed[0])
+            path, line = _where(spec, name)
+            given = ", ".join(f"{n} = {params[n]:g}" for n in blamed)
+            point = f" (point {int(i)} of the sweep)" if name in spec.points else ""
+            raise InputError(f"{given}{point} is out of range for the model: {err}; give values "
+                             f"the model allows", file=str(spec.path), path=path,
+                             line=line) from None
+    return f"the values against the model's rules (positive masses, ...): {words}"
 
 
 def _not_whole(spec, name: str, value) -> str:
@@ -425,6 +527,38 @@ def check_store_size(spec, context: SweepContext) -> str:
             f"{'' if nv == 1 else 's'}, {nm} metric{'' if nm == 1 else 's'})")
 
 
+def check_batch_memory(spec, context: SweepContext) -> str:
+    """The dry run's batch line, after checking one batch's outputs against ``MAX_OUTPUT_BYTES``.
+
+    A batch runs :attr:`SweepContext.batch` points (the sweep's ``Batch``, or
+    its number of points where that is fewer), padded to that size; this
+    counts the values the store keeps of them (the solver holds a few more
+    while it runs: every variable, not only the chosen outputs).
+
+    Returns:
+        ``"  batch:     4 points per task (...): about 1.1 KiB of outputs ..."``.
+
+    Raises:
+        InputError: over :data:`solver.errors.MAX_OUTPUT_BYTES`, located at
+            ``Batch``, with the limit and how to raise it.
+    """
+    from solver.errors import MAX_OUTPUT_BYTES, format_bytes, size_limit_message
+
+    _, per = store_bytes(spec, context)
+    size = int(context.batch)
+    need = 8.0 * size * per
+    message = size_limit_message("MAX_OUTPUT_BYTES", MAX_OUTPUT_BYTES, need,
+                                 f"one batch of {size} points x {per} values a point in memory",
+                                 "lower Batch or the output times")
+    if message:
+        raise InputError(message, file=str(spec.path), path="Batch")
+    requested = int(getattr(spec, "requested_batch", size))
+    note = (f" (Batch {requested} is more than the {spec.n_points} points, so one batch of "
+            f"{size})" if requested > size else "")
+    return (f"  batch:     {size} point{'' if size == 1 else 's'} per task{note}: about "
+            f"{format_bytes(need)} of outputs in memory per batch")
+
+
 def estimate_run(spec, context: SweepContext, workers: int) -> dict:
     """Compile and run the sweep's first batch once; extrapolate the sweep's time.
 
@@ -441,12 +575,10 @@ def estimate_run(spec, context: SweepContext, workers: int) -> dict:
         ``total_seconds``: compile + batches x batch seconds / workers
         (batches are spread evenly; a worker runs one at a time).
     """
-    from solver.compiled import compile_clock
-
     first = spec.batches()[0] if spec.n_points else slice(0, 0)
     points = {k: v[first] for k, v in spec.points.items()}
     t = time.perf_counter()
-    with compile_clock() as clock:
+    with solver.compile_clock() as clock:
         result = batch_fn(points, context)
     wall = time.perf_counter() - t
     compile_s = min(clock.seconds, wall)

@@ -54,8 +54,8 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
     Raises:
         InputError: bad sweep file, model or options.
     """
-    from sweep.pipeline import (batch_fn, build_context, check_store_size, load_model,
-                                structural_names)
+    from sweep.pipeline import (batch_fn, build_context, check_batch_memory, check_store_size,
+                                load_model, structural_names)
     from sweep.run import run_sweep
     from sweep.spec import load_sweep
 
@@ -76,11 +76,13 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
                                    estimate=estimate)
     context = build_context(spec, model)
     store_line = check_store_size(spec, context)
+    batch_line = check_batch_memory(spec, context)
     if dry_run:
         echo(spec.describe())
         echo(store_line)
-        echo("  checked:   the model loads; parameter and output names match (models declare no "
-             "parameter bounds, so axis values are not range-checked)")
+        echo(batch_line)
+        echo(f"  checked:   the model loads; parameter and output names match; "
+             f"{context.value_check}")
         if estimate:
             echo(dry_run_estimate(spec, context, workers, scheduler or scheduler_file or cluster))
         return None

@@ -42,7 +42,9 @@ anywhere else the override's value replaces the model's (lists are replaced
 whole, and an empty override value sets the key to null).
 
 Batches are :func:`sweep.store.batch_slices` of the points (``Batch`` points
-each, the last one shorter): one task each, one Zarr chunk each.
+each, the last one shorter; a sweep of fewer points than ``Batch`` is one
+batch of them all, :attr:`SweepSpec.batch`): one task each, one Zarr chunk
+each.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ from solver.yamlio import (Locator, check_keys, check_regular_file, describe_val
                            load_yaml,
                            require_document, require_int, require_list, require_mapping,
                            require_number, require_str)
-from sweep.store import batch_slices
+from sweep.store import batch_slices, effective_batch
 
 __all__ = ["SweepSpec", "Axis", "Metric", "Outputs", "load_sweep", "AXIS_KINDS",
            "SAMPLE_METHODS", "REDUCTIONS", "MAX_POINTS", "MAX_BATCH"]
@@ -165,10 +167,14 @@ class SweepSpec:
         constants: name -> value applied to every point.
         points: name -> float64 array of length ``n_points`` (swept names only).
         n_points: number of points.
-        batch: points per task (= Zarr chunk along ``point``).
+        requested_batch: the file's ``Batch`` as given (default 64).
+        batch: (property) points per task (= Zarr chunk along ``point``):
+            ``Batch``, or the number of points where that is fewer, so a
+            small sweep is never padded to a large ``Batch``.
         outputs: the Outputs settings.
         sample: ``{"method", "n", "seed"}`` of the sample group, or ``None``.
         hash: sha256 hex digest identifying the sweep (see :meth:`compute_hash`).
+        text: the sweep file's text as read (kept in the store's attributes).
     """
 
     path: Path
@@ -180,10 +186,18 @@ class SweepSpec:
     constants: dict[str, float]
     points: dict[str, np.ndarray]
     n_points: int
-    batch: int
+    requested_batch: int
     outputs: Outputs
     sample: dict | None = None
     hash: str = ""
+    text: str = field(default="", repr=False)
+
+    @property
+    def batch(self) -> int:
+        """Points per task and per Zarr chunk: :func:`sweep.store.effective_batch`
+        of ``Batch`` and the number of points (a structure group's own points
+        for a group's spec)."""
+        return effective_batch(self.requested_batch, self.n_points)
 
     @property
     def n_batches(self) -> int:
@@ -210,8 +224,9 @@ class SweepSpec:
         The JSON holds the model file's text, the Override, the constants, the
         number of points and, per swept name, the sha256 of its float64
         little-endian values (exact and fast for large sweeps), the Outputs
-        settings and the Batch size (it fixes the store's chunking, so a
-        resume with another Batch must not match).  Keys are sorted, so the
+        settings and the ``Batch`` as given (it fixes the store's chunking,
+        so a resume with another Batch must not match; hashed as given, not
+        as :attr:`batch`, so that hashes stay what earlier versions wrote).  Keys are sorted, so the
         order of mappings in the files does not matter; the order of points
         does.
 
@@ -227,7 +242,7 @@ class SweepSpec:
             "points": {name: hashlib.sha256(np.ascontiguousarray(col, dtype="<f8").tobytes())
                        .hexdigest() for name, col in self.points.items()},
             "outputs": self.outputs.as_json(),
-            "batch": self.batch,
+            "batch": self.requested_batch,
         }
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                           allow_nan=False)
@@ -253,6 +268,8 @@ class SweepSpec:
         if batches is None:
             last = self.n_points - (self.n_batches - 1) * self.batch if self.n_points else 0
             tail = f" (last has {last})" if self.n_batches and last != self.batch else ""
+            if self.requested_batch > self.batch:
+                tail += f" (Batch {self.requested_batch} is more than the points)"
             lines.append(f"  points:    {self.n_points} in {self.n_batches} batch"
                          f"{'es' if self.n_batches != 1 else ''} of {self.batch}{tail}")
         else:
@@ -583,7 +600,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
 
     spec = SweepSpec(path=path, title=title, model_path=model_path, model_text=model_text,
                      override=override, axes=axes, constants=constants, points=points,
-                     n_points=n_points, batch=batch, outputs=outputs, sample=sample_info)
+                     n_points=n_points, requested_batch=batch, outputs=outputs,
+                     sample=sample_info, text=loc.text)
     spec.hash = spec.compute_hash()
     return spec
 

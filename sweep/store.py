@@ -100,7 +100,8 @@ __all__ = [
     "BatchResult", "Schema", "MODES", "create_template", "prepare_store", "plan_store",
     "write_batch",
     "read_status", "pending_batches", "failed_points", "failed_batches", "open_store",
-    "store_attrs", "batch_slices", "status_report", "check_store", "StoreCheck", "CHECK_LEVELS",
+    "store_attrs", "batch_slices", "effective_batch", "status_report", "check_store", "StoreCheck",
+    "CHECK_LEVELS",
 ]
 
 #: How an existing store is treated (see :func:`prepare_store`).
@@ -203,6 +204,15 @@ class Schema:
                 if d not in sizes:
                     raise ValueError(f"output {name!r} has dimension {d!r}, which is neither "
                                      f"'time' nor one of the schema coords {sorted(self.coords)}")
+
+
+def effective_batch(batch: int, n_points: int) -> int:
+    """Points per task and per chunk: ``batch``, or ``n_points`` where that is fewer (at least 1).
+
+    A batch is padded to this size (so that a worker compiles once), so a
+    sweep of 4 points with ``Batch: 5000`` runs 4 points, not 5000.
+    """
+    return max(1, min(int(batch), int(n_points)))
 
 
 def batch_slices(n_points: int, batch: int) -> list[slice]:
@@ -443,7 +453,11 @@ def plan_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: S
                          f"has hash {spec_hash} (the sweep file, its model or an override "
                          f"changed). Pass --overwrite to replace the store, or choose a new "
                          f"--out path", file=str(path))
-    if old.get("sweep_batch") != batch:
+    stored = old.get("sweep_batch")
+    n_points = len(next(iter(points.values())))
+    # A store of fewer points than its Batch (written before the batch was cut to
+    # the points) has one chunk of all its points: the same layout.
+    if not isinstance(stored, int) or effective_batch(stored, n_points) != batch:
         raise InputError(f"the store was written with Batch {old.get('sweep_batch')}, but this "
                          f"run uses Batch {batch}. Use the store's batch size, pass --overwrite "
                          f"to replace the store, or choose a new --out path", file=str(path))

@@ -197,8 +197,10 @@ def plan_groups(spec, base, names: list[str], keep_models: bool = False) -> list
                             variables={m: () for m in spec.outputs.metrics})
             group.context = FailedGroup(group.error, schema, {
                 "title": spec.title, "model_yaml": base.text, "model_path": str(spec.model_path),
-                "model_kind": base.kind, "group_error": group.error, **attrs}, int(spec.batch))
+                "model_kind": base.kind, "group_error": group.error, **attrs}, int(gspec.batch))
         else:
+            # Out of range values are bad input (exit 2), not an impossible structure.
+            context.value_check = pipeline.check_point_values(gspec, model)
             context.attrs.update(attrs)
             context.attrs["model_overrides"] = json.dumps(context.override, sort_keys=True,
                                                           default=str)
@@ -526,9 +528,10 @@ def run_structural_file(spec, base, names, out, *, workers=None, scheduler=None,
     if dry_run:
         echo(spec.describe(batches=sum(g.n_batches for g in groups)))
         echo(describe_groups(spec, names, groups, need))
+        checks = sorted({g.context.value_check for g in groups if not g.error})
         echo("  checked:   the model loads for every structure that is not marked; parameter "
-             "and output names match (models declare no parameter bounds, so axis values are "
-             "not range-checked)")
+             "and output names match; in each structure group, "
+             + ("; ".join(checks) if checks else "no values (no group can be built)"))
         if estimate:
             echo(_estimate(groups, workers, scheduler or scheduler_file or cluster))
         return None

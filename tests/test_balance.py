@@ -124,3 +124,32 @@ def test_a_dae_without_energy_has_no_balance_outputs():
     dae = solver.DAE(lambda t, v, p: [v["x"][1] + v["x"][0]], variables=["x"])
     layout, coords = output_layout(dae)
     assert not {"energy_change", "dissipated", "momentum", "angular_momentum"} & set(layout)
+
+
+def _jitted(value) -> bool:
+    """Whether ``value`` is, or holds (in a dict, list or tuple), a jitted function."""
+    if callable(value) and hasattr(value, "lower") and hasattr(value, "eval_shape"):
+        return True
+    if isinstance(value, dict):
+        return any(_jitted(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_jitted(v) for v in value)
+    return False
+
+
+def test_with_params_copies_share_no_compiled_state():
+    # A damped mechanism has both balance kernels (dissipation power, momenta).
+    model = solver.load(DAMPED.replace("tend: 3", "tend: 0.1").replace("samples: 1201", "samples: 5"))
+    dae = model.dae
+    ds = model.solve()
+    assert "dissipated" in ds and "momentum" in ds
+    # The compiled model owns the balance kernels; the DAE holds none of them.
+    assert "_balance_kernels" not in dae.__dict__
+    copy = dae.with_params(c=0.4)
+    shared = sorted(k for k, v in copy.__dict__.items() if _jitted(v) and dae.__dict__.get(k) is v)
+    assert shared == [], f"with_params copies share compiled state: {shared}"
+    order = int(ds.attrs["solver_order"])
+    mine, theirs = solver.compiled_model(dae, order), solver.compiled_model(copy, order)
+    assert mine is not theirs
+    assert set(mine.balance_kernels) == {"power", "momenta"}
+    assert all(mine.balance_kernels[k] is not theirs.balance_kernels[k] for k in mine.balance_kernels)

@@ -191,3 +191,30 @@ def test_an_out_path_too_long_for_the_file_system_is_a_clear_error(tmp_path, cap
     assert code == 2
     assert err.startswith(f"{ERR}--out {out[:100]}...") and err.endswith(
         ".zarr: cannot use this path (File name too long); choose another\n")
+
+
+def test_dry_run_counts_a_batch_of_the_sweeps_points_not_of_a_larger_batch(tmp_path, capsys):
+    # 10 points with Batch: 5000: one batch of 10 (its outputs ~92 MiB), never 5000 points
+    # padded (~45 GiB, over MAX_OUTPUT_BYTES).
+    path = _sweep(tmp_path, "Sweep: {product: {L: {linspace: [1, 2, 10]}}}\n"
+                            "Outputs: {samples: 200000}\nBatch: 5000\n")
+    code, out, err = run(capsys, "sweep", path, "--dry-run")
+    assert code == 0, err
+    assert "  points:    10 in 1 batch of 10 (Batch 5000 is more than the points)" in out
+    line = next(x for x in out.splitlines() if x.startswith("  batch:"))
+    assert line.startswith("  batch:     10 points per task (Batch 5000 is more than the 10 "
+                           "points, so one batch of 10): about ")
+    assert line.endswith(" MiB of outputs in memory per batch")
+
+
+def test_dry_run_refuses_a_batch_whose_outputs_do_not_fit(tmp_path, capsys, monkeypatch):
+    # The sweep reader's lower bound (2 values a time: 1.5 MiB) fits; every stored value
+    # (x, x', y, y', lam, residual: 4.6 MiB) does not.
+    monkeypatch.setenv("MECHSWEEP_MAX_OUTPUT_BYTES", "3MiB")
+    path = _sweep(tmp_path, "Sweep: {product: {L: {linspace: [1, 2, 100]}}}\n"
+                            "Outputs: {samples: 2001}\nBatch: 50\n")
+    code, out, err = run(capsys, "sweep", path, "--dry-run")
+    assert code == 2 and out == ""
+    assert err.startswith(f"{ERR}{path}: Batch: one batch of 50 points x 12006 values a point "
+                          f"in memory would need 4.58 MiB; the limit is 3 MiB (MAX_OUTPUT_BYTES); "
+                          f"lower Batch or the output times"), err

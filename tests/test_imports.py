@@ -8,7 +8,10 @@ Specification (issue 12):
   ``taylor``, ``integrate``, ``kkt``, ``linalg``) never imports a facility
   built on top of it (``lagrangian``, ``natural``, ``mechanism``, ``cloth``,
   ``models``, ``examples``): a facility hands the core its structure as data;
-* no two modules import each other, directly or through others.
+* no two modules import each other, directly or through others;
+* ``sweep`` uses only ``solver``'s public API: the package's exports
+  (``solver.__all__``) and the public modules of :data:`SOLVER_PUBLIC`,
+  never a private name.
 
 Imports are read from the source by ``ast`` (nothing is imported), at every
 level: an import inside a function is as much a dependency as one at the top
@@ -161,3 +164,89 @@ def test_the_core_never_imports_a_facility(core):
 def test_there_is_no_import_cycle():
     found = cycles(GRAPH)
     assert found == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+# ------------------------------------------------- sweep uses the solver's public API
+# What sweep/ may import from solver/ (issue 12: "sweep -> solver's public API
+# only"): the package itself, whose exports (``solver.__all__``) are the front
+# door, and the modules documented for users: status codes, input errors and
+# limits, the expression language and YAML reading of the model files, the
+# model kinds (``solver.models``, ``solver.models.model``), the names of the
+# outputs (``solution``), and the ``check``/``plot`` facilities. The engine
+# (``compiled``, ``api``, ``initialize``, ``balance``...), the core and the
+# facilities' internals are reached through ``solver``'s exports only.
+SOLVER_PUBLIC = ("solver", "solver.status", "solver.errors", "solver.expr", "solver.yamlio",
+                 "solver.models", "solver.models.model", "solver.solution", "solver.diagnose",
+                 "solver.plot")
+
+
+def _exports(path: Path) -> set[str]:
+    """``__all__`` of a module, read by ``ast``."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__"
+                                                for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+SOLVER_EXPORTS = _exports(ROOT / "solver" / "__init__.py")
+
+
+def solver_uses(tree: ast.AST) -> list[str]:
+    """Every use of solver/ outside its public API in ``tree``, as ``"line N: what"``.
+
+    ``from solver.M import name`` and ``import solver.M`` need M in
+    :data:`SOLVER_PUBLIC` and a name without a leading underscore;
+    ``from solver import name`` and ``solver.name`` need a name of
+    ``solver.__all__`` or a public module.
+    """
+    bad = []
+
+    def check(line, module, name=None):
+        if not (module == "solver" or module.startswith("solver.")):
+            return
+        if module not in SOLVER_PUBLIC:
+            bad.append(f"line {line}: {module}" + (f".{name}" if name else "") +
+                       f" ({module} is not public)")
+        elif module == "solver" and name is not None and name not in SOLVER_EXPORTS \
+                and f"solver.{name}" not in SOLVER_PUBLIC:
+            bad.append(f"line {line}: solver.{name} (not in solver.__all__)")
+        elif name is not None and name.startswith("_"):
+            bad.append(f"line {line}: {module}.{name} (private)")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            for a in node.names:
+                check(node.lineno, node.module, a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                check(node.lineno, a.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "solver":
+            check(node.lineno, "solver", node.attr)
+    return sorted(bad, key=lambda b: int(b.split(":")[0].split()[1]))
+
+
+def test_the_public_api_scan_finds_planted_uses():
+    tree = ast.parse("import solver\n"
+                     "from solver.integrate import order_for_tol\n"
+                     "from solver.solution import _json_safe, output_layout\n"
+                     "from solver import order_for_tol, status, nothing_exported\n"
+                     "import solver.compiled\n"
+                     "x = solver.integrate.order_for_tol(1e-8) + solver.order_for_tol(1e-8)\n"
+                     "y = solver.status.SUCCESS\n")
+    assert solver_uses(tree) == [
+        "line 2: solver.integrate.order_for_tol (solver.integrate is not public)",
+        "line 3: solver.solution._json_safe (private)",
+        "line 4: solver.nothing_exported (not in solver.__all__)",
+        "line 5: solver.compiled (solver.compiled is not public)",
+        "line 6: solver.integrate (not in solver.__all__)",
+    ]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _is(m, ("sweep",))))
+def test_sweep_uses_only_the_solver_public_api(module):
+    path = _modules()[module]
+    bad = solver_uses(ast.parse(path.read_text(), str(path)))
+    assert bad == [], (f"{module} reaches solver internals; export what it needs from solver "
+                       f"(solver/__init__.py) or use a public module:\n" + "\n".join(bad))

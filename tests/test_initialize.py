@@ -286,3 +286,29 @@ def test_ipopt_failure_reports_status_and_closest_point(pend):
         ipopt_point(pend, PEND_P, 0.0, spec, options={"max_iter": 1})
     with pytest.raises(solver.InputError, match="IPOPT option 'no_such_option' = 1 was refused"):
         ipopt_point(pend, PEND_P, 0.0, spec, options={"no_such_option": 1})
+
+
+def test_one_point_is_the_batch_policy_with_a_batch_of_one(pend, monkeypatch):
+    # The Newton-then-IPOPT policy is written once: consistent_point runs
+    # consistent_points on a batch of one (with its StateSpec, for IPOPT's
+    # weights and messages) and raises the batch's message when it fails.
+    comp = solver.compiled_model(PEND, ORDER)
+    calls = []
+    real = type(comp).consistent_points
+
+    def spy(self, params_batch, t0, z_hat, free, *args, **kw):
+        calls.append((np.shape(z_hat), kw.get("specs")))
+        return real(self, params_batch, t0, z_hat, free, *args, **kw)
+
+    monkeypatch.setattr(type(comp), "consistent_points", spy)
+    spec = parse_values(pend, {"x": 0.6, "y": 0.9, "x'": 1.0, "y'": 1.0}, ["x"])
+    z = comp.consistent_point(PEND_P, 0.0, spec)
+    assert calls == [((1, pend.n_state), [spec])]
+    assert max_residual(pend, z, PEND_P) < 1e-10
+    bad = parse_values(pend, {"x": 2.0, "y": 0.0, "x'": 0.0, "y'": 0.0}, ["x", "y"])
+    with pytest.raises(InitialValueError) as info:
+        comp.consistent_point(PEND_P, 0.0, bad)
+    _, ok, messages = real(comp, {k: np.asarray(v)[None] for k, v in PEND_P.items()}, 0.0,
+                           np.asarray(bad.z_hat)[None], np.asarray(bad.free)[None], specs=[bad])
+    assert not ok[0] and str(info.value) == messages[0]
+    assert messages[0].startswith("the fixed initial values are inconsistent")

@@ -7,13 +7,15 @@ one, or a retried one) is padded to the full size, so every jitted function
 of a worker compiles once and the padding changes no result.
 """
 
+import json
+
 import numpy as np
 import pytest
 
 import solver
 from pendulum_sweep import SWEEP, write_pendulum_sweep
 from solver import status as st
-from solver.integrate import order_for_tol
+from solver import order_for_tol
 from sweep import pipeline
 from sweep.spec import load_sweep
 
@@ -81,3 +83,72 @@ def test_sweep_constants_reach_the_simulation(tmp_path):
     on_earth = model.solve(params=design, t_eval=context.time)
     np.testing.assert_allclose(batch.data["y"][0], on_moon["y"].values, rtol=0, atol=1e-12)
     assert abs(batch.data["y"][0, -1] - on_earth["y"].values[-1]) > 1e-2
+
+
+# ------------------------------------------------ a small sweep with a large Batch, on the Moon
+@pytest.fixture(scope="module")
+def moon_store(tmp_path_factory):
+    """The pendulum sweep (6 points) with ``Batch: 5000``, ``constants: {g: 1.6}`` and an
+    Override, run in this process into a store; every ``solve_batch`` call's size recorded."""
+    from sweep.runner_cli import run_sweep_file
+
+    folder = tmp_path_factory.mktemp("moon")
+    sweep_file = write_pendulum_sweep(folder)
+    text = (SWEEP.replace("    x0: {values: [0.5, 0.8, 1.5]}\n",
+                          "    x0: {values: [0.5, 0.8, 1.5]}\n  constants: {g: 1.6}\n")
+            .replace("Batch: 3\n", "Batch: 5000\nOverride: {ProblemData: {tend: 0.5}}\n"))
+    assert "g: 1.6" in text and "Batch: 5000" in text
+    sweep_file.write_text(text)
+    sizes = []
+    real = solver.solve_batch
+
+    def recording(model, table, *args, **kw):
+        sizes.append({k: len(v) for k, v in table.items()})
+        return real(model, table, *args, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(solver, "solve_batch", recording)
+        out = folder / "moon.zarr"
+        run_sweep_file(sweep_file, str(out), workers=0, progress=False, plot=False,
+                       echo=lambda *a: None)
+    return load_sweep(sweep_file), out, sizes, text
+
+
+def test_a_sweep_smaller_than_its_batch_runs_only_its_points(moon_store):
+    from sweep.store import batch_slices, open_store, store_attrs
+
+    spec, out, sizes, _ = moon_store
+    assert spec.requested_batch == 5000 and spec.batch == 6 and spec.n_batches == 1
+    assert spec.batches() == batch_slices(spec.n_points, spec.batch) == [slice(0, 6)]
+    assert pipeline.build_context(spec).batch == 6
+    # solve_batch ran the 6 points, not 6 padded to 5000
+    assert sizes == [{"L": 6, "x0": 6}]
+    attrs = store_attrs(out)
+    assert attrs["sweep_batch"] == 6 and attrs["sweep_n_points"] == 6
+    ds = open_store(out)
+    assert ds.sizes["point"] == 6 and ds["x"].encoding["chunks"][0] == 6
+    assert ds["status"].values.tolist() == [st.SUCCESS, st.SUCCESS, st.NO_ASSEMBLY] * 2
+
+
+def test_a_store_records_the_constants_override_and_sweep_file(moon_store):
+    from sweep.store import store_attrs
+
+    spec, out, _, text = moon_store
+    attrs = store_attrs(out)
+    assert json.loads(attrs["parameters"]) == {"g": 1.6}       # L and x0 are swept (coordinates)
+    assert json.loads(attrs["sweep_constants"]) == {"g": 1.6}
+    assert json.loads(attrs["sweep_override"]) == {"ProblemData": {"tend": 0.5}}
+    assert json.loads(attrs["model_overrides"]) == {"ProblemData": {"tend": 0.5}}
+    assert attrs["sweep_yaml"] == text and attrs["sweep_path"] == str(spec.path)
+    assert "g: 9.81" in attrs["model_yaml"]          # the model file as written, unchanged
+    # the same JSON text solve_batch writes for the same points (the worker's model: no compile)
+    context = pipeline.build_context(spec)
+    model = pipeline._model(context.model_path, context.override, context.key)
+    same = solver.solve_batch(model, spec.points, params={"g": 1.6})
+    assert same.attrs["parameters"] == attrs["parameters"]
+    # the stored model is rebuilt with its Override (as `animate STORE` does)
+    from solver.models import load_data
+    from solver.yamlio import load_yaml
+
+    data, loc = load_yaml(attrs["model_yaml"], file=attrs["model_path"])
+    assert load_data(data, loc, loc.file, json.loads(attrs["model_overrides"])).tend == 0.5

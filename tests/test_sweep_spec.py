@@ -493,7 +493,8 @@ def test_missing_sweep_file(tmp_path):
 
 def test_valid_minimal_file_loads(workdir):
     spec = load_sweep(write(workdir, VALID))
-    assert spec.n_points == 2 and spec.batch == 64 and spec.title == "sweep"
+    assert spec.n_points == 2 and spec.requested_batch == 64 and spec.title == "sweep"
+    assert spec.batch == 2 and spec.batches() == [slice(0, 2)]   # never padded past its points
 
 
 # ------------------------------------------------------------ constant expressions

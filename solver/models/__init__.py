@@ -25,10 +25,11 @@ from typing import Any, Callable, Mapping
 from solver.errors import InputError
 from solver.yamlio import Locator, load_yaml, require_document, require_mapping, require_str
 
-from .model import Model, deep_merge
+from .model import Model, ValueRangeError, deep_merge
 from .repeat import expand as expand_repeats
 
-__all__ = ["load", "load_data", "Model", "KINDS", "register_kind", "deep_merge"]
+__all__ = ["load", "load_data", "Model", "ValueRangeError", "KINDS", "register_kind",
+           "deep_merge"]
 
 # kind name -> module path (imported lazily) or a build callable
 KINDS: dict[str, Any] = {

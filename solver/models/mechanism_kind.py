@@ -122,12 +122,12 @@ import numpy as np
 import jax.numpy as jnp
 
 from solver.errors import InputError
-from solver.expr import ExprError, Expr, check_name, parse
+from solver.expr import ConstantScope, ExprError, Expr, check_name, parse
 from solver.mechanism import AXES, FIELDS, Mechanism, Part
 from solver.mechanism import PART_KINDS as MECHANISM_PARTS
 from solver.natural import RigidBody
-from solver.models.model import (Model, analyse, read_animation, read_solver_params, read_times,
-                               read_title, relocate)
+from solver.models.model import (Model, ValueRangeError, analyse, read_animation,
+                                 read_solver_params, read_times, read_title, relocate)
 from solver.models.scope import PositionScope, read_params
 from solver.yamlio import (Locator, check_keys, describe_value, did_you_mean, format_path,
                            require_int, require_list, require_mapping, require_str)
@@ -223,6 +223,8 @@ class _Quantity:
     path: tuple
     default: np.ndarray = None  # value at the default parameters
     what: str = "a PhysicalParams constant"  # what a name is, for messages
+    rule: str | None = None  # "positive" or "nonneg": checked at any parameter values
+    desc: str = ""  # what the quantity is, for messages ("mass (a scalar)")
 
     def __call__(self, values, rates=None):
         return _f64(self.expr.evaluate(_Scope(values, rates, what=self.what)))
@@ -262,6 +264,8 @@ class _Reader:
         if nonneg and not np.all(val >= 0):
             raise self.fail(f"expected a {what} >= 0, got {val.tolist()} ({qty.expr.text})", path)
         qty.default = val
+        qty.rule = "positive" if positive else "nonneg" if nonneg else None
+        qty.desc = what
         return qty
 
     # -------------------------------------------------------- top level
@@ -647,6 +651,78 @@ class _Reader:
 
 
 # ------------------------------------------------------------------ entry point
+class _ValueRules:
+    """The reader's value rules, at any parameter values (``Model.check_values``).
+
+    The rules checked on each quantity at the defaults by
+    :meth:`_Reader.quantity` (``positive``: masses, lengths; ``nonneg``:
+    stiffness, spring masses, damping) and :meth:`_Reader.check_masses`
+    (every moving point carries mass), evaluated in numpy
+    (:class:`solver.expr.ConstantScope`): no model is built and nothing is
+    compiled, so a sweep checks its points in microseconds each.
+    """
+
+    def __init__(self, mech: Mechanism, first_use: Mapping, loc: Locator, derived):
+        self.mech, self.first_use, self.loc = mech, dict(first_use), loc
+        self.derived = {name: expr.names() for name, expr in derived}
+        self.checked = [q for part in mech.parts for q in part.q.values() if q.rule]
+        used = set().union(*(q.expr.names() for q in self.checked)) if self.checked else set()
+        #: the free parameters the rules depend on
+        self.params = self.free_names(used)
+
+    def free_names(self, names) -> list:
+        """The free parameters ``names`` depend on (through derived ones too)."""
+        out, todo = set(), list(names)
+        while todo:
+            name = todo.pop()
+            if name in self.derived:
+                todo.extend(n for n in self.derived[name] if n not in out)
+            out.add(name)
+        return [n for n in self.mech.param_info.free if n in out]
+
+    def fail(self, message, path, names) -> ValueRangeError:
+        err = self.loc.error(message, path)
+        return ValueRangeError(err.message, err.file, err.path, err.line, names)
+
+    def __call__(self, values: Mapping) -> None:
+        scope = ConstantScope(values)
+        masses = {}
+        for q in self.checked:
+            with np.errstate(all="ignore"):
+                val = np.asarray(q.expr.evaluate(scope), dtype=float)
+            names = q.expr.names() & set(values)
+            free = self.free_names(names)
+            at = ", ".join(f"{n} = {float(values[n]):g}" for n in free
+                           if np.ndim(values[n]) == 0 and n != q.expr.text.strip())
+            at = f", with {at}" if at else ""
+            if not np.all(np.isfinite(val)):
+                raise self.fail(f"{q.expr.text!r} is not finite{at}", q.path, free)
+            if q.rule == "positive" and not np.all(val > 0):
+                raise self.fail(f"expected a positive {q.desc}, got {val.tolist()} "
+                                f"({q.expr.text}{at})", q.path, free)
+            if q.rule == "nonneg" and not np.all(val >= 0):
+                raise self.fail(f"expected a {q.desc} >= 0, got {val.tolist()} "
+                                f"({q.expr.text}{at})", q.path, free)
+        for part in self.mech.parts:
+            if part.kind != "Rigids" and "mass" in part.q:
+                masses[id(part)] = float(np.max(np.asarray(
+                    part.q["mass"].expr.evaluate(scope), dtype=float)))
+        massive = set()
+        for part in self.mech.parts:
+            if part.kind == "Rigids" or masses.get(id(part), 0.0) > 0:
+                massive.update(part.points)
+        for pt in self.mech.moving:
+            if pt not in massive:
+                parts = [p for p in self.mech.parts if pt in p.points and "mass" in p.q]
+                names = set().union(*(p.q["mass"].expr.names() for p in parts)) & set(values)
+                free = self.free_names(names)
+                at = ", ".join(f"{n} = {float(values[n]):g}" for n in free
+                               if np.ndim(values[n]) == 0)
+                raise self.fail(f"moving point '{pt}' carries no mass{' at ' + at if at else ''} "
+                                "(the masses of its parts are all 0), so its motion is "
+                                "undetermined", self.first_use[pt], free)
+
+
 class MechanismModel(Model):
     """A :class:`solver.models.model.Model` of Kind Mechanism.
 
@@ -717,6 +793,7 @@ def build(data: Any, locator: Locator, path: str | None = None,
         default_points=list(mech.fixed_points) + list(mech.moving), links=mech.links(),
         conservative=conservative, overrides=overrides)
     model.mechanism = mech
+    model.value_rules = _ValueRules(mech, reader.first_use, locator, mech.param_info.derived)
     model.points = list(mech.moving)
     model.fixed_points = list(mech.fixed_points)
     return model

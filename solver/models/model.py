@@ -32,7 +32,7 @@ __all__ = ["Model", "deep_merge", "read_times", "read_solver_params", "read_anim
            "relocate", "DEFAULT_SAMPLES", "DEFAULT_TOL", "TIME_KEYS", "read_title",
            "size_names", "read_sizes", "ValueKey", "parse_value_key", "analyse", "build_error",
            "check_key_order", "MAX_UNKNOWNS", "check_output_size", "values_per_time",
-           "output_times"]
+           "output_times", "ValueRangeError"]
 
 DEFAULT_SAMPLES = 201
 DEFAULT_TOL = 1e-10
@@ -124,6 +124,10 @@ def read_times(pd: Mapping, loc: Locator) -> dict:
     return {"t0": t0, "tend": tend, "samples": samples, "dt": dt}
 
 
+#: Largest SolverParams.Integration.max_steps (the steps are counted in int32).
+MAX_STEPS_LIMIT = 2**31 - 1
+
+
 def read_solver_params(data: Any, loc: Locator) -> dict:
     """``SolverParams: {Integration: {tol, order, max_steps, h_max, mode},
     Initialization: {method}}``.
@@ -151,6 +155,9 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
             raise loc.error(f"order must be between 2 and 60, got {order}", base + ("order",))
     max_steps = require_int(integ.get("max_steps", 100_000), base + ("max_steps",), loc,
                             minimum=1)
+    if max_steps > MAX_STEPS_LIMIT:  # the step counter is a 32-bit integer inside jit
+        raise loc.error(f"max_steps must be at most {MAX_STEPS_LIMIT:,}, got {max_steps}; a run that "
+                        f"needs more steps needs a looser tol or a shorter span", base + ("max_steps",))
     h_max = None
     if integ.get("h_max") is not None:
         h_max = require_number(integ["h_max"], base + ("h_max",), loc, positive=True)
@@ -245,6 +252,23 @@ def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dic
 
 
 # ------------------------------------------------------------------ the model
+class ValueRangeError(InputError):
+    """A parameter value outside what a model's parts allow (a mass <= 0, ...).
+
+    Raised by :meth:`Model.check_values`, located at the part's key in the
+    model file.
+
+    Attributes:
+        names: the free parameters the failing quantity depends on (directly,
+            or through derived parameters), in the model's order.
+    """
+
+    def __init__(self, message: str, file: str | None = None, path: str | None = None,
+                 line: int | None = None, names=()):
+        super().__init__(message, file, path, line)
+        self.names = list(names)
+
+
 class Model:
     """A model read from a YAML file: its DAE and its problem data.
 
@@ -347,6 +371,41 @@ class Model:
             InputError: unknown, derived or structural names; bad shapes.
         """
         return self.param_info.check(params)
+
+    #: The kind's value rules (set by a kind that has them, e.g. Mechanism):
+    #: ``rules(values)`` with every parameter's value (:meth:`all_params`)
+    #: raises :class:`ValueRangeError`.
+    value_rules: Callable | None = None
+
+    def value_rule_params(self) -> list:
+        """The free parameters the kind's value rules depend on (none without rules).
+
+        A sweep checks only the distinct values of these (:meth:`check_values`).
+        """
+        return list(getattr(self.value_rules, "params", self.param_info.free)) \
+            if self.value_rules is not None else []
+
+    def check_values(self, params: Mapping | None = None) -> None:
+        """Check the rules the kind's reader checks at the defaults (positive
+        masses and lengths, stiffness >= 0, ...) at other parameter values.
+
+        The reader checks each quantity of the file at the default
+        parameters; a value given per run (``simulate --set``) or per sweep
+        point is checked here, without building the model again.  A kind
+        without such rules (DAE, Lagrangian) checks nothing.
+
+        Args:
+            params: free parameter values (defaults for missing ones).
+
+        Raises:
+            InputError: bad names or shapes (:meth:`check_params`).
+            ValueRangeError: a quantity out of range at these values, located
+                at its key in the model file, with its value, the rule and
+                the parameter values it depends on.
+        """
+        values = self.all_params(params)
+        if self.value_rules is not None:
+            self.value_rules(values)
 
     # ------------------------------------------------------------ problem
     def t_eval(self) -> np.ndarray:
