@@ -1,18 +1,40 @@
 """Fuzzing of model and sweep files through the command line (shared by the test and the script).
 
-:func:`cases` is a hypothesis strategy of :class:`Case`: the shipped pendulum
-model (``configs/mechanisms/pendulum.yaml``) and a small sweep of it, with 1
-to 3 mutations each: keys deleted, renamed or added; values replaced by other
-types (null, booleans, huge or non-finite numbers, strings, lists, mappings);
-numbers scaled, negated, zeroed or made huge; expressions broken (unknown
-names and functions, unbalanced or deeply nested parentheses, primes, Python
-code); and, sometimes, the YAML text itself cut or given tags, aliases and
-tabs.  :func:`run_case` writes a case into a fresh folder and runs it
-in-process through :func:`sweep.cli.main`: ``check MODEL`` for a model,
-``sweep SWEEP --dry-run --out OUT`` for a sweep (never a simulation), and
-returns an :class:`Outcome`: the exit code, whether a traceback was printed
-or an exception escaped, whether it ran past its time limit, and any file
-written outside its folder.
+:func:`cases` is a hypothesis strategy of :class:`Case`.  A case starts from
+one of three shipped models, one per YAML kind (:data:`BASES`): the
+``DAE``-kind pendulum (``configs/mechanisms/pendulum.yaml``), the
+``Mechanism``-kind Mechanism0 (``mechanism0.yaml``, the talk's parts format)
+and the ``Lagrangian``-kind double pendulum (``double_pendulum.yaml``), and
+from small sweeps of each.  It makes 1 to 3 mutations: keys deleted, renamed
+or added; values replaced by other types (null, booleans, huge or non-finite
+numbers, strings, lists, mappings); numbers scaled, negated, zeroed or made
+huge; expressions broken (unknown names and functions, unbalanced or deeply
+nested parentheses, primes, Python code); and, sometimes, the YAML text
+itself cut or given tags, aliases and tabs.
+
+Each case is one command (``Case.command``):
+
+* ``check MODEL`` — a mutated model;
+* ``simulate MODEL`` — a small share of the model cases
+  (``simulate_percent``): the model is first given a short run
+  (``tend = t0 +`` :data:`SIMULATE_TEND`, :data:`SIMULATE_SAMPLES` output
+  times, ``max_steps`` :data:`SIMULATE_MAX_STEPS`) and then mutated, so a
+  mutation can still lengthen it; ``--json``, ``--out`` (in the case's
+  folder) and a fuzzed ``--set NAME=VALUE`` are added at random;
+* ``sweep SWEEP --dry-run --out OUT`` — a mutated sweep of the base model
+  (whose file is mutated too, one time in four).
+
+:func:`run_case` writes a case into a fresh folder and runs it in-process
+through :func:`sweep.cli.main`, and returns an :class:`Outcome`: the exit
+code, whether a traceback was printed or an exception escaped, whether it
+ran past its time limit, and any file written outside its folder.
+:class:`CaseRunner` does the same in a child process, started afresh every
+few hundred cases: a process keeps every model it has compiled (so one
+process cannot run thousands of cases), and a case that kills its process
+is then a *crash* of that case.
+:func:`base_cases` are the unmutated inputs, every base with every command,
+which must all exit 0 (the mutations start from valid files), and
+:func:`regression_cases` inputs that the fuzz found mishandled once.
 
 Used by ``tests/test_fuzz_inputs.py`` (bounded to about a minute) and
 ``workflows/fuzz_inputs.py`` (N cases, a table of counts).
@@ -22,35 +44,91 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import faulthandler
 import io
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import yaml
 from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_FILE = ROOT / "configs" / "mechanisms" / "pendulum.yaml"
+CONFIGS = ROOT / "configs" / "mechanisms"
 CASE_SECONDS = 60
 """A case running longer than this counts as a hang (it is interrupted by SIGALRM)."""
+WEDGED_SECONDS = 3 * CASE_SECONDS
+"""A case still running after this long (SIGALRM cannot interrupt compiled code)
+dumps every thread's stack and ends the process, rather than hanging the run."""
 
-SWEEPS = [
-    {"Title": "Fuzzed pendulum sweep", "Model": "model.yaml",
-     "Override": {"ProblemData": {"tend": 2}},
-     "Sweep": {"product": {"L": {"linspace": [0.8, 1.2, 3]}},
-               "zip": {"g": {"values": [9.7, 9.81]}}},
-     "Outputs": {"variables": ["x", "y"], "samples": 21,
-                 "metrics": {"ymax": {"of": "y", "reduce": "max"}}},
-     "Batch": 4},
-    {"Model": "model.yaml",
-     "Sweep": {"sample": {"method": "lhs", "n": 8, "seed": 1, "bounds": {"L": [0.5, 1.5]}},
-               "constants": {"g": 9.8}},
-     "Outputs": {"dt": 0.1, "metrics": {"r": {"of": "constraint_residual", "reduce": "absmax"}}},
-     "Batch": 3},
-]
+SIMULATE_PERCENT = 10
+"""Share of cases (percent) that run ``simulate`` (the rest split between check and sweep)."""
+SIMULATE_TEND = 0.25
+SIMULATE_SAMPLES = 6
+SIMULATE_MAX_STEPS = 2000
+
+
+@dataclass(frozen=True)
+class Base:
+    """A shipped model the cases start from, and sweeps of it."""
+
+    name: str
+    kind: str
+    file: Path
+    sweeps: tuple
+    params: tuple
+    """Names of its parameters (for ``simulate --set``)."""
+
+
+BASES = {
+    "pendulum": Base("pendulum", "DAE", CONFIGS / "pendulum.yaml", (
+        {"Title": "Fuzzed pendulum sweep", "Model": "model.yaml",
+         "Override": {"ProblemData": {"tend": 2}},
+         "Sweep": {"product": {"L": {"linspace": [0.8, 1.2, 3]}},
+                   "zip": {"g": {"values": [9.7, 9.81]}}},
+         "Outputs": {"variables": ["x", "y"], "samples": 21,
+                     "metrics": {"ymax": {"of": "y", "reduce": "max"}}},
+         "Batch": 4},
+        {"Model": "model.yaml",
+         "Sweep": {"sample": {"method": "lhs", "n": 8, "seed": 1, "bounds": {"L": [0.5, 1.5]}},
+                   "constants": {"g": 9.8}},
+         "Outputs": {"dt": 0.1, "metrics": {"r": {"of": "constraint_residual", "reduce": "absmax"}}},
+         "Batch": 3},
+    ), ("g", "L")),
+    "mechanism0": Base("mechanism0", "Mechanism", CONFIGS / "mechanism0.yaml", (
+        {"Title": "Fuzzed Mechanism0 sweep", "Model": "model.yaml",
+         "Override": {"ProblemData": {"tend": 1}, "SolverParams": {"Integration": {"tol": 1e-8}}},
+         "Sweep": {"product": {"k": {"logspace": [2, 3, 3]}, "m": [1, 2]}},
+         "Outputs": {"variables": ["A", "B"], "samples": 11,
+                     "metrics": {"By_min": {"of": "B[1]", "reduce": "min"},
+                                 "Bx_range": {"of": "Bx", "reduce": "range"}}},
+         "Batch": 4},
+        {"Model": "model.yaml",
+         "Sweep": {"zip": {"mu": {"values": [0.2, 0.5, 1.0]}, "l": {"range": [0.9, 1.1, 0.1]}},
+                   "constants": {"M": 1.5}},
+         "Outputs": {"dt": 0.5, "metrics": {"Ay": {"of": "A[1]", "reduce": "final"}}},
+         "Batch": 2},
+    ), ("L", "M", "k", "l", "mu", "m")),
+    "double_pendulum": Base("double_pendulum", "Lagrangian", CONFIGS / "double_pendulum.yaml", (
+        {"Title": "Fuzzed double pendulum sweep", "Model": "model.yaml",
+         "Override": {"ProblemData": {"tend": 1}},
+         "Sweep": {"product": {"th1": [0.5, 1.0], "th2": {"range": [1.0, 2.0, 0.5]}}},
+         "Outputs": {"variables": ["P2"], "samples": 11,
+                     "metrics": {"x2": {"of": "P2[0]", "reduce": "mean"}}},
+         "Batch": 2},
+        {"Model": "model.yaml",
+         "Sweep": {"sample": {"method": "sobol", "n": 4, "seed": 3,
+                              "bounds": {"l2": [0.5, 1.0], "m2": [0.5, 2]}},
+                   "constants": {"g": 1.6}},
+         "Outputs": {"samples": 5, "metrics": {"r": {"of": "constraint_residual", "reduce": "max"}}},
+         "Batch": 4},
+    ), ("m1", "m2", "l1", "l2", "g", "th1", "th2")),
+}
+COMMANDS = ("check", "simulate", "sweep")
 
 # Replacement values of every type; numbers that are huge, tiny, negative or not finite.
 ODD_NUMBERS = [0, -1, 1, 2, 0.5, -0.0, 1e-300, 1e300, 1e308, 10 ** 9, 10 ** 30, -10 ** 12,
@@ -68,21 +146,39 @@ KEYS = ["Title", "Kind", "PhysicalParams", "Variables", "Let", "Equations", "Pro
 TEXT_BITS = ["!!python/object/apply:os.system ['true']", "&a [1, 2]", "*a", "*nope", "{", "[",
              "\t", ": :", "- - -", "---\n", "...\n", "%YAML 1.1\n", "? ", "|", ">", "'", '"',
              "!!binary aGVsbG8=", "!!set {a, b}", "<<: {x: 1}", "\x00", "\ufeff"]
+# simulate --set NAME=VALUE: values of every sort, names that are no parameter.
+SET_VALUES = ["0", "-1", "2.5", "1e300", "-1e300", "1e-300", "nan", "inf", "-inf", "x", "",
+              "[1, 2]", "10**9", "2*pi", "1/0", "1e999", "__import__('os')", "true", "0x10"]
+SET_NAMES = ["nope", "t", "tend", "", "x", "lam", "N", "g=1", "ü"]
 
 
 @dataclass
 class Case:
-    """One fuzzed input: ``kind`` is ``"model"`` (run ``check``) or ``"sweep"`` (``--dry-run``)."""
+    """One fuzzed input: ``command`` is ``check``, ``simulate`` or ``sweep`` (``--dry-run``).
 
-    kind: str
+    ``options`` are extra arguments of ``simulate``; ``{folder}`` in them is
+    the case's folder.
+    """
+
+    command: str
+    base: str
     model_text: str
     sweep_text: str = ""
+    options: list = field(default_factory=list)
     ops: list = field(default_factory=list)
+
+    def describe(self) -> str:
+        """``command base [options] ops``, for messages."""
+        return f"{self.command} {self.base} {self.options} {self.ops}"
+
+    def key(self) -> tuple:
+        """What the case runs: equal keys give equal outcomes (hypothesis repeats cases)."""
+        return (self.command, self.base, self.model_text, self.sweep_text, tuple(self.options))
 
 
 @dataclass
 class Outcome:
-    """What running a case gave."""
+    """What running a case gave (``crash``: the process running it died)."""
 
     code: int | None
     traceback: bool
@@ -90,6 +186,7 @@ class Outcome:
     seconds: float
     stray: list
     output: str
+    crash: bool = False
 
 
 # ------------------------------------------------------------------ mutations
@@ -217,19 +314,85 @@ def _file(draw, base, ops: list, mutate: bool = True) -> str:
     return text
 
 
-@st.composite
-def cases(draw) -> Case:
-    """A fuzzed model (for ``check``) or sweep (for ``sweep --dry-run``)."""
-    model = yaml.safe_load(MODEL_FILE.read_text())
-    model_ops: list = []
+@lru_cache(maxsize=None)
+def _base_data(name: str) -> dict:
+    """A base model's data as the project's loader reads it (YAML 1.2 numbers)."""
+    from solver.yamlio import load_yaml
+
+    data, _ = load_yaml(BASES[name].file)
+    return data
+
+
+def _short(data: dict) -> dict:
+    """A model made quick to simulate: a short interval, few outputs, few steps."""
+    data = copy.deepcopy(data)
+    pd = data["ProblemData"]
+    pd["tend"] = pd.get("t0", 0) + SIMULATE_TEND
+    pd.pop("dt", None)
+    pd["samples"] = SIMULATE_SAMPLES
+    data.setdefault("SolverParams", {}).setdefault("Integration", {})["max_steps"] = SIMULATE_MAX_STEPS
+    return data
+
+
+def _simulate_options(draw, base: Base) -> list:
+    options = []
     if draw(st.booleans()):
-        return Case("model", draw(_file(model, model_ops)), ops=model_ops)
+        options.append("--json")
+    out = draw(st.sampled_from([None, None, None, "run.zarr", "run.nc"]))
+    if out:
+        options += ["--out", "{folder}/" + out]
+    if draw(st.integers(0, 3)) == 0:
+        name = draw(st.sampled_from(list(base.params) + SET_NAMES))
+        options += ["--set", f"{name}={draw(st.sampled_from(SET_VALUES))}"]
+    return options
+
+
+@st.composite
+def cases(draw, simulate_percent: int = SIMULATE_PERCENT) -> Case:
+    """A fuzzed model (for ``check`` or ``simulate``) or sweep (for ``sweep --dry-run``)."""
+    # sampled_from, not integers: hypothesis' integers favour small values,
+    # which would skew the shares.
+    base = BASES[draw(st.sampled_from(sorted(BASES)))]
+    model = _base_data(base.name)
+    model_ops: list = []
+    roll = draw(st.sampled_from(range(100)))
+    if roll < simulate_percent:
+        text = draw(_file(_short(model), model_ops))
+        return Case("simulate", base.name, text, options=_simulate_options(draw, base), ops=model_ops)
+    if roll < simulate_percent + (100 - simulate_percent) // 2:
+        return Case("check", base.name, draw(_file(model, model_ops)), ops=model_ops)
     sweep_ops: list = []
-    sweep = draw(st.sampled_from(SWEEPS))
+    sweep = draw(st.sampled_from(base.sweeps))
     sweep_text = draw(_file(sweep, sweep_ops))
     model_text = draw(_file(model, model_ops, mutate=draw(st.integers(0, 3)) == 0))
-    return Case("sweep", model_text, sweep_text,
+    return Case("sweep", base.name, model_text, sweep_text,
                 ops=[f"sweep: {o}" for o in sweep_ops] + [f"model: {o}" for o in model_ops])
+
+
+def base_cases() -> list:
+    """Every base with every command, unmutated (each must exit 0)."""
+    out = []
+    for name, base in BASES.items():
+        model = _base_data(name)
+        out.append(Case("check", name, _dump(model)))
+        out.append(Case("simulate", name, _dump(_short(model)), options=["--json"]))
+        out.append(Case("sweep", name, _dump(model), _dump(base.sweeps[0])))
+    return out
+
+
+def regression_cases() -> list:
+    """Inputs the fuzz has found mishandled, kept as explicit examples of the test.
+
+    They must keep the property (exit 0, 1 or 2, no traceback), not exit 0.
+    """
+    huge_steps = _short(_base_data("pendulum"))
+    huge_steps["SolverParams"]["Integration"]["max_steps"] = 1e300
+    return [
+        # Found 2026-11-23: a whole number >= 2**63 passes the reader and
+        # overflows the jitted run (OverflowError, exit 1 with a traceback).
+        Case("simulate", "pendulum", _dump(huge_steps), options=["--json"],
+             ops=["regression: number SolverParams.Integration.max_steps = 1e300"]),
+    ]
 
 
 # ------------------------------------------------------------------ running
@@ -281,8 +444,11 @@ def run_case(case: Case, folder: Path, seconds: int = CASE_SECONDS) -> Outcome:
 
     folder.mkdir(parents=True)
     (folder / "model.yaml").write_text(case.model_text, encoding="utf-8")
-    if case.kind == "model":
+    if case.command == "check":
         argv = ["check", str(folder / "model.yaml")]
+    elif case.command == "simulate":
+        argv = ["simulate", str(folder / "model.yaml")] + [
+            o.replace("{folder}", str(folder)) for o in case.options]
     else:
         (folder / "sweep.yaml").write_text(case.sweep_text, encoding="utf-8")
         argv = ["sweep", str(folder / "sweep.yaml"), "--dry-run", "--out", str(folder / "out.zarr")]
@@ -297,6 +463,7 @@ def run_case(case: Case, folder: Path, seconds: int = CASE_SECONDS) -> Outcome:
     cwd = os.getcwd()
     os.chdir(folder.parent)
     signal.alarm(seconds)
+    faulthandler.dump_traceback_later(max(WEDGED_SECONDS, 3 * seconds), exit=True, file=sys.__stderr__)
     t = time.perf_counter()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -308,14 +475,104 @@ def run_case(case: Case, folder: Path, seconds: int = CASE_SECONDS) -> Outcome:
         err.write(f"\nuncaught {type(exc).__name__}: {exc}")
     finally:
         signal.alarm(0)
+        faulthandler.cancel_dump_traceback_later()
         signal.signal(signal.SIGALRM, previous)
         os.chdir(cwd)
     seconds_taken = time.perf_counter() - t
     hang = hang or seconds_taken > seconds
     after = {p: v for p, v in snapshot(watched).items() if not p.startswith(str(folder) + os.sep)}
     stray = changed(before, after)
-    if case.kind == "sweep" and (folder / "out.zarr").exists():
+    if case.command == "sweep" and (folder / "out.zarr").exists():
         stray.append(str(folder / "out.zarr"))  # a dry run writes nothing, not even --out
     text = out.getvalue() + err.getvalue()
     traceback = traceback or "Traceback" in text
     return Outcome(code, traceback, hang, seconds_taken, stray, text)
+
+
+# ------------------------------------------------------------------ a child process
+def _serve(conn) -> None:
+    """The child's loop: receive ``(case, folder, seconds)``, send back its :class:`Outcome`."""
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        conn.send(run_case(*job))
+
+
+class CaseRunner:
+    """Runs cases one at a time in a child process, started afresh every ``recycle`` cases.
+
+    The child keeps what the solver leaves in a process (every compiled
+    model stays alive while its process does: ``solver.compiled``'s registry),
+    so a long run cannot exhaust the memory maps of the caller, and a case
+    that kills its process (an abort in compiled code, memory) is reported as
+    a crash of that case instead of ending the run.  Use as a context manager::
+
+        with CaseRunner() as runner:
+            outcome = runner.run(case, folder)
+    """
+
+    def __init__(self, recycle: int = 200):
+        self.recycle = recycle
+        self._child = self._conn = None
+        self._done = 0
+
+    def __enter__(self) -> "CaseRunner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        conn, child_conn = ctx.Pipe()
+        child = ctx.Process(target=_serve, args=(child_conn,), daemon=True)
+        child.start()
+        child_conn.close()
+        self._child, self._conn, self._done = child, conn, 0
+
+    def close(self) -> None:
+        """Stop the child (it finishes nothing: call between cases)."""
+        if self._child is None:
+            return
+        try:
+            self._conn.send(None)
+        except OSError:
+            pass
+        self._child.join(10)
+        if self._child.is_alive():
+            self._child.kill()
+            self._child.join()
+        self._conn.close()
+        self._child = self._conn = None
+
+    def run(self, case: Case, folder: Path, seconds: int = CASE_SECONDS) -> Outcome:
+        """:func:`run_case` in the child; a child that dies or never answers is a crash or hang."""
+        if self._child is None or self._done >= self.recycle:
+            self.close()
+            self._start()
+        self._done += 1
+        t = time.perf_counter()
+        self._conn.send((case, folder, seconds))
+        # The child interrupts a case at ``seconds`` and ends itself at
+        # WEDGED_SECONDS; this is the last resort.
+        wait = max(WEDGED_SECONDS, 3 * seconds) + 60
+        try:
+            if self._conn.poll(wait):
+                return self._conn.recv()
+            hang, why = True, f"no answer from the child in {wait} s: killed"
+        except (EOFError, OSError):
+            self._child.join(5)
+            # faulthandler ends a wedged child (exit code 1) at WEDGED_SECONDS.
+            hang = time.perf_counter() - t >= max(WEDGED_SECONDS, 3 * seconds)
+            why = f"the child process died (exit code {self._child.exitcode})"
+        self._child.kill()
+        self._child.join()
+        self._conn.close()
+        self._child = self._conn = None
+        return Outcome(None, False, hang, time.perf_counter() - t, [], why, crash=not hang)

@@ -1,52 +1,85 @@
 """Fuzzed model and sweep files always get an answer: exit 0, 1 or 2, never a traceback.
 
-Mutated copies of ``configs/mechanisms/pendulum.yaml`` and of a small sweep
-(:mod:`input_fuzz`: keys, types, numbers, expressions and the YAML text) run
-in-process through ``mechsweep check`` and ``mechsweep sweep --dry-run``.
-Every case must end in exit 0, 1 or 2 with no traceback printed and no
-exception escaping, within :data:`input_fuzz.CASE_SECONDS`, writing nothing
-outside its folder (a dry run not even ``--out``).  The cases are fixed
-(hypothesis with a fixed seed, no database) and the run is bounded to about
-a minute: :data:`MAX_CASES` cases, fewer if :data:`BUDGET_SECONDS` runs out.
-``workflows/fuzz_inputs.py`` runs the same generator for more cases.
+Mutated copies of three shipped models, one per YAML kind (the ``DAE``
+pendulum, the ``Mechanism`` Mechanism0, the ``Lagrangian`` double pendulum)
+and of small sweeps of them (:mod:`input_fuzz`: keys, types, numbers,
+expressions and the YAML text) run through ``mechsweep check``, ``mechsweep
+sweep --dry-run`` and, for a small share, ``mechsweep simulate`` of a short
+run (:func:`sweep.cli.main`), in a child process
+(:class:`input_fuzz.CaseRunner`: what the cases compile stays out of this
+process, and a case that kills its process is a crash, not the end of the
+test run).  Every case must end in exit 0, 1 or 2 with no traceback printed
+and no exception escaping, within :data:`input_fuzz.CASE_SECONDS`, writing
+nothing outside its folder (a dry run not even ``--out``).  The unmutated
+inputs, every base with every command, run first and must exit 0; then the
+inputs the fuzz once found mishandled (:func:`input_fuzz.regression_cases`).
+The cases are fixed (hypothesis with a fixed seed, no database; a repeated
+case runs once) and the run is bounded to about a minute: :data:`MAX_CASES`
+cases, fewer if :data:`BUDGET_SECONDS` runs out, so a slower machine runs
+fewer of them.  ``workflows/fuzz_inputs.py`` runs the same generator for
+more cases (``workflows/benchmarks/results/fuzz.txt``).
 """
 
 import collections
 import time
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, example, given, seed, settings
 
 import input_fuzz
 
 MAX_CASES = 400
-BUDGET_SECONDS = 60.0
+BUDGET_SECONDS = 50.0  # and about 10 s more: the child's start, the last case, pytest
 SEED = 13
 
 
+def _with_base_cases(test):
+    """``test`` with every unmutated base and command, and the regressions, as explicit
+    examples (run first)."""
+    for case in reversed(input_fuzz.base_cases() + input_fuzz.regression_cases()):
+        test = example(case)(test)
+    return test
+
+
 def test_fuzzed_model_and_sweep_files_end_in_a_clear_exit(tmp_path):
+    with input_fuzz.CaseRunner() as runner:
+        _fuzz(tmp_path, runner)
+
+
+def _fuzz(tmp_path, runner):
     codes = collections.Counter()
-    kinds = collections.Counter()
+    runs = collections.Counter()  # (base, command) -> cases run
+    seen = set()  # hypothesis generates some cases twice: each runs once
     start = time.perf_counter()
 
     @seed(SEED)
     @settings(max_examples=MAX_CASES, deadline=None, database=None,
               phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+    @_with_base_cases
     @given(input_fuzz.cases())
     def one(case):
-        if time.perf_counter() - start > BUDGET_SECONDS:
+        if case.ops and time.perf_counter() - start > BUDGET_SECONDS:
             return  # the budget is spent: the remaining cases are not run
-        n = sum(kinds.values())
-        out = input_fuzz.run_case(case, tmp_path / f"case{n:04d}")
-        kinds[case.kind] += 1
+        if case.key() in seen:
+            return
+        seen.add(case.key())
+        n = sum(runs.values())
+        out = runner.run(case, tmp_path / f"case{n:04d}")
+        runs[case.base, case.command] += 1
         codes[out.code] += 1
-        where = f"{case.kind} case {case.ops}:\n{out.output[-2000:]}"
+        where = f"{case.describe()}:\n{out.output[-2000:]}"
         assert not out.traceback, f"traceback in {where}"
+        assert not out.crash, f"crash in {where}"
         assert not out.hang, f"hang ({out.seconds:.0f} s) in {where}"
         assert out.code in (0, 1, 2), f"exit {out.code} in {where}"
         assert not out.stray, f"files written outside the case folder {out.stray} in {where}"
+        if not case.ops:
+            assert out.code == 0, f"an unmutated input fails: {where}"
 
     one()
-    # The generator reaches both commands, valid inputs and refused ones.
-    assert sum(kinds.values()) >= 50, (kinds, codes)
-    assert kinds["model"] and kinds["sweep"], kinds
-    assert codes[0] >= 3 and codes[2] >= 20, codes
+    # Every base with every command ran (the unmutated ones at least), and the
+    # generator reaches valid inputs and refused ones.
+    for base in input_fuzz.BASES:
+        for command in input_fuzz.COMMANDS:
+            assert runs[base, command] >= 1, (base, command, runs)
+    assert sum(runs.values()) >= 50, (runs, codes)
+    assert codes[0] >= 9 and codes[2] >= 20, codes
