@@ -23,6 +23,8 @@ from .dae import DAE
 from .errors import InputError
 from .initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values
 from .integrate import Integrator, order_for_tol
+from .sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
+                          sensitivity_series)
 from .solution import build_batch_dataset, build_dataset
 
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
@@ -108,12 +110,35 @@ def _time_span(t_span):
     return t0, t1
 
 
-def _integrate(comp: Compiled, params_b: dict, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, slots):
-    """Integrate B consistent points: ``run`` for one, the slot pool for more."""
+def _integrate(comp: Compiled, params_b: dict, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, slots,
+               names=(), dz0=None):
+    """Integrate B consistent points: ``run`` for one, the slot pool for more.
+
+    With sensitivity ``names`` (and ``dz0``, (B, k, n_state) initial
+    tangents) the run goes through :meth:`Integrator.run_tangents`; the
+    result then has ``tangents``: variable -> (k, B, n_out, L, *shape).
+    """
     integ = comp.integrator
     B = z0.shape[0]
+    one = lambda tree: {k: jnp.asarray(v[0]) for k, v in tree.items()}
+    if names:
+        dparams = parameter_directions(params_b, names)  # name -> (k, B, ...)
+        if B == 1:
+            res, tan = integ.run_tangents(one(params_b), jnp.asarray(z0[0]), jnp.asarray(u0[0]),
+                                          {k: v[:, 0] for k, v in dparams.items()}, jnp.asarray(dz0[0]),
+                                          t0, t1, t_eval, tol, max_steps=max_steps, h_max=h_max)
+            res = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], res)
+            tan = {k: np.asarray(v)[:, None] for k, v in tan.items()}
+        else:
+            res, tan = integ.run_tangents({k: jnp.asarray(v) for k, v in params_b.items()}, jnp.asarray(z0),
+                                          jnp.asarray(u0), dparams, jnp.asarray(np.moveaxis(dz0, 1, 0)),
+                                          t0, t1, t_eval, tol, max_steps=max_steps, h_max=h_max, slots=slots)
+            res = jax.tree_util.tree_map(np.asarray, res)
+            tan = {k: np.asarray(v) for k, v in tan.items()}
+        res["tangents"] = tan
+        return res
     if B == 1:
-        res = integ.run({k: jnp.asarray(v[0]) for k, v in params_b.items()}, jnp.asarray(z0[0]),
+        res = integ.run(one(params_b), jnp.asarray(z0[0]),
                         jnp.asarray(u0[0]), t0, t1, t_eval, tol, max_steps=max_steps, h_max=h_max)
         res = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], res)
     else:
@@ -123,18 +148,59 @@ def _integrate(comp: Compiled, params_b: dict, z0, u0, t0, t1, t_eval, tol, max_
     return res
 
 
+def _start_tangents(comp: Compiled, full: dict, t0, z0, free, names, z_of=None):
+    """(B, k, n_state) tangents of B consistent points (:mod:`solver.sensitivity`).
+
+    ``z_of(i, params)`` gives point i's normalised guesses and fixed values
+    at other parameter values (None: the fixed values do not depend on the
+    parameters).
+    """
+    B, n = z0.shape
+    dz_fixed = np.zeros((B, len(names), n))
+    if z_of is not None:
+        for i in range(B):
+            p_i = {k: v[i] for k, v in full.items()}
+            try:
+                dz_fixed[i] = fixed_value_tangents(lambda p: z_of(i, p), p_i, names, ~np.asarray(free[i]))
+            except InputError:
+                pass  # the point's initial values fail: it has failed already
+    dparams = {k: np.moveaxis(v, 0, 1) for k, v in parameter_directions(full, names).items()}
+    return np.asarray(comp.start_tangents({k: jnp.asarray(v) for k, v in full.items()}, float(t0),
+                                          jnp.asarray(z0), jnp.asarray(free), dparams, jnp.asarray(dz_fixed)))
+
+
+def _with_sensitivities(ds, dae, tangents, names, status, single: bool):
+    """``ds`` with the ``d{var}_d{param}`` outputs of :func:`_integrate`'s tangents added."""
+    layout = sensitivity_layout(dae, None, names)
+    series = sensitivity_series(dae, tangents, names)
+    failed = np.asarray(status) != st.SUCCESS
+    for name, (dims, attrs) in layout.items():
+        arr = series[name].copy()
+        if single:
+            ds[name] = (dims, arr[0], attrs)
+        else:
+            arr[failed] = np.nan
+            ds[name] = (("point",) + dims, arr, attrs)
+    ds.attrs["sensitivities"] = list(names)
+    return ds
+
+
 # ----------------------------------------------------------------- one run
 def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] | None = None,
           tol: float = 1e-10, t_eval=None, order: int | None = None, params: Mapping | None = None,
           samples: int | None = None, max_steps: int = 100_000, h_max: float | None = None,
           init: str = "auto", ipopt_options: Mapping | None = None, title: str | None = None,
-          extra_attrs: Mapping | None = None, linear: str = "auto", mode: str = "auto"):
+          extra_attrs: Mapping | None = None, linear: str = "auto", mode: str = "auto",
+          sensitivities: Sequence[str] | None = None):
     """Solve a DAE initial-value problem.
 
     Args:
         dae: the DAE.
         t_span: (t0, t1).
-        values: initial values/guesses (see :func:`solver.initialize.parse_values`).
+        values: initial values/guesses (see :func:`solver.initialize.parse_values`),
+            or a function ``values(params) -> mapping`` of the full parameter
+            dict (a model's ``initial_values``: with sensitivities, its fixed
+            entries' dependence on the parameters is differentiated too).
         fixed: names of values to keep exactly.
         tol: tolerance (absolute, relative above magnitude 1).
         t_eval: output times (default: ``samples`` equally spaced, 101).
@@ -157,6 +223,11 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             most of a single run; :func:`solver.integrate.choose_mode`).
         title: dataset title.
         extra_attrs: more dataset attrs.
+        sensitivities: scalar parameter names P; the dataset then also
+            holds ``d{var}_d{P}(time)`` for every variable: the derivative of
+            the computed solution (consistent initial point and
+            integration, by forward mode at the run's step sequence;
+            :mod:`solver.sensitivity`).
 
     Returns:
         xarray.Dataset (DESIGN.md schema) with ``status`` (0 = success),
@@ -172,23 +243,28 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
     """
     with compile_clock() as clock:
         return _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_steps, h_max, init,
-                      ipopt_options, title, extra_attrs, linear, mode, clock)
+                      ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities)
 
 
 def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_steps, h_max, init,
-           ipopt_options, title, extra_attrs, linear, mode, clock):
+           ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities):
     wall0 = _time.perf_counter()
     t0, t1 = _time_span(t_span)
     tol, p = _check_settings(tol, order)
     comp = compiled_model(dae, p, linear, mode, batch=False)
     integ = comp.integrator
     pvals = dae.param_values(params)
-    spec = parse_values(integ, values, fixed)
+    names = check_names(dae, sensitivities)
+    spec = parse_values(integ, values(pvals) if callable(values) else values, fixed)
     z0 = comp.consistent_point(pvals, t0, spec, method=init, ipopt_options=ipopt_options)
     t_eval = _output_times(t0, t1, t_eval, samples)
     params_b = {k: np.asarray(v)[None] for k, v in pvals.items()}
+    dz0 = None
+    if names:
+        z_of = (lambda _, p: parse_values(integ, values(p), fixed).z_hat) if callable(values) else None
+        dz0 = _start_tangents(comp, params_b, t0, np.asarray(z0)[None], np.asarray(spec.free)[None], names, z_of)
     res = _integrate(comp, params_b, np.asarray(z0)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval, tol,
-                     max_steps, h_max, 1)
+                     max_steps, h_max, 1, names, dz0)
     residual = comp.constraint_residual_series(res["values"], t_eval, params_b)[0]
     energy = comp.energy_series(res["values"], t_eval, params_b)
     balance = comp.balance_series(res["values"], t_eval, params_b, energy)
@@ -199,6 +275,8 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     ds = build_dataset(dae, one, t_eval, residual=residual, energy=None if energy is None else energy[0],
                        balance={k: v[0] for k, v in balance.items()},
                        params=pvals, settings=settings, title=title, extra_attrs=dict(extra_attrs or {}))
+    if names:
+        ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=True)
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
     ds.attrs["compile_seconds"] = clock.seconds
     ds.attrs["t_final"] = float(res["t_final"][0])
@@ -246,7 +324,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 samples: int | None = None, tol: float | None = None, order: int | None = None,
                 max_steps: int | None = None, h_max: float | None = None, init: str | None = None,
                 ipopt_options: Mapping | None = None, linear: str = "auto", mode: str | None = None,
-                slots: int = 256,
+                slots: int = 256, sensitivities: Sequence[str] | None = None,
                 title: str | None = None, extra_attrs: Mapping | None = None):
     """Solve many designs of one model at once: one Dataset with a ``point`` dimension.
 
@@ -275,6 +353,9 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         tol, order, max_steps, h_max, init, ipopt_options, linear, mode: as
             for :func:`solve` (default the model's settings).
         slots: problems advanced together by ``run_batch`` (see there).
+        sensitivities: scalar parameter names P; adds ``d{var}_d{P}(point,
+            time)`` as :func:`solve` does (forward mode through every
+            point's initialisation and integration).
         title, extra_attrs: dataset title and attrs.
 
     Returns:
@@ -323,6 +404,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     comp = compiled_model(dae, p, linear, mode or "auto")
     integ = comp.integrator
     B, swept, constants, full = _params_table(dae, params_table, params)
+    names = check_names(dae, sensitivities)
 
     # Initial values per point (values may depend on the point's parameters).
     z_hat = np.zeros((B, integ.n_state))
@@ -344,7 +426,11 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     ok &= ~bad
     messages = [m or im for m, im in zip(messages, init_msgs)]
     z0 = np.where(ok[:, None], z0, z_hat)
-    res = _integrate(comp, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots)
+    dz0 = None
+    if names:
+        z_of = (lambda i, p: parse_values(integ, values(p), fixed).z_hat) if callable(values) else None
+        dz0 = _start_tangents(comp, full, t0, z0, free, names, z_of)
+    res = _integrate(comp, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0)
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
     residual = comp.constraint_residual_series(res["values"], t_eval, full)
     energy = comp.energy_series(res["values"], t_eval, full)
@@ -354,5 +440,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
                              constants=constants, settings=settings, messages=messages, title=title,
                              extra_attrs=extra_attrs)
+    if names:
+        ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=False)
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
     return ds

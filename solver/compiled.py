@@ -35,6 +35,7 @@ from .initialize import _residual_list  # the one wording of violated constraint
 from .balance import balance_kernels, balance_series, coordinate_levels
 from .integrate import MODES, Integrator
 from .taylor import TaylorProgram
+from .sensitivity import consistent_tangents
 
 __all__ = ["Compiled", "compiled_model", "compile_clock", "INIT_METHODS", "LINEAR_CHOICES"]
 
@@ -163,6 +164,14 @@ class Compiled:
         integ = self.integrator
         return jax.jit(jax.vmap(lambda p, t0, z, free, iters: batched_newton(integ, p, t0, z, free, iters=iters),
                                 in_axes=(0, None, 0, 0, None)))
+
+    @functools.cached_property
+    def start_tangents(self):
+        """jit(vmap(:func:`solver.sensitivity.consistent_tangents`)):
+        (params (B,…), t0, z0 (B,n), free (B,n), dparams (B,k,…), dz_fixed (B,k,n)) -> (B,k,n)."""
+        integ = self.integrator
+        return jax.jit(jax.vmap(lambda p, t0, z, free, dp, dz: consistent_tangents(integ, p, t0, z, free, dp, dz),
+                                in_axes=(0, None, 0, 0, 0, 0)))
 
     @functools.cached_property
     def ipopt_derivatives(self) -> IpoptDerivatives:

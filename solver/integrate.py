@@ -241,6 +241,7 @@ class Integrator:
         # a single run is slower without it, so run() keeps the default).
         cpu_options = {"xla_cpu_multi_thread_eigen": False} if jax.default_backend() == "cpu" else None
         self._run_batch_jit = jax.jit(self._run_batch, static_argnames=("slots",), compiler_options=cpu_options)
+        self._run_tangents_jit = jax.jit(self._run_tangents, static_argnames=("slots",))
 
     def _choose_linear(self, linear: str) -> str:
         choices = ("auto", "dense", "kkt")
@@ -728,6 +729,57 @@ class Integrator:
         return self._run_batch_jit(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step,
                                    slots=int(slots))
 
+    def run_tangents(self, params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None,
+                     slots: int | None = None):
+        """:meth:`run` (or :meth:`run_batch`) and its derivatives along k directions, by forward mode.
+
+        ``jax.jvp`` of the whole integration, vmapped over the k tangent
+        directions: the primal is computed once and every direction rides
+        along it through the Taylor stages, the stage-0 Newton and the
+        projections.  The step sizes are not differentiated (they are under
+        ``stop_gradient``), so the result is the derivative of the computed
+        solution at its own step sequence.
+
+        Args:
+            params: parameter dict (with the batch axis first when ``slots``
+                is given).
+            z0, u0: as for :meth:`run` (or :meth:`run_batch`).
+            dparams: parameter name -> tangents, shape ``(k,) + params[name].shape``.
+            dz0: (k,) + z0.shape tangents of the consistent initial state.
+            t0, t1, t_eval, tol, max_steps, h_max: as for :meth:`run`.
+            slots: None for one problem (:meth:`run`); else the batch's slot
+                count (:meth:`run_batch`).
+
+        Returns:
+            (result, tangents): ``result`` as :meth:`run`/:meth:`run_batch`
+            return it; ``tangents`` the derivatives of its ``values`` (name ->
+            (k,) + value shape).
+
+        Raises:
+            InputError: ``slots`` < 1.
+        """
+        if slots is not None and int(slots) < 1:
+            raise InputError(f"slots must be at least 1; got {slots}")
+        h_max = jnp.inf if h_max is None else h_max
+        return self._run_tangents_jit(params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps, h_max,
+                                      slots=None if slots is None else int(slots))
+
+    def _run_tangents(self, params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps, h_max, slots):
+        if slots is None:
+            run = lambda p, z: self._run(p, z, u0, t0, t1, t_eval, tol, max_steps, h_max, 0.0)
+        else:
+            run = lambda p, z: self._run_batch(p, z, u0, t0, t1, t_eval, tol, max_steps, h_max, 0.0, slots)
+        params = {k: jnp.asarray(v, jnp.float64) for k, v in params.items()}
+        z0 = jnp.asarray(z0, jnp.float64)
+
+        def along(dp, dz):
+            res, tan = jax.jvp(run, (params, z0), (dp, dz))
+            return res, tan["values"]
+
+        # The primal does not depend on the direction: vmap keeps it unbatched.
+        return jax.vmap(along, out_axes=(None, 0))({k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()},
+                                                   jnp.asarray(dz0, jnp.float64))
+
     def _run_batch(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
         dt = jnp.result_type(float)
         t0, t1, tol = (jnp.asarray(a, dt) for a in (t0, t1, tol))
@@ -809,7 +861,9 @@ class Integrator:
         """
         X, u_new, sstat, _ = self.series(z, u, t, consts)
         fixed = fixed_step > 0
-        h0 = jnp.where(fixed, fixed_step, jnp.minimum(self.step_size(X, tol), h_max))
+        # The step sequence is not differentiated: forward-mode sensitivities
+        # (solver.sensitivity) are those of the computed solution at its steps.
+        h0 = lax.stop_gradient(jnp.where(fixed, fixed_step, jnp.minimum(self.step_size(X, tol), h_max)))
         h0 = jnp.minimum(h0, t1 - t)
         zscale = jnp.maximum(1.0, jnp.max(jnp.abs(z))) if z.size else 1.0
         t_eps = 1e-13 * jnp.maximum(jnp.abs(t1), 1.0)

@@ -26,6 +26,7 @@ import numpy as np
 
 import solver
 from solver import status as codes
+from solver.sensitivity import metric_tangent, sensitivity_name
 from solver.errors import InputError
 
 __all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "store_bytes", "check_store_size",
@@ -68,6 +69,8 @@ class SweepContext:
             constant coordinates and fixed in ``override``, never passed to
             the solver as run parameters. Empty for a plain sweep.
         value_check: what :func:`check_point_values` checked, in words.
+        sensitivities: parameters the outputs are differentiated with
+            respect to (``Outputs.sensitivities``).
     """
 
     model_path: str
@@ -82,6 +85,7 @@ class SweepContext:
     batch: int = 0
     structural: dict = dataclasses.field(default_factory=dict)
     value_check: str = ""
+    sensitivities: list = dataclasses.field(default_factory=list)
 
 
 # A worker keeps the models it has loaded, by model hash; each model's DAE
@@ -288,6 +292,7 @@ def _times(spec, model) -> np.ndarray:
 
 def _context(spec, model, override, constants, structural=None) -> SweepContext:
     """The context of a sweep (or of one structure group) on a built model."""
+    from solver.sensitivity import check_names, sensitivity_layout, sensitivity_name
     from solver.solution import output_layout
     from sweep.store import Schema, effective_batch
 
@@ -307,12 +312,26 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
                              f"a component such as {names[0]}[0] or Bx, or constraint_residual",
                              file=str(spec.path), path=f"Outputs.metrics.{mname}.of")
         metrics[mname] = (m.of, m.reduce)
+    try:
+        sens = check_names(dae, list(spec.outputs.sensitivities))
+    except InputError as err:
+        raise InputError(err.message, file=str(spec.path), path="Outputs.sensitivities") from None
+    bad = [m for m, (of, _) in metrics.items() if of == "constraint_residual"] if sens else []
+    if bad:
+        raise InputError(f"metric {bad[0]!r} reduces constraint_residual, which has no sensitivity; "
+                         "remove Outputs.sensitivities or that metric",
+                         file=str(spec.path), path="Outputs.sensitivities")
     t = _times(spec, model)
     layout, coords = output_layout(dae, wanted)
+    layout.update(sensitivity_layout(dae, wanted, sens))
     variables = {name: dims for name, (dims, _) in layout.items()}
     var_attrs = {name: attrs for name, (_, attrs) in layout.items()}
     for mname in metrics:
         variables[mname] = ()
+        for param in sens:
+            variables[sensitivity_name(mname, param)] = ()
+            var_attrs[sensitivity_name(mname, param)] = {"long_name": f"d{mname}/d{param}",
+                                                         "sensitivity_of": mname, "sensitivity_wrt": param}
     schema = Schema(time=np.asarray(t, dtype=float), variables=variables,
                     coords={k: np.asarray(v) for k, v in coords.items()}, attrs=var_attrs)
     ds_attrs = {
@@ -333,7 +352,7 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
                         constants={k: float(v) for k, v in constants.items()}, variables=wanted,
                         metrics=metrics, time=schema.time, schema=schema, attrs=ds_attrs, key=key,
                         batch=effective_batch(spec.batch, spec.n_points),
-                        structural=dict(structural or {}))
+                        structural=dict(structural or {}), sensitivities=sens)
 
 
 def _sweep_attrs(spec, dae, override, constants) -> dict:
@@ -615,7 +634,9 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     pad = max(context.batch - B, 0) if points else 0
     padded = {k: np.concatenate([np.asarray(v, float), np.repeat(np.asarray(v, float)[-1:], pad)])
               for k, v in points.items()}
-    ds = solver.solve_batch(model, padded, params=context.constants, t_eval=context.time)
+    sens = list(getattr(context, "sensitivities", None) or [])
+    ds = solver.solve_batch(model, padded, params=context.constants, t_eval=context.time,
+                            sensitivities=sens or None)
     # No run parameter varies (a group over structural values only): one
     # solve serves its B identical points.
     ds = ds.isel(point=slice(0, B) if padded else np.zeros(B, dtype=int))
@@ -631,6 +652,11 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
             value = np.array(REDUCERS[reduce](series), dtype=float)
         value[failed] = np.nan
         data[mname] = value
+        for param in sens:
+            tangent = _metric_series(model.dae, ds, of, param)
+            dvalue = np.array(metric_tangent(reduce, series, tangent), dtype=float)
+            dvalue[failed] = np.nan
+            data[sensitivity_name(mname, param)] = dvalue
     msg = ""
     if failed.any():
         counts = {codes.meaning(c): int((status == c).sum()) for c in np.unique(status[failed])}
@@ -642,15 +668,26 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     return BatchResult(status=status, steps=ds["steps"].values, data=data, message=msg)
 
 
-def _metric_series(dae, ds, of: str) -> np.ndarray:
-    """(B, T) series a metric reduces: a variable (norm of a vector), a component, or the residual."""
+def _metric_series(dae, ds, of: str, param: str | None = None) -> np.ndarray:
+    """(B, T) series a metric reduces: a variable (norm of a vector), a component, or the residual.
+
+    With ``param``, the series' derivative with respect to that parameter
+    (from ``d{var}_d{param}``; a norm's derivative is ``v·dv/|v|``).
+    """
     if of == "constraint_residual":
         return np.asarray(ds["constraint_residual"].values, dtype=float)
     var, idx = _component_index(dae, of)
     series = np.asarray(ds[var].values, dtype=float)
     B, T = series.shape[:2]
+    tangent = None if param is None else np.asarray(ds[sensitivity_name(var, param)].values, dtype=float)
     if idx is not None:
-        return series.reshape(B, T, -1)[:, :, idx]
+        pick = lambda a: a.reshape(B, T, -1)[:, :, idx]
+        return pick(series) if tangent is None else pick(tangent)
     if series.ndim > 2:
-        return np.linalg.norm(series.reshape(B, T, -1), axis=-1)
-    return series
+        flat = series.reshape(B, T, -1)
+        norm = np.linalg.norm(flat, axis=-1)
+        if tangent is None:
+            return norm
+        with np.errstate(all="ignore"):
+            return np.sum(flat * tangent.reshape(B, T, -1), axis=-1) / norm
+    return series if tangent is None else tangent

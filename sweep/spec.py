@@ -138,18 +138,24 @@ class Outputs:
         samples: number of output times, or ``None``.
         dt: output time spacing, or ``None`` (at most one of samples/dt).
         metrics: metric name -> :class:`Metric`, in file order.
+        sensitivities: parameters to differentiate the kept variables and
+            the metrics with respect to (``d{var}_d{P}``, ``d{metric}_d{P}``).
     """
 
     variables: tuple[str, ...] | None = None
     samples: int | None = None
     dt: float | None = None
     metrics: dict[str, Metric] = field(default_factory=dict)
+    sensitivities: tuple[str, ...] = ()
 
     def as_json(self) -> dict:
         """Plain-data form, used for hashing and dataset attrs."""
-        return {"variables": list(self.variables) if self.variables is not None else None,
-                "samples": self.samples, "dt": self.dt,
-                "metrics": {k: {"of": m.of, "reduce": m.reduce} for k, m in self.metrics.items()}}
+        out = {"variables": list(self.variables) if self.variables is not None else None,
+               "samples": self.samples, "dt": self.dt,
+               "metrics": {k: {"of": m.of, "reduce": m.reduce} for k, m in self.metrics.items()}}
+        if self.sensitivities:  # absent otherwise: older stores keep their hash
+            out["sensitivities"] = list(self.sensitivities)
+        return out
 
 
 @dataclass
@@ -304,6 +310,8 @@ class SweepSpec:
         if o.metrics:
             parts.append("metrics " + ", ".join(f"{k}={m.reduce}({m.of})"
                                                  for k, m in o.metrics.items()))
+        if o.sensitivities:
+            parts.append("sensitivities d/d" + ", d/d".join(o.sensitivities))
         lines.append("  outputs:   " + "; ".join(parts))
         lines.append(f"  hash:      {self.hash}")
         return "\n".join(lines)
@@ -610,8 +618,8 @@ def _outputs(value: Any, loc: Locator) -> Outputs:
     """Validate the structure of the Outputs mapping."""
     path = ("Outputs",)
     out = require_mapping(value, path, loc, allow_none=True,
-                          what="a mapping with variables, samples or dt, metrics")
-    check_keys(out, ("variables", "samples", "dt", "metrics"), (), path, loc)
+                          what="a mapping with variables, samples or dt, metrics, sensitivities")
+    check_keys(out, ("variables", "samples", "dt", "metrics", "sensitivities"), (), path, loc)
     variables = None
     if out.get("variables") is not None:
         vs = require_list(out["variables"], path + ("variables",), loc, nonempty=True,
@@ -639,7 +647,15 @@ def _outputs(value: Any, loc: Locator) -> Outputs:
         metrics[name] = Metric(of=require_str(m["of"], sub + ("of",), loc),
                                reduce=require_str(m["reduce"], sub + ("reduce",), loc,
                                                   choices=REDUCTIONS))
-    return Outputs(variables=variables, samples=samples, dt=dt, metrics=metrics)
+    sensitivities = ()
+    if out.get("sensitivities") is not None:
+        ss = require_list(out["sensitivities"], path + ("sensitivities",), loc, nonempty=True,
+                          what="a list of parameter names")
+        sensitivities = tuple(require_str(v, path + ("sensitivities", i), loc) for i, v in enumerate(ss))
+        dup = next((v for i, v in enumerate(sensitivities) if v in sensitivities[:i]), None)
+        if dup is not None:
+            raise loc.error(f"parameter '{dup}' is listed twice", path + ("sensitivities",))
+    return Outputs(variables=variables, samples=samples, dt=dt, metrics=metrics, sensitivities=sensitivities)
 
 
 # ------------------------------------------------------------------ size limits

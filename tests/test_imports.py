@@ -172,12 +172,12 @@ def test_there_is_no_import_cycle():
 # door, and the modules documented for users: status codes, input errors and
 # limits, the expression language and YAML reading of the model files, the
 # model kinds (``solver.models``, ``solver.models.model``), the names of the
-# outputs (``solution``), and the ``check``/``plot`` facilities. The engine
+# outputs (``solution``, ``sensitivity``), and the ``check``/``plot`` facilities. The engine
 # (``compiled``, ``api``, ``initialize``, ``balance``...), the core and the
 # facilities' internals are reached through ``solver``'s exports only.
 SOLVER_PUBLIC = ("solver", "solver.status", "solver.errors", "solver.expr", "solver.yamlio",
                  "solver.models", "solver.models.model", "solver.solution", "solver.diagnose",
-                 "solver.plot")
+                 "solver.plot", "solver.sensitivity")
 
 
 def _exports(path: Path) -> set[str]:

@@ -455,7 +455,9 @@ class Model:
             if self.overrides:
                 extra["model_overrides"] = json.dumps(self.overrides, sort_keys=True, default=str)
             extra.update(kw.pop("extra_attrs", None) or {})
-            args = dict(t_span=(self.t0, self.tend), values=self.initial_values(pvals),
+            # values as a function of the parameters: sensitivities differentiate
+            # the fixed initial values that are expressions of them.
+            args = dict(t_span=(self.t0, self.tend), values=self.initial_values,
                         fixed=self.fixed, tol=self.tol, order=self.order, t_eval=self.t_eval(),
                         params=pvals, max_steps=self.max_steps, h_max=self.h_max,
                         init=self.init, title=self.title, mode=self.mode)

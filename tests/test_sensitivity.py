@@ -1,0 +1,214 @@
+"""Design sensitivities (issue 15, part 1): d{var}_d{param} by forward mode through
+the consistent initialisation and the integration.
+
+References nobody here wrote: central finite differences of the same runs,
+the pendulum's exact dθ/dL from its elliptic-function solution, and a
+sweep's own neighbouring grid points.
+"""
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.special import ellipj, ellipk
+
+import solver
+from solver.errors import InputError
+from solver.sensitivity import check_names, metric_tangent
+from sweep.runner_cli import run_sweep_file
+from sweep.spec import load_sweep
+
+PENDULUM = "configs/mechanisms/pendulum.yaml"
+FOURBAR = "configs/mechanisms/fourbar.yaml"
+TOL = 1e-12
+T_EVAL = np.linspace(0.0, 2.0, 9)
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    return solver.load(PENDULUM)
+
+
+@pytest.fixture(scope="module")
+def pendulum_run(pendulum):
+    return pendulum.solve(sensitivities=["L", "g"], t_span=(0, 2), t_eval=T_EVAL, tol=TOL)
+
+
+def _central(run, name, value, var, rel=1e-5):
+    """Central difference of ``var`` over ``name`` from two runs."""
+    h = rel * max(1.0, abs(value))
+    return (run({name: value + h})[var].values - run({name: value - h})[var].values) / (2 * h)
+
+
+def _close(derivative, reference, rtol):
+    scale = max(1.0, float(np.max(np.abs(reference))))
+    err = float(np.max(np.abs(derivative - reference))) / scale
+    assert err <= rtol, err
+    return err
+
+
+# ------------------------------------------------------------ one run
+def test_pendulum_sensitivities_match_central_differences_of_the_same_runs(pendulum, pendulum_run):
+    ds = pendulum_run
+    assert ds.attrs["sensitivities"] == ["L", "g"]
+    run = lambda p: pendulum.solve(params=p, t_span=(0, 2), t_eval=T_EVAL, tol=TOL)
+    for param, value in (("L", 1.0), ("g", 9.81)):
+        for var in ("x", "y", "lam"):
+            _close(ds[f"d{var}_d{param}"].values, _central(run, param, value, var), 1e-6)
+    # x is fixed at L: its derivative starts at exactly 1 (the initial-value expression's)
+    assert ds["dx_dL"].values[0] == pytest.approx(1.0, abs=1e-9)
+    assert ds["dx_dg"].values[0] == 0.0
+
+
+def test_sensitivity_outputs_carry_names_and_units(pendulum_run):
+    attrs = pendulum_run["dlam_dg"].attrs
+    assert attrs["sensitivity_of"] == "lam" and attrs["sensitivity_wrt"] == "g"
+    assert attrs["long_name"] == "dlam/dg"
+    assert pendulum_run["dx_dL"].dims == ("time",)
+
+
+def test_pendulum_dtheta_dL_matches_the_exact_elliptic_solution():
+    """θ(t) = 2 asin(k sn(K − ωt, k²)) from rest at θ0, ω = √(g/L), k = sin(θ0/2), so
+    ∂θ/∂L = k t ω cn(K − ωt)/L with θ0 held (x0 = L sin θ0 fixed, y0 found)."""
+    dae = solver.load(PENDULUM).dae
+    th0, g, L = 0.9, 9.81, 1.0
+    values = lambda p: {"x": p["L"] * np.sin(th0), "y": p["L"] * np.cos(th0), "x'": 0.0, "y'": 0.0}
+    t = np.linspace(0.0, 3.0, 31)
+    ds = solver.solve(dae, (0, 3), values=values, fixed=["x", "x'"], t_eval=t, tol=TOL, sensitivities=["L"])
+    x, y = ds["x"].values, ds["y"].values
+    dtheta = (y * ds["dx_dL"].values - x * ds["dy_dL"].values) / (x**2 + y**2)
+    k = np.sin(th0 / 2)
+    w = np.sqrt(g / L)
+    sn, cn, _, _ = ellipj(ellipk(k**2) - w * t, k**2)
+    np.testing.assert_allclose(2 * np.arcsin(k * sn), np.arctan2(x, y), atol=1e-10)
+    exact = k * t * w * cn / L
+    assert np.max(np.abs(dtheta - exact)) < 1e-9
+
+
+def test_a_lagrangian_model_with_parameter_dependent_initial_values(tmp_path):
+    """The four-bar's fixed crank position and velocity are expressions of th:
+    their derivatives enter the initial tangent."""
+    model = solver.load(FOURBAR)
+    t_eval = np.linspace(0, 0.5, 6)
+    kw = dict(t_span=(0, 0.5), t_eval=t_eval, tol=TOL)
+    ds = model.solve(sensitivities=["th", "b"], **kw)
+    run = lambda p: model.solve(params=p, **kw)
+    for param, value in (("th", 1.0), ("b", 3.0)):
+        for var in ("A", "B"):
+            _close(ds[f"d{var}_d{param}"].values, _central(run, param, value, var), 1e-6)
+    # A = (a cos th, a sin th) at t0 exactly
+    np.testing.assert_allclose(ds["dA_dth"].values[0], [-np.sin(1.0), np.cos(1.0)], atol=1e-9)
+
+
+# ------------------------------------------------------------ many designs
+def test_solve_batch_sensitivities_are_each_points_single_run_sensitivities(pendulum, pendulum_run):
+    lengths = np.array([0.9, 1.0, 1.1])
+    ds = solver.solve_batch(pendulum, {"L": lengths}, t_eval=T_EVAL, t_span=(0, 2), tol=TOL,
+                            sensitivities=["L", "g"])
+    assert ds["dx_dL"].dims == ("point", "time")
+    for name in ("dx_dL", "dy_dL", "dlam_dg"):
+        _close(ds[name].values[1], pendulum_run[name].values, 1e-9)
+    run = lambda p: solver.solve_batch(pendulum, {"L": lengths + (p["L"] - 1.0)}, t_eval=T_EVAL,
+                                       t_span=(0, 2), tol=TOL)
+    for var in ("x", "y"):
+        _close(ds[f"d{var}_dL"].values, _central(run, "L", 1.0, var), 1e-6)
+
+
+def test_a_failed_point_has_nan_sensitivities(pendulum):
+    # x = 0.8 is fixed: with L = 0.5 the bob cannot reach it
+    dae = pendulum.dae
+    ds = solver.solve_batch(dae, {"L": np.array([1.0, 0.5])}, values={"x": 0.8, "y": 0.6, "x'": 0.0, "y'": 0.0},
+                            fixed=["x", "x'"], t_span=(0, 0.5), samples=3, tol=1e-10, sensitivities=["L"])
+    assert ds["status"].values.tolist() == [solver.status.SUCCESS, solver.status.NO_ASSEMBLY]
+    assert np.all(np.isfinite(ds["dy_dL"].values[0])) and np.all(np.isnan(ds["dy_dL"].values[1]))
+
+
+# ------------------------------------------------------------ bad input
+@pytest.mark.parametrize("names, message", [
+    (["Q"], "sensitivities: 'Q' is not a parameter of the model; the scalar parameters are L, g"),
+    (["L", "L"], "sensitivities: 'L' is given twice"),
+    ("L", "sensitivities must be a list of parameter names, got 'L'"),
+])
+def test_bad_sensitivity_names_are_refused_with_the_valid_ones(pendulum, names, message):
+    with pytest.raises(InputError) as err:
+        check_names(pendulum.dae, names)
+    assert str(err.value) == message
+
+
+def test_metric_tangent_is_the_derivative_of_the_sampled_reduction():
+    rng = np.random.default_rng(3)
+    series = rng.normal(size=(4, 50))
+    tangent = rng.normal(size=(4, 50))
+    series[3] = np.nan
+    from sweep.pipeline import REDUCERS
+
+    h = 1e-7
+    for reduce in ("max", "min", "range", "absmax", "mean", "final"):
+        exact = metric_tangent(reduce, series, tangent)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the all-NaN row
+            fd = (REDUCERS[reduce](series + h * tangent) - REDUCERS[reduce](series - h * tangent)) / (2 * h)
+        np.testing.assert_allclose(exact[:3], fd[:3], rtol=1e-6, err_msg=reduce)
+        assert np.isnan(exact[3])
+
+
+# ------------------------------------------------------------ sweeps
+SWEEP = """\
+Title: Pendulum length sensitivity
+Model: {model}
+Override:
+  ProblemData: {{tend: 1.5}}
+  SolverParams: {{Integration: {{tol: 1.0e-12}}}}
+Sweep:
+  product:
+    L: {{linspace: [0.9998, 1.0002, 3]}}
+    g: {{values: [9.81, 3.7]}}
+Outputs:
+  variables: [x, y]
+  samples: 16
+  metrics:
+    y_max: {{of: y, reduce: max}}
+    x_final: {{of: x, reduce: final}}
+  sensitivities: [L]
+Batch: 6
+"""
+
+
+@pytest.fixture(scope="module")
+def sweep_store(tmp_path_factory):
+    from sweep.store import open_store
+
+    folder = tmp_path_factory.mktemp("sens")
+    path = folder / "sweep.yaml"
+    path.write_text(SWEEP.format(model=str(Path(PENDULUM).resolve())))
+    out = folder / "sens.zarr"
+    run_sweep_file(path, str(out), workers=0, progress=False, plot=False, echo=lambda *a: None)
+    return load_sweep(path), open_store(out)
+
+
+def test_a_sweeps_sensitivities_match_its_own_neighbouring_grid_points(sweep_store):
+    spec, ds = sweep_store
+    assert spec.outputs.sensitivities == ("L",)
+    assert {"dx_dL", "dy_dL", "dy_max_dL", "dx_final_dL"} <= set(ds.data_vars)
+    assert ds["dx_dL"].dims == ("point", "time")
+    L = ds["L"].values
+    h = 0.0002
+    for g in (9.81, 3.7):
+        lo, mid, hi = (int(np.flatnonzero(np.isclose(L, v) & np.isclose(ds["g"].values, g))[0])
+                       for v in (1.0 - h, 1.0, 1.0 + h))
+        for var in ("x", "y", "y_max", "x_final"):
+            fd = (ds[var].values[hi] - ds[var].values[lo]) / (2 * h)
+            _close(ds[f"d{var}_dL"].values[mid], fd, 1e-6)
+
+
+def test_a_sweep_naming_an_unknown_parameter_stops_at_the_key(tmp_path):
+    from sweep.pipeline import build_context
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text(SWEEP.format(model=str(Path(PENDULUM).resolve()))
+                    .replace("sensitivities: [L]", "sensitivities: [L, mass]"))
+    with pytest.raises(InputError) as err:
+        build_context(load_sweep(path))
+    assert "Outputs.sensitivities" in str(err.value)
+    assert "'mass' is not a parameter of the model; the scalar parameters are L, g" in str(err.value)
