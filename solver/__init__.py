@@ -25,7 +25,7 @@ from . import status  # noqa: E402
 
 __all__ = ["DAE", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
            "consistent_point", "order_for_tol", "compile_clock", "InputError",
-           "DAEDefinitionError", "status", "lagrangian", "load", "lagrangian_ds"]
+           "DAEDefinitionError", "status", "lagrangian", "load", "lagrangian_ds", "equilibrium"]
 
 
 def __getattr__(name):
@@ -39,6 +39,10 @@ def __getattr__(name):
         from .models import load
 
         return load
+    if name == "equilibrium":
+        from .equilibrium import equilibrium
+
+        return equilibrium
     if name == "lagrangian_ds":
         from .siconos import lagrangian_ds
 

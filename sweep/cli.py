@@ -4,6 +4,7 @@
 
     mechsweep check MODEL.yaml
     mechsweep simulate MODEL.yaml [--set NAME=VALUE ...] [--out run.zarr|run.nc] [--json]
+    mechsweep equilibrium MODEL.yaml [--set NAME=VALUE ...] [--guess NAME=VALUE ...] [--json]
     mechsweep plot RUN.zarr|RUN.nc|MODEL.yaml [--vars x y ...] --out fig.png
     mechsweep animate MODEL.yaml|RUN --out anim.gif|anim.mp4|anim.html
     mechsweep sweep SWEEP.yaml --out STORE.zarr [...]
@@ -73,6 +74,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "the number of repeated parts) builds the model again")
     s.add_argument("--out", help="write the result (.zarr or .nc)")
     s.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    eq = sub.add_parser("equilibrium", help="a stationary equilibrium of a model: configuration, "
+                        "multipliers, stiffness eigenvalues, frequencies and stability (exit 2 "
+                        "when none is found)")
+    eq.add_argument("model")
+    eq.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="override a parameter (repeatable)")
+    eq.add_argument("--guess", action="append", default=[], metavar="NAME=VALUE",
+                    help="starting value of a variable instead of the model's positions "
+                         "(repeatable): x=0.5, A=[0.7,0.7], A[1]=-L; values may use the parameters")
+    eq.add_argument("--method", default="auto", choices=("auto", "newton", "settle", "ipopt"),
+                    help="auto (default): Newton from the guess, where it fails let the model "
+                         "settle (over-damped motion: a stable equilibrium), then IPOPT")
+    eq.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     pl = sub.add_parser("plot", help="time series of a run or model as a PNG")
     pl.add_argument("source", help="RUN.zarr, RUN.nc or MODEL.yaml (simulated first)")
     pl.add_argument("--vars", nargs="+", help="variables to plot (default: all unknowns)")
@@ -599,6 +613,36 @@ def cmd_simulate(args) -> int:
     return EXIT_OK if int(ds["status"].values) == st.SUCCESS else EXIT_FAILED
 
 
+def cmd_equilibrium(args) -> int:
+    """Find a stationary equilibrium (:func:`solver.equilibrium`) and print it.
+
+    Returns:
+        0 when an equilibrium is found.
+
+    Raises:
+        InputError: bad model, ``--set`` or ``--guess``, or no equilibrium
+            found from the guess (the message says what to change; exit 2).
+    """
+    from solver import equilibrium
+    from solver.expr import evaluate_constant
+    from solver.models import load
+
+    model, params = _apply_sets(args.set, load(_model_file(args.model)))
+    known = model.all_params(params)
+    guess = {}
+    for item in args.guess:
+        name, eq, text = item.partition("=")
+        name = name.strip()
+        if not eq or not name or not text.strip():
+            raise InputError(f"--guess {item!r}: expected NAME=VALUE, e.g. --guess x=0.5 or "
+                             f"--guess A=[0.7,0.7]")
+        guess[name] = evaluate_constant(text.strip(), known, path=f"--guess {name}")
+    _progress(f"finding an equilibrium of '{model.title}' ({model.dae.n} unknowns)")
+    result = equilibrium(model, guess=guess, params=params, method=args.method)
+    print(json.dumps(result.to_dict()) if args.json else result.summary())
+    return EXIT_OK
+
+
 def cmd_plot(args) -> int:
     """Time series PNG of a stored run or of a model (solved first)."""
     from solver.plot import plot_timeseries
@@ -673,7 +717,8 @@ def cmd_run_default(args) -> int:
     return int(main_default() or 0)
 
 
-COMMANDS = {"run-default": cmd_run_default, "check": cmd_check, "simulate": cmd_simulate, "plot": cmd_plot,
+COMMANDS = {"run-default": cmd_run_default, "check": cmd_check, "simulate": cmd_simulate,
+            "equilibrium": cmd_equilibrium, "plot": cmd_plot,
             "animate": cmd_animate, "sweep": cmd_sweep, "status": cmd_status}
 
 
@@ -688,7 +733,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-        if args.command in ("check", "simulate", "plot", "animate") or getattr(args, "estimate", False):
+        if args.command in ("check", "simulate", "equilibrium", "plot", "animate") or \
+                getattr(args, "estimate", False):
             # The sweep workers' persistent compilation cache: a second
             # simulate of the same model loads its compiled program.
             from sweep.run import configure_jax, default_jax_cache_dir

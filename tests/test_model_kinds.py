@@ -31,6 +31,7 @@ EXPECTED_DOF = {
     "two_particle_spring": 12,  # 6 free coordinates
     "cloth": 150,               # 5 x 5 particles, 75 free coordinates
     "fourbar": 2,               # 4 coordinates, 3 constraints
+    "fourbar_spring": 2,        # the same with a spring
     "slider_crank": 2,          # 3 coordinates, 2 constraints
     "rscr": 2,                  # 7 coordinates, 6 constraints (the talk's table)
     "mechanism0": 6,            # 4 coordinates (A, B), 1 constraint (rod OA)
