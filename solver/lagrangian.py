@@ -26,6 +26,14 @@ Sign conventions (used by every inspection method below):
 * ``energy = q'·∂L/∂q' − L`` (the Jacobi integral; equals T + V for a natural
   Lagrangian ``L = T − V`` with T quadratic in q').  It is conserved when L
   and C do not depend on t and R = Q = 0.
+* Drivers (inverse dynamics): each driver ``k`` prescribes a scalar
+  ``φ_k(q) = f_k(t)`` and becomes one more constraint row
+  ``φ_k(q) − f_k(t) = 0``, after the model's own constraints, with its own
+  multiplier λ_k.  Its generalised force along φ_k (the torque or force the
+  drive must apply) is ``−λ_k``: the constraint force is ``−λ_k ∇φ_k``,
+  whose virtual work is ``−λ_k δφ_k`` (:attr:`LagrangianDAE.drivers`).  The
+  energy does not include the drive, so ``dE/dt = −λ_k f_k'(t)`` (the
+  drive's power) when nothing else acts.
 
 The module object is itself callable, so ``solver.lagrangian(...)`` works
 whether ``solver`` exposes the module or the function.
@@ -33,6 +41,7 @@ whether ``solver`` exposes the module or the function.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import types
 from typing import Any, Callable, Mapping, Sequence
@@ -47,7 +56,7 @@ from .dae import DAE, DAEDefinitionError, _parse_variables
 from .errors import InputError
 from .kkt import KKTBlocks, MassBlocks, kkt_factor, kkt_solve
 
-__all__ = ["lagrangian", "LagrangianDAE", "MassBlocks", "point_force", "solve_kkt"]
+__all__ = ["lagrangian", "LagrangianDAE", "Driver", "MassBlocks", "point_force", "solve_kkt"]
 
 
 # ---------------------------------------------------------------- small utils
@@ -131,6 +140,132 @@ def point_force(position: Callable, force) -> Callable:
         return pullback(F)[0]
 
     return generalised
+
+
+# ---------------------------------------------------------------- drivers
+@dataclasses.dataclass(frozen=True)
+class Driver:
+    """One driving constraint of a :class:`LagrangianDAE` (inverse dynamics).
+
+    The driver prescribes ``quantity(t, q, p) = value(t, p)``; the DAE holds
+    the row ``quantity − value`` in its constraint vector, at :attr:`index`
+    of the multiplier, and the generalised force the drive applies along
+    the quantity is ``−λ[index]`` (see the module docstring for the sign).
+
+    Attributes:
+        name: the driver's name (an identifier; outputs are named after it).
+        index: its row in the multiplier vector (after the model's own
+            constraints).
+        quantity: the driven quantity's label: the coordinate (``theta``,
+            ``A[0]``) or, for a callable, the driver's name.
+        units: units of its generalised force, or None where unknown.
+        quantity_fn: ``quantity_fn(t, q, p)`` -> scalar.
+        value_fn: ``value_fn(t, p)`` -> scalar, the prescribed value.
+    """
+
+    name: str
+    index: int
+    quantity: str
+    units: str | None
+    quantity_fn: Callable
+    value_fn: Callable
+
+    def residual(self, t, q, p):
+        """``quantity(t, q, p) − value(t, p)``: zero when the drive holds."""
+        return jnp.reshape(_f64(self.quantity_fn(t, q, p)), ()) - jnp.reshape(_f64(self.value_fn(t, p)), ())
+
+
+# A generalised force along a coordinate of these units has these units.
+_FORCE_UNITS = {"rad": "N m", "m": "N"}
+
+
+def _coordinate_quantity(spec: str, coords, where: str):
+    """``theta`` or ``A[0]`` -> (label, quantity_fn, base coordinate).
+
+    Raises:
+        InputError: not a scalar coordinate or a component of one.
+    """
+    by_name = {c.name: c for c in coords}
+    text = spec.strip()
+    base, index = text, None
+    if text.endswith("]") and "[" in text:
+        base, _, idx = text[:-1].partition("[")
+        base = base.strip()
+        if not idx.strip().isdigit():
+            base = text
+        else:
+            index = int(idx)
+    scalars = [c.name for c in coords if c.size == 1]
+    vectors = [c for c in coords if c.size > 1]
+    valid = ", ".join(scalars + [f"{vectors[0].name}[0]"] if vectors else scalars) or "(none)"
+    if base not in by_name:
+        raise InputError(f"{where}: {spec!r} is not a coordinate; give a scalar coordinate or a "
+                         f"component (valid: {valid}), or a callable quantity(t, q, p)",
+                         path="drivers")
+    c = by_name[base]
+    if index is None and c.size > 1:
+        raise InputError(f"{where}: {spec!r} is a {c.size}-vector coordinate; a driver prescribes one "
+                         f"scalar: name a component such as {base}[0]", path="drivers")
+    if index is not None and index >= c.size:
+        raise InputError(f"{where}: {spec!r}: {base} has {c.size} component(s); valid subscripts "
+                         f"are 0 to {c.size - 1}", path="drivers")
+    if index is None:
+        return base, (lambda t, q, p: q[base]), base
+    return f"{base}[{index}]", (lambda t, q, p: jnp.ravel(q[base])[index]), base
+
+
+def _read_drivers(drivers, coords, first: int, units: Mapping) -> tuple:
+    """The ``drivers=`` argument of :func:`lagrangian` -> tuple of :class:`Driver`.
+
+    Args:
+        drivers: mapping name -> ``(quantity, value)`` or ``(quantity, value, units)``.
+        coords: the coordinates (:class:`solver.dae.Variable`).
+        first: the multiplier row of the first driver (the number of the
+            model's own constraints).
+        units: the DAE's units (a driven coordinate's unit gives the force's).
+
+    Raises:
+        InputError: a malformed entry (the message names the driver).
+    """
+    if drivers is None:
+        return ()
+    if not isinstance(drivers, Mapping):
+        raise InputError("drivers must be a mapping {name: (quantity, value)}, e.g. "
+                         "{'theta': ('theta', lambda t, p: 0.5 * jnp.sin(2 * t))}", path="drivers")
+    out = []
+    for k, (name, spec) in enumerate(drivers.items()):
+        where = f"drivers[{name!r}]"
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InputError(f"{where}: a driver's name must be an identifier (its outputs are named "
+                             f"after it)", path="drivers")
+        if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
+            raise InputError(f"{where}: expected (quantity, value) or (quantity, value, units): "
+                             "quantity a coordinate name or a callable quantity(t, q, p), value a "
+                             f"callable value(t, p) or a number; got {spec!r}", path="drivers")
+        quantity, value = spec[0], spec[1]
+        unit = spec[2] if len(spec) == 3 else None
+        if isinstance(quantity, str):
+            label, qfn, base = _coordinate_quantity(quantity, coords, where)
+            if unit is None and units.get(base):
+                unit = _FORCE_UNITS.get(units[base], f"J/{units[base]}")
+        elif callable(quantity):
+            label, qfn = name, quantity
+        else:
+            raise InputError(f"{where}: the quantity must be a coordinate name or a callable "
+                             f"quantity(t, q, p), got {type(quantity).__name__}", path="drivers")
+        if callable(value):
+            vfn = value
+        elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            held = float(value)
+            vfn = lambda t, p, held=held: jnp.float64(held)
+        else:
+            raise InputError(f"{where}: the value must be a callable value(t, p) or a number, got "
+                             f"{type(value).__name__}", path="drivers")
+        if unit is not None and not isinstance(unit, str):
+            raise InputError(f"{where}: units must be a string such as 'N m', got {unit!r}",
+                             path="drivers")
+        out.append(Driver(name, first + k, label, unit, qfn, vfn))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- KKT solves
@@ -229,7 +364,11 @@ class LagrangianDAE(DAE):
         coords: list of coordinate :class:`solver.dae.Variable` (flat layout
             of q, q', q'' used by all inspection methods).
         n_q: number of flat coordinates.
-        n_c: number of constraints (0: an ODE, no multiplier variable).
+        n_c: number of constraints, drivers included (0: an ODE, no
+            multiplier variable).
+        drivers: tuple of :class:`Driver`, in the order given; driver k's
+            row is ``drivers[k].index`` (after the model's own constraints)
+            and its generalised force is ``−λ[drivers[k].index]``.
         multiplier: name of the multiplier variable (None if n_c = 0).
         el_items: indices of the residual items holding Euler–Lagrange rows.
         constraint_item: index of the constraint item (None if n_c = 0).
@@ -240,7 +379,8 @@ class LagrangianDAE(DAE):
     """
 
     def __init__(self, L, coords, constraints=None, dissipation=None, forces=None,
-                 params=None, name=None, multiplier="lam", mass_blocks=None, units=None):
+                 params=None, name=None, multiplier="lam", mass_blocks=None, units=None,
+                 drivers=None):
         if not callable(L):
             raise InputError("L must be a callable L(t, q, qd, p) returning a scalar", path="L")
         for arg, f in (("constraints", constraints), ("dissipation", dissipation)):
@@ -262,7 +402,13 @@ class LagrangianDAE(DAE):
             raise InputError(f"multiplier name must be an identifier, got {multiplier!r}",
                              path="multiplier")
         param_defaults = {k: np.asarray(v, dtype=np.float64) for k, v in dict(params or {}).items()}
-        self.n_c = self._count_constraints(param_defaults)
+        self.drivers = ()
+        n_own = self._count_constraints(param_defaults)
+        # Driver rows follow the model's own constraints in the one
+        # constraint vector, so the KKT structure stays [[M, Gᵀ], [G, 0]].
+        self.drivers = _read_drivers(drivers, self.coords, n_own, dict(units or {}))
+        self._check_drivers(param_defaults, names)
+        self.n_c = n_own + len(self.drivers)
         if self.n_c and multiplier in names:
             raise InputError(
                 f"the multiplier name {multiplier!r} is also a coordinate; pass "
@@ -279,6 +425,20 @@ class LagrangianDAE(DAE):
                              name=name or getattr(L, "__name__", "Lagrangian"), units=units)
         except DAEDefinitionError as e:
             raise InputError(str(e)) from None
+
+    def equation_names(self) -> list[str]:
+        """Labels of the flat equations: ``f0``… and ``drive_{name}`` for a driver's row.
+
+        A driver's row is named after it so that messages about initial
+        values (the hidden constraints ``drive_theta``, ``drive_theta'``)
+        and ``mechsweep check`` say which drive is at fault.
+        """
+        names = super().equation_names()
+        if self.drivers:
+            first = self.equation_blocks[self.constraint_item][0]
+            for d in self.drivers:
+                names[first + d.index] = f"drive_{d.name}"
+        return names
 
     # ----------------------------------------------------------- layout helpers
     def _zeros_q(self):
@@ -312,6 +472,23 @@ class LagrangianDAE(DAE):
             out[k] = _f64(v)
         return out
 
+    def _check_drivers(self, param_defaults, names) -> None:
+        """Each driver's quantity and value are scalars; its outputs' names are free."""
+        shapes = {c.name: jax.ShapeDtypeStruct(c.shape, jnp.float64) for c in self.coords}
+        pshapes = {k: jax.ShapeDtypeStruct(v.shape, jnp.float64) for k, v in param_defaults.items()}
+        t = jax.ShapeDtypeStruct((), jnp.float64)
+        for d in self.drivers:
+            where = f"drivers[{d.name!r}]"
+            if f"torque_{d.name}" in names:  # solver.solution's name for its force
+                raise InputError(f"{where}: its output torque_{d.name} would hide the coordinate of "
+                                 "that name; rename the driver", path="drivers")
+            for what, fn, args in (("quantity", d.quantity_fn, (t, shapes, pshapes)),
+                                   ("value", d.value_fn, (t, pshapes))):
+                out = jax.eval_shape(lambda *a: _f64(fn(*a)), *args)
+                if int(np.prod(out.shape)) != 1:
+                    raise InputError(f"{where}: the {what} must be a scalar, got shape {out.shape}",
+                                     path="drivers")
+
     def _count_constraints(self, param_defaults) -> int:
         if self._C is None:
             return 0
@@ -337,7 +514,11 @@ class LagrangianDAE(DAE):
         return jax.grad(lambda qd_: self.lagrangian_value(t, q, qd_, p))(qd)
 
     def _constraints_flat(self, t, q, p):
-        return _flatten_items(self._C(t, q, p)) if self._C is not None else jnp.zeros((0,))
+        if not self.drivers:
+            return _flatten_items(self._C(t, q, p)) if self._C is not None else jnp.zeros((0,))
+        own = self._C(t, q, p) if self._C is not None else []
+        items = list(own) if isinstance(own, (list, tuple)) else [own]
+        return _flatten_items(items + [d.residual(t, q, p) for d in self.drivers])
 
     def _forces(self, t, q, qd, p) -> dict:
         out = {c.name: jnp.zeros(c.shape, dtype=jnp.float64) for c in self.coords}
@@ -753,7 +934,9 @@ class LagrangianDAE(DAE):
 
     def __repr__(self):
         cs = ", ".join(c.name if c.shape == () else f"{c.name}[{c.size}]" for c in self.coords)
-        return (f"LagrangianDAE({self.name!r}: coordinates {cs}; {self.n_c} constraints; "
+        drive = f" ({len(self.drivers)} of them drivers: {', '.join(d.name for d in self.drivers)})" \
+            if self.drivers else ""
+        return (f"LagrangianDAE({self.name!r}: coordinates {cs}; {self.n_c} constraints{drive}; "
                 f"params={self.param_names})")
 
 
@@ -761,7 +944,8 @@ def lagrangian(L: Callable, coords, constraints: Callable | None = None,
                dissipation: Callable | None = None, forces=None,
                params: Mapping[str, Any] | None = None, name: str | None = None,
                multiplier: str = "lam", mass_blocks=None,
-               units: Mapping[str, str] | None = None) -> LagrangianDAE:
+               units: Mapping[str, str] | None = None,
+               drivers: Mapping[str, tuple] | None = None) -> LagrangianDAE:
     """Build the Euler–Lagrange DAE of a mechanical model (METHOD.md §7).
 
     Args:
@@ -782,6 +966,21 @@ def lagrangian(L: Callable, coords, constraints: Callable | None = None,
             coordinates: ``"diagonal"`` or dict name -> block size (e.g.
             ``{"r": 3}`` for particles); checked numerically on first use.
         units: optional dict variable -> unit string.
+        drivers: inverse dynamics: mapping name -> ``(quantity, value)`` or
+            ``(quantity, value, units)``.  ``quantity`` is a coordinate name
+            (a scalar coordinate ``"theta"`` or a component ``"A[0]"``) or a
+            callable ``quantity(t, q, p)`` -> scalar (as ``constraints``
+            takes its arguments), e.g. a crank angle by ``jnp.arctan2``;
+            ``value`` is a callable ``value(t, p)`` -> scalar (or a number,
+            held constant); ``units`` those of the drive's generalised force
+            (default: from the driven coordinate's unit in ``units``:
+            ``rad`` -> ``N m``, ``m`` -> ``N``).  Each driver adds the
+            constraint ``quantity − value = 0`` (after ``constraints``, with
+            its own multiplier); the results then hold ``torque_{name}``,
+            the generalised force the drive applies along the quantity
+            (``−λ`` of its row: for a pendulum driven at θ(t),
+            m L² θ'' + m g L sin θ).  The driven quantity's initial value and
+            velocity come from the driver: do not fix them.
 
     Returns:
         A :class:`LagrangianDAE` (a :class:`solver.dae.DAE`).
@@ -791,7 +990,7 @@ def lagrangian(L: Callable, coords, constraints: Callable | None = None,
     """
     return LagrangianDAE(L, coords, constraints=constraints, dissipation=dissipation,
                          forces=forces, params=params, name=name, multiplier=multiplier,
-                         mass_blocks=mass_blocks, units=units)
+                         mass_blocks=mass_blocks, units=units, drivers=drivers)
 
 
 class _CallableModule(types.ModuleType):

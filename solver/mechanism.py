@@ -19,6 +19,8 @@ them.
 * Damped spring: a spring plus R = ½ c (d/dt |A − B|)² (rigid rotation is
   not damped).
 * Rod AB (mass m, length L): constraint |A − B|² − L² = 0, T as a massive spring.
+* Driver of a component, e.g. A[0] = f(t): the constraint A[0] − f(t) = 0
+  (:func:`solver.lagrangian.lagrangian`'s ``drivers``).
 * Rigid body through points P0, P1, …: the first ``dim`` are its basic
   points (frame rule, :func:`solver.natural.frame_rule`); rigidity
   constraints on them, further points tied to the body by
@@ -107,6 +109,10 @@ class Mechanism:
             applied there; ``values`` holds the parameters, ``t`` and the
             moving points' positions, ``rates`` their velocities.
         multiplier: the multiplier variable's name.
+        drivers: driver name -> ``(component, value(t, p), units)``, the
+            ``drivers=`` of :func:`solver.lagrangian.lagrangian` (a component
+            such as ``"A[0]"`` prescribed as a function of t and the free
+            parameters).
     """
 
     def __init__(self, dim: int, title: str):
@@ -118,6 +124,7 @@ class Mechanism:
         self.gravity: Callable | None = None
         self.point_forces: dict[str, Callable] = {}
         self.multiplier = "lam"
+        self.drivers: dict[str, tuple] = {}
 
     # -------------------------------------------------------- evaluation
     def env(self, p) -> "_Env":
@@ -303,7 +310,8 @@ class Mechanism:
             constraints=self.constraints_fn if has_c else None,
             dissipation=self.dissipation_fn if any(pt.kind == "DampedSprings" for pt in self.parts) else None,
             forces=self.forces_fn if self.point_forces else None,
-            params=self.param_info.free, name=self.title, multiplier=self.multiplier)
+            params=self.param_info.free, name=self.title, multiplier=self.multiplier,
+            drivers=self.drivers or None)
         dae.component_dims = {n: ("axis", list(AXES[:self.dim])) for n in self.moving}
         # Every coordinate is a point's world position: momenta are defined.
         dae.point_momenta_fn = self.point_momenta_fn
@@ -316,9 +324,10 @@ class Mechanism:
         return self.constraint_list(self._points(q, env), env)
 
     def constraint_labels(self) -> list[str]:
-        """Labels of the constraints kept in the DAE, in multiplier order."""
+        """Labels of the constraints kept in the DAE, in multiplier order (drivers last)."""
         return [lab for lab, pts, _ in self._constraint_labels()
-                if any(n not in self.fixed_points for n in pts)]
+                if any(n not in self.fixed_points for n in pts)] + [
+            f"Drivers.{name}" for name in self.drivers]
 
     def links(self) -> list[tuple[str, str]]:
         """Point pairs to draw: rods, springs, rigid-body outlines."""

@@ -3,8 +3,9 @@
 The only place that names outputs: a variable by its name, its k-th
 derivative (k < d_j) as ``NAME_d{k}``, ``constraint_residual``, ``energy``
 and the balance outputs of :mod:`solver.balance` (``energy_change``,
-``dissipated``, ``momentum``, ``angular_momentum``), ``status`` and
-``steps``, with units and CF flags.  One run
+``dissipated``, ``momentum``, ``angular_momentum``), ``torque_{driver}``
+for each driver of a Lagrangian DAE (:class:`solver.lagrangian.Driver`),
+``status`` and ``steps``, with units and CF flags.  One run
 (:func:`build_dataset`) and a batch of designs (:func:`build_batch_dataset`,
 with a ``point`` dimension) come from the same code, so a sweep store and a
 single run hold the same variables and attributes.  :func:`output_layout`
@@ -24,7 +25,7 @@ import xarray as xr
 from . import status as st
 from .balance import balance_layout
 
-__all__ = ["component_dim", "output_layout", "build_dataset", "build_batch_dataset", "package_versions"]
+__all__ = ["component_dim", "driver_outputs", "output_layout", "build_dataset", "build_batch_dataset", "package_versions"]
 
 # Packages whose versions a result (one run or a sweep store) records.
 _VERSIONED = ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask", "distributed",
@@ -91,6 +92,32 @@ def _variable_series(dae, variables=None):
             yield f"{name}_d{k}", name, k, dims, a
 
 
+def driver_outputs(dae) -> list:
+    """The ``torque_{driver}`` outputs of a DAE with drivers (inverse dynamics).
+
+    A driver's output is the generalised force its drive applies along the
+    driven quantity, ``−λ_k`` of its multiplier row (the sign that makes a
+    pendulum driven at θ(t) need m L² θ'' + m g L sin θ; see
+    :mod:`solver.lagrangian`).
+
+    Args:
+        dae: the DAE (none but a :class:`~solver.lagrangian.LagrangianDAE`
+            with ``drivers`` has any).
+
+    Returns:
+        list of ``(output name, driver, attrs)`` in the drivers' order.
+    """
+    out = []
+    for d in getattr(dae, "drivers", ()) or ():
+        attrs = {"long_name": f"generalised force of the drive {d.name} along {d.quantity} "
+                              f"(torque or force the drive applies; -{dae.multiplier}[{d.index}])",
+                 "driver": d.name}
+        if d.units:
+            attrs["units"] = d.units
+        out.append((f"torque_{d.name}", d, attrs))
+    return out
+
+
 def output_layout(dae, variables: Sequence[str] | None = None):
     """Names, dims and attributes of the per-time outputs, before any run.
 
@@ -104,7 +131,8 @@ def output_layout(dae, variables: Sequence[str] | None = None):
         derivatives ``NAME_d{k}`` (k < d_j), ``constraint_residual`` and, for
         a DAE with an energy, ``energy`` and the balance outputs of
         :func:`solver.balance.balance_layout` (``energy_change``,
-        ``dissipated``, ``momentum``, ``angular_momentum`` where defined);
+        ``dissipated``, ``momentum``, ``angular_momentum`` where defined),
+        then ``torque_{driver}`` per driver (:func:`driver_outputs`);
         ``coords`` maps the component dims of the included variables (and
         ``axis`` of the momenta) to their labels.
 
@@ -122,6 +150,8 @@ def output_layout(dae, variables: Sequence[str] | None = None):
     more, more_coords = balance_layout(dae)
     layout.update(more)
     coords.update(more_coords)
+    for name, _, attrs in driver_outputs(dae):
+        layout[name] = (("time",), attrs)
     return layout, coords
 
 
@@ -177,6 +207,9 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
     if energy is not None:
         series["energy"] = np.asarray(energy, dtype=float)
     series.update({k: np.asarray(v, dtype=float) for k, v in (balance or {}).items()})
+    for name, d, _ in driver_outputs(dae):
+        # values[multiplier] is (B, n_out, L, n_c): the multipliers at every output time.
+        series[name] = -values[dae.multiplier][:, :, 0, d.index]
     failed = status != st.SUCCESS
     data = {}
     for name, (dims, attrs) in layout.items():

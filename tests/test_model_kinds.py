@@ -34,6 +34,7 @@ EXPECTED_DOF = {
     "fourbar_spring": 2,        # the same with a spring
     "slider_crank": 2,          # 3 coordinates, 2 constraints
     "rscr": 2,                  # 7 coordinates, 6 constraints (the talk's table)
+    "rscr_driven": 0,           # the same and its crank driven: 7 constraints
     "mechanism0": 6,            # 4 coordinates (A, B), 1 constraint (rod OA)
     "mechanism0_lagrangian": 6,  # the same by hand
     "spring_chain": 20,         # 5 particles in 2-D, no constraints

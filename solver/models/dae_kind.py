@@ -32,6 +32,9 @@ and the variables and their first derivatives (``x'`` for a variable whose
 second derivative the equations use, so that the solution carries it); with
 it a run reports ``energy`` and ``energy_change`` (and ``energy_drift`` where
 nothing dissipates), as the Lagrangian and Mechanism kinds do.
+
+``Drivers`` (prescribed motions) are refused here, with a message saying how
+to write the driving equation and its multiplier as ordinary equations.
 """
 
 from __future__ import annotations
@@ -72,6 +75,14 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
     Raises:
         InputError: anything wrong with the file, located (key path, line).
     """
+    if "Drivers" in data:
+        raise loc.error(
+            "Kind: DAE has no Drivers (they are for Kind: Lagrangian and Mechanism, where the "
+            "equations of motion are built for you); write the driving equation as an ordinary "
+            "equation: add a multiplier variable (e.g. tau) to Variables, add it to the equation "
+            "of motion of the driven variable (theta'' + ... - tau), and add the equation "
+            "theta - (0.5*sin(2*t)) to Equations; tau is then the generalised force of the drive",
+            ("Drivers",))
     check_keys(data, TOP_KEYS, ("Variables", "Equations", "ProblemData"), (), loc)
     title = read_title(data, loc, path)
     raw_vars = data["Variables"]

@@ -14,6 +14,7 @@
     Dissipation: ...                      # optional Rayleigh function R
     Constraints: [dot(C1, C1) - L3**2, dot(C1, w), ...]
     Forces: {mu: -c*mu', C: [0, 0, F]}    # generalised, or at a Let point
+    Drivers: {mu: 0.1*sin(t)}             # prescribed motions (inverse dynamics)
     ProblemData:
       t0: 0
       tend: 10
@@ -27,6 +28,15 @@ velocities q'.  A prime on a ``Let`` name (``C'``) or on ``(expr)'`` is the
 total time derivative along the motion, d/dt = ∂/∂t + q'·∂/∂q, computed by
 ``jax.jvp``; it is allowed on expressions of positions only.  Constraints and
 the points forces act on depend on positions (and ``t``) only.
+
+``Drivers`` (inverse dynamics, :mod:`solver.models.drivers`): each key is a
+scalar coordinate, a component by axis letter (``C1z``) or a scalar ``Let``
+name of positions (a crank angle written with ``atan2``); its value an
+expression of ``t`` and the parameters.  Each becomes the constraint
+``key − value(t) = 0`` with its own multiplier, and the results hold
+``torque_{key}``, the generalised force the drive applies.  A driven
+coordinate may not be fixed (its initial value and velocity come from the
+driver); a value in ``positions`` is a guess.
 
 Value names in ``positions``/``fixedpositions``/``velocities``: a whole
 coordinate (``B``), a component by axis letter (``Ax`` = A[0], ``By``, ``Cz``)
@@ -59,6 +69,7 @@ from solver.lagrangian import lagrangian, point_force
 from solver.yamlio import (Locator, check_keys, format_path, require_list, require_mapping,
                            require_str)
 
+from . import drivers as driver_entries
 from .model import (TIME_KEYS, Model, analyse, build_error, read_animation, read_sizes,
                     read_solver_params, read_times, read_title, size_names)
 from .scope import LagrangianScope, PositionScope, read_lets, read_params
@@ -66,7 +77,7 @@ from .scope import LagrangianScope, PositionScope, read_lets, read_params
 __all__ = ["build", "TOP_KEYS", "GENERATORS"]
 
 TOP_KEYS = ("Title", "Kind", "PhysicalParams", "Coordinates", "Let", "KineticEnergy",
-            "PotentialEnergy", "Dissipation", "Constraints", "Forces", "Generator",
+            "PotentialEnergy", "Dissipation", "Constraints", "Forces", "Drivers", "Generator",
             "ProblemData", "SolverParams", "Animation")
 PD_KEYS = TIME_KEYS + ("positions", "fixedpositions", "velocities")
 GENERATORS = ("cloth",)
@@ -140,15 +151,20 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
         return scalar(R.evaluate(scope), R, "the dissipation function")
 
     forces = _forces(forces_raw, sizes, let_names, lets, info, loc)
+    pd = require_mapping(data["ProblemData"], ("ProblemData",), loc)
+    check_keys(pd, PD_KEYS, ("tend",), ("ProblemData",), loc)
+    times = read_times(pd, loc)
+    drivers, driven = _drivers(data.get("Drivers"), sizes, lets, info, loc, times["t0"])
     multiplier = next(n for n in ("lam", "lambda_", "mult", "lagrange_multipliers")
                       if n not in taken and n not in let_names)
     try:
         dae = lagrangian(L, sizes, constraints=C if constraints else None,
                          dissipation=dissipation if R is not None else None,
                          forces=forces or None, params=info.free, name=title,
-                         multiplier=multiplier)
+                         multiplier=multiplier, drivers=drivers or None)
     except InputError as err:
-        raise build_error(err, loc, ("KineticEnergy",)) from None
+        raise build_error(err, loc, ("Drivers",) if drivers and "drivers" in str(err.path)
+                          else ("KineticEnergy",)) from None
     structure = analyse(dae, loc, ("Constraints",) if constraints else ("KineticEnergy",))
     point_dims = set(sizes.values())
     if point_dims in ({2}, {3}):
@@ -156,17 +172,15 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
         # does), so the momentum outputs are defined; see docs in README.
         dae.momentum_dim = point_dims.pop()
 
-    pd = require_mapping(data["ProblemData"], ("ProblemData",), loc)
-    check_keys(pd, PD_KEYS, ("tend",), ("ProblemData",), loc)
-    times = read_times(pd, loc)
-    values, fixed = _problem_values(pd, sizes, loc, info)
+    values, fixed = _problem_values(pd, sizes, loc, info, driven)
     animation = read_animation(data.get("Animation"), loc, lambda n: n in sizes or n in let_names)
 
     def point_scope(t, state, params):
         return PositionScope(t, params, lets, {k: state[k] for k in sizes}, "a drawn point")
 
     uses_t = any("t" in e.names() for e in [T, V, *constraints, *(e for _, e in lets)] if e)
-    conservative = not (R is not None or forces_raw or uses_t)
+    # A drive does work: the energy then changes by physics, not error.
+    conservative = not (R is not None or forces_raw or uses_t or drivers)
     return Model(dae=dae, kind="Lagrangian", title=title, path=path, text=loc.text, data=data,
                  locator=loc, times=times,
                  solver_params=read_solver_params(data.get("SolverParams"), loc),
@@ -213,6 +227,98 @@ def _point_force(name: str, e, lets, info):
     return point_force(position, force)
 
 
+# ------------------------------------------------------------------ drivers
+def _drivers(raw, sizes: Mapping, lets: list, info, loc: Locator, t0: float):
+    """``Drivers`` -> (``drivers=`` for :func:`solver.lagrangian.lagrangian`, driven targets).
+
+    A key is a scalar coordinate (``theta``), a component by axis letter
+    (``C1z``) or a scalar ``Let`` name of positions (``phi: atan2(...)``).
+
+    Returns:
+        (mapping name -> (quantity, value, units), mapping (coordinate,
+        component or None) -> key of every driven coordinate, for the
+        initial-value checks).
+
+    Raises:
+        InputError: a key that names nothing drivable (listing the valid
+            names), a malformed value (the expression module's message).
+    """
+    entries = driver_entries.read_entries(raw, loc, "Lagrangian", info.values, t0)
+    if not entries:
+        return {}, {}
+    scalar_lets = _scalar_lets(sizes, lets, info)
+    out, driven = {}, {}
+    for e in entries:
+        value = driver_entries.value_fn(e, info.resolve)
+        key = e.key
+        if key in sizes and sizes[key] is None:
+            out[key] = (key, value, e.units)
+            driven[(key, None)] = key
+        elif key in scalar_lets:
+            out[key] = (_let_quantity(key, lets, info), value, e.units)
+        else:
+            target = _component(key, sizes)
+            if target is None:
+                raise loc.error(_not_drivable(key, sizes, lets, scalar_lets), e.path)
+            name, idx = target
+            out[key] = (f"{name}[{idx}]", value, e.units)
+            driven[(name, idx)] = key
+    return out, driven
+
+
+def _component(key: str, sizes: Mapping):
+    """``Ax`` -> (A, 0) for a vector coordinate A (up to 3 components), else None."""
+    if len(key) > 1 and key[-1] in _AXES and key[:-1] in sizes:
+        base, i = key[:-1], _AXES.index(key[-1])
+        if sizes[base] and i < sizes[base]:
+            return base, i
+    return None
+
+
+def _scalar_lets(sizes: Mapping, lets: list, info) -> set:
+    """The ``Let`` names whose value is a scalar function of the positions (and t)."""
+    import jax
+
+    q = {k: jax.ShapeDtypeStruct(() if s is None else (s,), jnp.float64) for k, s in sizes.items()}
+    out = set()
+    for name, _ in lets:
+        def probe(q, name=name):
+            scope = PositionScope(jnp.float64(0.0), info.resolve(
+                {k: jnp.asarray(v) for k, v in info.free.items()}), lets, q, "a driven quantity")
+            return jnp.asarray(scope.lookup(name, 0))
+        try:
+            shape = jax.eval_shape(probe, q).shape
+        except InputError:  # uses velocities: not a function of the positions
+            continue
+        if int(np.prod(shape)) == 1:
+            out.add(name)
+    return out
+
+
+def _let_quantity(name: str, lets: list, info):
+    """``quantity(t, q, p)`` of a scalar Let name (driven quantity)."""
+    def quantity(t, q, p):
+        scope = PositionScope(t, info.resolve(p), lets, q, f"the driven quantity '{name}'")
+        return jnp.reshape(scope.lookup(name, 0), ())
+
+    return quantity
+
+
+def _not_drivable(key: str, sizes: Mapping, lets: list, scalar_lets: set) -> str:
+    """Why ``key`` cannot be driven, and the valid names."""
+    scalars = [n for n, s in sizes.items() if s is None]
+    comps = [f"{n}{a}" for n, s in sizes.items() if s and s <= 3 for a in _AXES[:s]]
+    valid = scalars + comps + [n for n, _ in lets if n in scalar_lets]
+    if key in sizes:
+        why = f"'{key}' is a {sizes[key]}-vector coordinate; a driver prescribes one scalar"
+    elif key in dict(lets):
+        why = f"the Let name '{key}' is not a scalar function of the positions"
+    else:
+        why = f"'{key}' is not a scalar coordinate, a component or a scalar Let name"
+    return (f"{why}; valid driven quantities: {', '.join(valid) or '(none)'} (define a scalar "
+            f"Let, e.g. an angle with atan2, to drive anything else)")
+
+
 # ------------------------------------------------------------------ values
 def _value_name(key: Any, sizes: Mapping, loc: Locator, path: tuple) -> tuple[str, int | None]:
     """``B`` -> (B, None); ``Ax`` / ``A[0]`` -> (A, 0).
@@ -256,8 +362,12 @@ def _names(raw: Any, loc: Locator, path: tuple) -> list:
         require_list(raw, path, loc, what="a list of names such as [Ax, B] or {Ax, B}"))]
 
 
-def _problem_values(pd: Mapping, sizes: Mapping, loc: Locator, info):
-    """positions / fixedpositions / velocities -> (values(params), fixed)."""
+def _problem_values(pd: Mapping, sizes: Mapping, loc: Locator, info, driven: Mapping):
+    """positions / fixedpositions / velocities -> (values(params), fixed).
+
+    ``driven`` maps (coordinate, component or None) -> driver key: such
+    coordinates may have guesses in ``positions`` but cannot be fixed.
+    """
     entries = []  # (solve key, raw, path, size)
     given = set()
     for section, prime in (("positions", ""), ("velocities", "'")):
@@ -265,6 +375,8 @@ def _problem_values(pd: Mapping, sizes: Mapping, loc: Locator, info):
         for key, value in raw.items():
             kp = ("ProblemData", section, key)
             name, idx = _value_name(key, sizes, loc, kp)
+            if prime:
+                driver_entries.refuse_fixed(driven, (name, idx), loc, kp, section)
             if value is None:
                 raise loc.error(f"'{key}' has no value; give a number or an expression", kp)
             label = name + (f"[{idx}]" if idx is not None else "")
@@ -274,6 +386,7 @@ def _problem_values(pd: Mapping, sizes: Mapping, loc: Locator, info):
     for key in _names(pd.get("fixedpositions"), loc, ("ProblemData", "fixedpositions")):
         kp = ("ProblemData", "fixedpositions", key)
         name, idx = _value_name(key, sizes, loc, kp)
+        driver_entries.refuse_fixed(driven, (name, idx), loc, kp, "fixedpositions")
         if (name, idx, "") not in given and (name, None, "") not in given:
             raise loc.error(f"'{key}' is fixed but has no value in ProblemData.positions", kp)
         fixed.append(name + (f"[{idx}]" if idx is not None else ""))

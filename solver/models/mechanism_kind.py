@@ -83,6 +83,18 @@ springs, rigid bodies at their centroid) feels it through V = −m g·x.
 its expression may use the parameters, the time ``t`` and the points'
 positions and velocities (``A``, ``A'``).
 
+Drivers (inverse dynamics)
+--------------------------
+``Drivers: {Ax: 0.5*sin(2*t)}`` prescribes one component of a moving point
+(named as in ``ProblemData``: ``Ax``, ``By``, ``Cz``) as an expression of
+``t`` and the parameters, or ``{Ax: {value: ..., units: ...}}``.  Each
+becomes the constraint ``A[0] − value(t) = 0`` with its own multiplier
+(:mod:`solver.models.drivers`), and the results hold ``torque_Ax``, the
+force the drive applies along that axis (units ``N`` unless declared: the
+kind's default gravity is SI).  A driven component may not be fixed in
+``fixedpositions`` or ``velocities``: its initial value and velocity come
+from the driver (its ``positions`` entry is a guess).
+
 Initial values (``ProblemData``)
 --------------------------------
 ``t0`` (default 0), ``tend`` (required), ``samples`` or ``dt`` (output
@@ -128,6 +140,7 @@ from solver.mechanism import PART_KINDS as MECHANISM_PARTS
 from solver.natural import RigidBody
 from solver.models.model import (Model, ValueRangeError, analyse, read_animation,
                                  read_solver_params, read_times, read_title, relocate)
+from solver.models import drivers as driver_entries
 from solver.models.scope import PositionScope, read_params
 from solver.yamlio import (Locator, check_keys, describe_value, did_you_mean, format_path,
                            require_int, require_list, require_mapping, require_str)
@@ -136,7 +149,10 @@ __all__ = ["build", "Mechanism", "MechanismModel", "split_point_names", "PART_KI
            "DEFAULT_GRAVITY"]
 
 TOP_KEYS = ("Title", "Kind", "Dimension", "PhysicalParams", "PartData", "AppliedForces",
-            "ProblemData", "SolverParams", "Animation")
+            "Drivers", "ProblemData", "SolverParams", "Animation")
+# Units of a drive's force along a point's axis: the kind's lengths and
+# default gravity are SI.
+DRIVER_UNITS = "N"
 PART_KINDS = ("Fixed",) + MECHANISM_PARTS
 FORCE_KEYS = ("Gravity", "PointForces")
 PROBLEM_KEYS = ("t0", "tend", "positions", "fixedpositions", "velocities", "samples", "dt")
@@ -589,8 +605,15 @@ class _Reader:
         pd = require_mapping(raw, path, self.loc)
         check_keys(pd, PROBLEM_KEYS, ("tend",), path, self.loc)
         self.times = read_times(pd, self.loc)
+        driven = self.read_drivers(self.data.get("Drivers"), self.times["t0"])
         positions = self.value_entries(pd.get("positions"), "positions")
         fixed = self.value_entries(pd.get("fixedpositions"), "fixedpositions", allow_names=True)
+        velocities = self.value_entries(pd.get("velocities"), "velocities")
+        for section, entries in (("fixedpositions", fixed), ("velocities", velocities)):
+            for (point, axis), (_, whole, p) in entries.items():
+                # ``whole`` is set for the components of an entry naming a whole point.
+                driver_entries.refuse_fixed(driven, (point, None if whole is not None else axis),
+                                            self.loc, p, section)
         for key, (qty, idx, p) in fixed.items():
             if qty is None:
                 if key not in positions:
@@ -609,9 +632,33 @@ class _Reader:
                     f"initial position for {', '.join(pt + m for m in missing)}: every moving point "
                     f"needs a guess in ProblemData.positions (e.g. {pt}: "
                     f"[{', '.join(['0'] * d)}]), or make it Fixed in PartData.Fixed", path)
-        velocities = self.value_entries(pd.get("velocities"), "velocities")
         self.positions, self.velocities = positions, velocities
         self.fixed_keys = (self.names_of(fixed, "") + self.names_of(velocities, "'"))
+
+    def read_drivers(self, raw, t0: float) -> dict:
+        """``Drivers: {Ax: value}`` -> ``mech.drivers``; returns (point, axis) -> key.
+
+        Raises:
+            InputError: a key that is not a component of a moving point (a
+                whole point, a Fixed point, an unknown name: the valid
+                components are listed), a malformed value.
+        """
+        mech, d = self.mech, self.mech.dim
+        entries = driver_entries.read_entries(raw, self.loc, "Mechanism",
+                                              mech.param_info.values, t0)
+        driven = {}
+        for e in entries:
+            comps = ", ".join(f"{pt}{a}" for pt in mech.moving for a in AXES[:d])
+            if e.key in mech.moving:
+                raise self.fail(f"'{e.key}' is a whole point; a driver prescribes one scalar: name "
+                                f"a component ({', '.join(e.key + a for a in AXES[:d])}); valid: "
+                                f"{comps}", e.path)
+            point, axis = self.target(e.key, e.path, "Drivers")
+            mech.drivers[e.key] = (f"{point}[{axis}]",
+                                   driver_entries.value_fn(e, mech.param_info.resolve),
+                                   e.units or DRIVER_UNITS)
+            driven[(point, axis)] = e.key
+        return driven
 
     def names_of(self, entries, prime) -> list[str]:
         """Solver-syntax names covering the given (point, axis) keys."""
@@ -783,7 +830,8 @@ def build(data: Any, locator: Locator, path: str | None = None,
         q.update({n: values[n] for n in mech.moving})
         return PositionScope(t, params, [], q, what="an animation point")
 
-    conservative = not mech.point_forces and not any(
+    # Point forces, dampers and drives change the energy by physics, not error.
+    conservative = not mech.point_forces and not mech.drivers and not any(
         part.kind == "DampedSprings" for part in mech.parts)
     model = MechanismModel(
         dae=dae, kind="Mechanism", title=title, path=path, text=locator.text, data=data,
