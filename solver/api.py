@@ -401,10 +401,14 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     max_steps = int(max_steps or 100_000)
     init = init or "auto"
     t_eval = _output_times(t0, t1, t_eval, samples)
-    comp = compiled_model(dae, p, linear, mode or "auto")
+    names = check_names(dae, sensitivities)
+    # With sensitivities, "auto" takes the single-run engine choice (compact
+    # above a small tape): the jvp of an unrolled step compiles for minutes
+    # on a model the size of the RSCR (348 s against 89 s compact, measured
+    # for one direction; workflows/benchmarks/results/sensitivity.txt).
+    comp = compiled_model(dae, p, linear, mode or "auto", batch=not names)
     integ = comp.integrator
     B, swept, constants, full = _params_table(dae, params_table, params)
-    names = check_names(dae, sensitivities)
 
     # Initial values per point (values may depend on the point's parameters).
     z_hat = np.zeros((B, integ.n_state))

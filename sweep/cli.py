@@ -9,6 +9,7 @@
     mechsweep animate MODEL.yaml|RUN --out anim.gif|anim.mp4|anim.html
     mechsweep sweep SWEEP.yaml --out STORE.zarr [...]
     mechsweep status STORE.zarr [--verify]   (exit 1: a damaged batch)
+    mechsweep design DESIGN.yaml [--out OUT.zarr] [--from STORE.zarr --starts K] [--workers N]
     mechsweep run-default          (make run: the default sweep)
 
 Exit codes: 0 success, 1 failed simulation (or failed sweep points), 2 bad
@@ -121,6 +122,25 @@ def build_parser() -> argparse.ArgumentParser:
     stat.add_argument("--verify", action="store_true",
                       help="read, checksum and decode every chunk (default: a quick check of "
                            "commit records and chunk files)")
+    de = sub.add_parser("design", help="kinematic design: fit design parameters so that a "
+                        "point's path follows a target curve (gradients from sensitivities)")
+    de.add_argument("design", metavar="DESIGN.yaml")
+    de.add_argument("--out", help="write the optimisation history (a .zarr store) and its "
+                    "picture (OUT.png)")
+    de.add_argument("--from", dest="from_store", metavar="STORE.zarr",
+                    help="start from the best points of this sweep store")
+    de.add_argument("--starts", type=_positive_int, metavar="K",
+                    help="with --from: how many of its best points to start from (default 1)")
+    de.add_argument("--workers", type=_whole_number,
+                    help="LocalCluster worker processes (default: one per core, at most one per "
+                         "start; a single start runs in this process); 0 runs the starts one "
+                         "after another in this process")
+    target = de.add_mutually_exclusive_group()
+    target.add_argument("--scheduler")
+    target.add_argument("--scheduler-file")
+    target.add_argument("--cluster")
+    de.add_argument("--overwrite", action="store_true", help="replace an existing history store")
+    de.add_argument("--no-plot", action="store_true", help="do not write OUT.png")
     sub.add_parser("run-default", help="the default RSCR sweep into out/rscr.zarr (make run)")
     return p
 
@@ -712,6 +732,48 @@ def cmd_status(args) -> int:
     return EXIT_OK if check.ok else EXIT_FAILED
 
 
+def _whole_number(text: str) -> int:
+    """argparse type of ``design --workers``: a whole number >= 0 (0: in this process)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
+    return value
+
+
+def cmd_design(args) -> int:
+    """Run a design file (:func:`sweep.design.run_design`) and print its summary.
+
+    Returns:
+        0 when some start ended on a design that solves, 1 when none did.
+
+    Raises:
+        InputError: a bad design file, store or options (exit 2).
+    """
+    from sweep.run import configure_jax, default_jax_cache_dir
+
+    # Float64 and the persistent compilation cache before the solver compiles.
+    configure_jax(default_jax_cache_dir())
+    from sweep.design import run_design
+
+    if args.out:
+        if not args.out.endswith(".zarr"):
+            raise InputError(f"--out {args.out!r}: the design history is a Zarr store; give a "
+                             f"name ending in .zarr")
+        check_out(args.out, folder=True, overwrite=args.overwrite, what="a design history store")
+    else:
+        _progress("no --out: the history and its picture are not written")
+    result = run_design(_model_file(args.design), out=args.out, starts=args.starts,
+                        from_store=args.from_store, workers=args.workers,
+                        scheduler=args.scheduler, scheduler_file=args.scheduler_file,
+                        cluster=args.cluster, overwrite=args.overwrite, plot=not args.no_plot,
+                        echo=_progress)
+    print(result)
+    return EXIT_OK if result.best is not None else EXIT_FAILED
+
+
 def cmd_run_default(args) -> int:
     """``make run``: delegate to ``sweep.runner_cli.main_default``."""
     return int(main_default() or 0)
@@ -719,7 +781,7 @@ def cmd_run_default(args) -> int:
 
 COMMANDS = {"run-default": cmd_run_default, "check": cmd_check, "simulate": cmd_simulate,
             "equilibrium": cmd_equilibrium, "plot": cmd_plot,
-            "animate": cmd_animate, "sweep": cmd_sweep, "status": cmd_status}
+            "animate": cmd_animate, "sweep": cmd_sweep, "status": cmd_status, "design": cmd_design}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,6 +28,7 @@ left pending for a later resume.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import re
@@ -52,6 +53,7 @@ from sweep.store import (BatchResult, Schema, batch_slices, plan_store, read_sta
 __all__ = [
     "BatchResult", "SweepSummary", "run_sweep", "run_batch_task", "check_result",
     "configure_jax", "JaxSetup", "load_cluster_config", "make_cluster", "default_jax_cache_dir",
+    "check_dask_target", "dask_client",
 ]
 
 CLUSTER_KEYS = {
@@ -440,6 +442,56 @@ def _client(workers, scheduler, scheduler_file, cluster, cluster_file):
     n = workers or cores or 1
     own = LocalCluster(n_workers=n, threads_per_worker=1, processes=True)
     return Client(own), own
+
+
+def check_dask_target(scheduler=None, scheduler_file=None, cluster=None):
+    """Check where Dask work would run, before anything is computed or written.
+
+    Returns:
+        ``(cluster config or None, its file or None)``.
+
+    Raises:
+        InputError: more than one of scheduler, scheduler file and cluster;
+            a missing scheduler file; a bad cluster file.
+    """
+    return _check_target(scheduler, scheduler_file, cluster)
+
+
+@contextlib.contextmanager
+def dask_client(workers=None, scheduler=None, scheduler_file=None, cluster=None,
+                jax_cache_dir: str | None = None):
+    """A Dask client on the same kind of cluster as sweeps, closed on exit.
+
+    Other task-parallel commands (``mechsweep design``'s starts) use it: a
+    LocalCluster of single-threaded worker processes, each pinned to a core,
+    by default; else the given scheduler, scheduler file or cluster file.
+    Every worker gets :class:`JaxSetup` (float64, the persistent
+    compilation cache).
+
+    Args:
+        workers: LocalCluster worker processes (default: the local cores).
+        scheduler, scheduler_file, cluster: as for :func:`run_sweep`.
+        jax_cache_dir: the workers' compilation cache (default
+            :func:`default_jax_cache_dir`).
+
+    Yields:
+        the ``distributed.Client``.
+
+    Raises:
+        InputError: see :func:`check_dask_target`.
+    """
+    from distributed import LocalCluster
+
+    cluster, cluster_file = _check_target(scheduler, scheduler_file, cluster)
+    client, own = _client(workers, scheduler, scheduler_file, cluster, cluster_file)
+    try:
+        client.register_plugin(JaxSetup(jax_cache_dir or default_jax_cache_dir(),
+                                        pin=isinstance(own, LocalCluster)))
+        yield client
+    finally:
+        client.close()
+        if own is not None:
+            own.close()
 
 
 def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: int | None = None,
