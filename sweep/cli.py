@@ -47,15 +47,23 @@ class _Parser(argparse.ArgumentParser):
                          if " " in self.prog else f"{message} (see 'mechsweep --help')")
 
 
-def _positive_int(text: str) -> int:
-    """argparse type of counts such as ``--workers``: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
+def _at_least(minimum: int):
+    """An argparse type: a whole number >= ``minimum`` (counts such as ``--workers``)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+_positive_int = _at_least(1)
+#: ``design --workers``: 0 runs the starts in this process.
+_whole_number = _at_least(0)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -730,17 +738,6 @@ def cmd_status(args) -> int:
     check = store.check_store(args.store, level)
     print(store.status_report(args.store, check=check))
     return EXIT_OK if check.ok else EXIT_FAILED
-
-
-def _whole_number(text: str) -> int:
-    """argparse type of ``design --workers``: a whole number >= 0 (0: in this process)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {value}")
-    return value
 
 
 def cmd_design(args) -> int:
