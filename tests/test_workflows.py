@@ -265,7 +265,7 @@ def test_every_shipped_sweep_file_fits_its_model():
             context = build_context(spec, model)   # swept names, outputs and metrics checked
             assert context.schema.variables
         assert spec.n_points >= 1
-        assert f"points:    {spec.n_points} in {spec.n_batches} batches" in spec.describe()
+        assert f"points:    {spec.n_points} in {spec.n_batches} batch" in spec.describe()  # "batch" or "batches"
 
 
 def test_cloth_stiffness_study_is_small_and_its_metric_follows_the_pushed_particle():
