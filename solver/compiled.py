@@ -42,8 +42,23 @@ __all__ = ["Compiled", "compiled_model", "compile_clock", "INIT_METHODS", "LINEA
 INIT_METHODS = ("auto", "newton", "ipopt")
 LINEAR_CHOICES = ("auto", "dense", "kkt")
 
-# DAE -> {(order, linear): Compiled}; an entry goes with its DAE.
-_REGISTRY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _per_dae(dae) -> dict:
+    """The DAE's own {(order, linear, mode[, batch]): Compiled}, kept on the DAE.
+
+    On the DAE, not in a module-level table keyed by it: a Compiled holds its
+    DAE, so a table entry kept its key alive and no compiled model (nor its
+    XLA executables, ~500-2000 memory maps each) was ever freed; a test
+    worker crossed the kernel's 65,530 maps and crashed.  The weak reference
+    tells a ``with_params`` copy (which copies the DAE's attributes) that the
+    table is its original's: the copy gets its own.
+    """
+    holder = dae.__dict__.get("_compiled_models")
+    if holder is None or holder[0]() is not dae:
+        holder = (weakref.ref(dae), {})
+        dae.__dict__["_compiled_models"] = holder
+    return holder[1]
 
 
 # JAX's own duration events for tracing, lowering and XLA compilation.
@@ -115,7 +130,7 @@ def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", ba
         raise InputError(f"linear must be one of {', '.join(LINEAR_CHOICES)}; got {linear!r}")
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-    per_dae = _REGISTRY.setdefault(dae, {})
+    per_dae = _per_dae(dae)
     key = (int(order), linear, mode) + ((bool(batch),) if mode == "auto" else ())
     if key not in per_dae:
         s = dae.structure
@@ -130,7 +145,7 @@ def compiled_of(integ: Integrator) -> "Compiled":
     Raises:
         InputError: the integrator was built by hand, not by :func:`compiled_model`.
     """
-    for c in _REGISTRY.get(integ.dae, {}).values():
+    for c in _per_dae(integ.dae).values():
         if c.integrator is integ:
             return c
     raise InputError("this Integrator was not made by solver.compiled_model() "

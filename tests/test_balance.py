@@ -7,6 +7,7 @@ Euler's law dL/dt = r × F for a pendulum (the rod's force passes through
 the pivot, so only gravity has a torque about it).
 """
 
+import jax
 import numpy as np
 import pytest
 
@@ -153,3 +154,23 @@ def test_with_params_copies_share_no_compiled_state():
     assert mine is not theirs
     assert set(mine.balance_kernels) == {"power", "momenta"}
     assert all(mine.balance_kernels[k] is not theirs.balance_kernels[k] for k in mine.balance_kernels)
+
+
+def test_a_daes_compiled_models_are_freed_with_it():
+    """A compiled model lives as long as its DAE, no longer: each holds XLA
+    executables (hundreds of memory maps), and a process that kept every one
+    it ever built crossed the kernel's map limit and crashed."""
+    import gc
+    import weakref
+
+    model = solver.load(DAMPED.replace("tend: 3", "tend: 0.1").replace("samples: 1201", "samples: 5"))
+    ds = model.solve()
+    comp = solver.compiled_model(model.dae, int(ds.attrs["solver_order"]), batch=False)
+    assert solver.compiled.compiled_of(comp.integrator) is comp
+    copy = model.dae.with_params(c=0.4)
+    assert solver.compiled_model(copy, comp.order, batch=False) is not comp   # a copy gets its own
+    alive = [weakref.ref(x) for x in (model.dae, comp, comp.integrator)]
+    del model, ds, comp, copy
+    jax.clear_caches()   # JAX's caches hold the jitted functions (the test conftest clears them per module)
+    gc.collect()
+    assert [r() is None for r in alive] == [True, True, True]
