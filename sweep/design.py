@@ -36,10 +36,8 @@ trials).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import re
 import sys
 import time
 import traceback
@@ -56,6 +54,7 @@ from solver import status as st
 from solver.errors import InputError
 from solver.expr import evaluate_constant, parse
 from solver.sensitivity import metric_tangent, sensitivity_name
+from sweep import pipeline
 from sweep.design_spec import DesignSpec, load_design
 
 __all__ = ["DesignContext", "Evaluation", "StartResult", "DesignResult", "build_problem",
@@ -68,7 +67,6 @@ MAX_CONSECUTIVE_FAILURES = 8
 #: What became of a start.
 START_STATUSES = ("converged", "stopped", "failed", "error")
 
-_COMPONENT = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*?)(?:\[(\d+)\]|([xyz]))?$")
 
 
 # ------------------------------------------------------------------ the problem
@@ -113,25 +111,6 @@ class DesignContext:
         return [(float(a), float(b)) for a, b in zip(self.lower, self.upper)]
 
 
-# A process keeps the models it has built, by key: each model keeps its
-# compiled state (solver.compiled), so repeated evaluations, and starts run
-# one after another in one worker, compile once.
-_MODELS: "OrderedDict[str, Any]" = OrderedDict()
-_MODELS_MAX = 4
-
-
-def _model_key(path, text: str, override) -> str:
-    return hashlib.sha256(json.dumps([str(path), text, override], sort_keys=True,
-                                     default=str).encode()).hexdigest()
-
-
-def _remember(key: str, model) -> None:
-    _MODELS[key] = model
-    _MODELS.move_to_end(key)
-    while len(_MODELS) > _MODELS_MAX:
-        _MODELS.popitem(last=False)
-
-
 def load_design_model(spec: DesignSpec):
     """The design's model (its file with ``Override``), from this process's cache or built.
 
@@ -142,30 +121,13 @@ def load_design_model(spec: DesignSpec):
     Raises:
         InputError: the model cannot be built (located in its file).
     """
-    key = _model_key(spec.model_path, spec.model_text, spec.override)
-    if key not in _MODELS:
-        _remember(key, solver.load(spec.model_path, overrides=spec.override or None))
-    _MODELS.move_to_end(key)
-    return _MODELS[key]
+    # The sweep pipeline's per-process model cache: one build (and compile) per model.
+    return pipeline._model(spec.model_path, spec.override,
+                           pipeline._model_key(spec.model_path, spec.model_text, spec.override))
 
 
 def _model_for(context: DesignContext):
-    if context.key not in _MODELS:
-        _remember(context.key, solver.load(context.model_path, overrides=context.override or None))
-    return _MODELS[context.key]
-
-
-def _resolve(dae, name: str):
-    """``B``, ``B[2]``, ``Bx``, ``x`` -> (variable, component index or None), or None."""
-    if name in dae.var_index:
-        return name, None
-    m = _COMPONENT.match(name)
-    if m and m.group(1) in dae.var_index:
-        var = dae.var_index[m.group(1)]
-        i = int(m.group(2)) if m.group(2) is not None else "xyz".index(m.group(3))
-        if var.shape != () and i < var.size:
-            return var.name, i
-    return None
+    return pipeline._model(context.model_path, context.override, context.key)
 
 
 def _variables_text(dae) -> str:
@@ -211,7 +173,7 @@ def build_problem(spec: DesignSpec, model=None) -> DesignContext:
     times = np.linspace(model.t0, model.tend, spec.samples)
     constraints = []
     for cname, c in spec.constraints.items():
-        target = _resolve(dae, c.of)
+        target = pipeline._component_index(dae, c.of)
         if target is None:
             raise spec.error(f"unknown variable '{c.of}'; the model's variables are "
                              f"{_variables_text(dae)} (a whole vector means its norm)",
@@ -220,7 +182,7 @@ def build_problem(spec: DesignSpec, model=None) -> DesignContext:
     names = spec.names
     context = DesignContext(
         title=spec.title, model_path=str(spec.model_path), override=spec.override,
-        key=_model_key(spec.model_path, spec.model_text, spec.override), names=names,
+        key=pipeline._model_key(spec.model_path, spec.model_text, spec.override), names=names,
         start=np.array([spec.parameters[n].start for n in names], dtype=float),
         lower=np.array([spec.parameters[n].lo for n in names], dtype=float),
         upper=np.array([spec.parameters[n].hi for n in names], dtype=float),
@@ -228,7 +190,7 @@ def build_problem(spec: DesignSpec, model=None) -> DesignContext:
         constraints=constraints, method=spec.optimizer.method,
         max_iterations=spec.optimizer.max_iterations, tol=spec.optimizer.tol,
         design_path=str(Path(spec.path).resolve()))
-    _remember(context.key, model)
+    pipeline.remember_model(context.key, model)
     context.target = _target_curve(spec, model, context)
     return context
 
@@ -253,7 +215,7 @@ def _path_columns(spec: DesignSpec, dae) -> tuple[list, list]:
         # a list's item has its own line; a single name is the key itself
         listed = spec.loc is not None and spec.loc.line(("Objective", "path", 0)) is not None
         where = ("Objective", "path", i) if listed else ("Objective", "path")
-        found = _resolve(dae, name)
+        found = pipeline._component_index(dae, name)
         if found is None:
             vec = next((v.name for v in dae.variables if v.shape != ()), None)
             example = f" such as {vec}[0]" if vec else ""
@@ -443,14 +405,12 @@ def evaluate(context: DesignContext, x, model=None, *, extra: Mapping | None = N
         gradient = np.array([np.mean(np.sum(2.0 * r * dpath[j], axis=1)) for j in range(n)])
     else:
         objective, gradient = math.nan, np.full(n, np.nan)
-    from sweep.pipeline import REDUCERS
-
     values, jac = np.full(m, np.nan), np.full((m, n), np.nan)
     for i, (_, _, var, idx, reduce, _, _) in enumerate(context.constraints):
         series = _series(ds, var, idx, norm=True)[None, :]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            values[i] = float(REDUCERS[reduce](series)[0])
+            values[i] = float(pipeline.REDUCERS[reduce](series)[0])
         for j, p in enumerate(context.names):
             jac[i, j] = float(metric_tangent(reduce, series, _series(ds, var, idx, p, norm=True)[None, :])[0])
     return Evaluation(x, objective, gradient, values, jac, st.SUCCESS, "", path)
