@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 
-__all__ = ["LU", "lu_factor", "lu_solve", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
+__all__ = ["LU", "lu_factor", "lu_solve", "apply_inverse", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
            "min_norm_correction", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "SINGULAR_RTOL",
            "MIN_NORM_RTOL", "MIN_NORM_ATOL"]
 
@@ -151,6 +151,23 @@ def lu_solve(fact: LU, b):
             y[i] = y[i] - LUm[i, j] * y[j]
         y[i] = y[i] / LUm[i, i]
     return jnp.stack(y) if n else b
+
+
+def apply_inverse(inverse, b):
+    """``inverse @ b`` as an elementwise product and a sum.
+
+    A ``dot`` of a small matrix is a call into Eigen of its own on XLA:CPU
+    (and under ``vmap`` a batched one); the product and sum fuse with their
+    neighbours into one kernel.
+
+    Args:
+        inverse: (n, n) an inverse, e.g. ``lu_solve(lu_factor(A), eye(n))``.
+        b: (n,) right-hand side.
+
+    Returns:
+        (n,) the solution of ``A x = b``.
+    """
+    return jnp.sum(inverse * b[None, :], axis=1)
 
 
 def solve(A, b):

@@ -41,6 +41,26 @@ def test_vmapped_solve_equals_one_by_one(n):
         np.testing.assert_allclose(batched[i], np.linalg.solve(Ai, bi), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("n", SIZES)
+def test_the_inverse_from_the_factors_solves_like_lapack(n):
+    # The stages of a Taylor step multiply by the inverse of the system
+    # Jacobian (Integrator._stage0_dense); alone and under vmap.
+    systems = [random_system(n, seed) for seed in range(5)]
+
+    def inverse_solve(A, b):
+        inverse = linalg.lu_solve(linalg.lu_factor(A), jnp.eye(A.shape[0]))
+        return linalg.apply_inverse(inverse, b)
+
+    for A, b in systems:
+        x = jax.jit(inverse_solve)(jnp.asarray(A), jnp.asarray(b))
+        np.testing.assert_allclose(np.asarray(x), sl.solve(A, b), rtol=1e-10, atol=1e-12)
+    A = jnp.asarray(np.stack([s[0] for s in systems]))
+    b = jnp.asarray(np.stack([s[1] for s in systems]))
+    batched = np.asarray(jax.jit(jax.vmap(inverse_solve))(A, b))
+    for i, (Ai, bi) in enumerate(systems):
+        np.testing.assert_allclose(batched[i], sl.solve(Ai, bi), rtol=1e-10, atol=1e-12)
+
+
 def test_ties_pick_the_first_row_like_lapack():
     A = np.array([[1.0, 2.0, 0.0], [-1.0, 0.5, 1.0], [1.0, 0.0, 3.0]])
     fact = linalg.lu_factor(jnp.asarray(A))
