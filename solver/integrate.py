@@ -577,15 +577,35 @@ class Integrator:
         return A * (df[None, :] / cf[:, None])
 
     # ------------------------------------------------------------- polynomials
-    def _shift(self, X, h, orders):
-        """Normalised derivatives at t+h: out[l] = Σ_r C(r,l) X[r] h^(r-l), l < orders."""
+    def _shift(self, X, h, orders, batched=False):
+        """Normalised derivatives at t+h: out[l] = Σ_r C(r,l) X[r] h^(r-l), l < orders.
+
+        ``batched``: the caller is vmapped over a batch.  The two forms
+        were measured against each other, interleaved in one process
+        (pendulum, order 13): for one run the powers ``h**r`` in one kernel
+        and a weighted sum per derivative (1.11 ms a run, against 1.30 ms
+        by Horner's rule), for a batch Horner's rule over every variable at
+        once (1,000 pendulums in 169 ms, against 205 ms by powers formed as
+        products and 285 ms by a power per entry).
+        """
         K = self.KX
-        # Powers of h by products (a pow per entry was a seventh of a batched
-        # step), then one weighted sum over the order axis per derivative.
-        powers = [jnp.ones_like(h)]
-        for _ in range(K - 1):
-            powers.append(powers[-1] * h)
-        hp = jnp.stack(powers)
+        if batched:
+            names = list(orders)
+            A = jnp.concatenate([X[n].reshape(K, -1) for n in names], axis=1)
+            rows = []
+            for l in range(max(orders.values())):
+                y = math.comb(K - 1, l) * A[K - 1]
+                for r in range(K - 2, l - 1, -1):
+                    y = y * h + math.comb(r, l) * A[r]
+                rows.append(y)
+            Y = jnp.stack(rows)
+            out, a = {}, 0
+            for n in names:
+                size = int(np.prod(X[n].shape[1:], dtype=int))
+                out[n] = Y[: orders[n], a:a + size].reshape((orders[n],) + X[n].shape[1:])
+                a += size
+            return out
+        hp = h ** jnp.arange(K, dtype=jnp.result_type(float))
         out = {}
         for name, L in orders.items():
             A = X[name]
@@ -597,10 +617,13 @@ class Integrator:
             out[name] = jnp.stack(rows)
         return out
 
-    def advance_state(self, X, h):
-        """State and leading-derivative guess at t + h from the Taylor polynomial."""
+    def advance_state(self, X, h, batched=False):
+        """State and leading-derivative guess at t + h from the Taylor polynomial.
+
+        ``batched``: the caller is vmapped over a batch (see :meth:`_shift`).
+        """
         orders = {v.name: int(self.prog.var_d(v.name).max()) + 1 for v in self.dae.variables}
-        Y = self._shift(X, h, orders)
+        Y = self._shift(X, h, orders, batched)
         z_parts, u_parts = [], []
         for v in self.dae.variables:
             Yf = Y[v.name].reshape(Y[v.name].shape[0], v.size)
@@ -608,9 +631,12 @@ class Integrator:
             u_parts.append(Yf[jnp.asarray(self.prog.d[v.offset : v.offset + v.size]), jnp.arange(v.size)])
         return jnp.concatenate(z_parts), jnp.concatenate(u_parts)
 
-    def dense(self, X, s):
-        """Values and derivatives ``x^(l)(t_n + s)`` for l < max(d, 1), per variable."""
-        Y = self._shift(X, s, self.out_orders)
+    def dense(self, X, s, batched=False):
+        """Values and derivatives ``x^(l)(t_n + s)`` for l < max(d, 1), per variable.
+
+        ``batched``: the caller is vmapped over a batch (see :meth:`_shift`).
+        """
+        Y = self._shift(X, s, self.out_orders, batched)
         out = {}
         for name, L in self.out_orders.items():
             fact = jnp.asarray([math.factorial(l) for l in range(L)], dtype=jnp.float64)
@@ -795,7 +821,8 @@ class Integrator:
         pick = lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params)
 
         def step(p, t, z, u, steps, live):
-            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
+            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live,
+                              batched=True)
 
         pending = jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None))
 
@@ -816,7 +843,7 @@ class Integrator:
                 i, outs = oc
                 go = pending(i, good, t, h, t_eval, t1)
                 ic = jnp.minimum(i, n_out - 1)
-                vals = jax.vmap(self.dense)(X, t_eval[ic] - t)
+                vals = jax.vmap(partial(self.dense, batched=True))(X, t_eval[ic] - t)
                 rows = jnp.where(go, e, N)  # out of range: dropped
                 outs = {k: outs[k].at[rows, ic].set(vals[k], mode="drop") for k in outs}
                 return i + go.astype(i.dtype), outs
@@ -850,13 +877,14 @@ class Integrator:
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
 
-    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True):
+    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True, batched=False):
         """One accepted (or failed) step from a consistent state at t.
 
         ``live`` is False for a batch element that has already finished: a
         vmapped loop still runs its body, and without the flag a failed
         element (non-finite state) would make every step of the whole batch
-        try all twelve step halvings.
+        try all twelve step halvings.  ``batched``: the step is vmapped
+        (see :meth:`_shift`).
 
         Returns:
             (X, h, good, t_new, z_new, u_new, status): the Taylor coefficients
@@ -880,7 +908,7 @@ class Integrator:
         def try_body(tc):
             h, _, _, _, tries = tc
             h = jnp.where(tries > 0, 0.5 * h, h)
-            zp, up = self.advance_state(X, h)
+            zp, up = self.advance_state(X, h, batched)
             zq, res = self.project(zp, t + h, consts)
             corr = jnp.max(jnp.abs(zq - zp)) if zq.size else 0.0
             ok = jnp.all(jnp.isfinite(zq)) & (fixed | ((corr <= 100.0 * tol * zscale)
