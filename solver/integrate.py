@@ -982,40 +982,57 @@ class Integrator:
 
             return lax.while_loop(out_cond, out_body, (i, buf))
 
-        def chunk_body(c):
-            base = (c["i_out"] // M) * M
-            limit = base + M
-            buf = {k: lax.dynamic_slice_in_dim(o, base, M) for k, o in c["outs"].items()}
-            times = lax.dynamic_slice_in_dim(t_pad, base, M)
-            # First the outputs of the last step that did not fit the last chunk.
-            last = c["last"]
-            i_out, buf = write_pending(c["i_out"], buf, times, base, last["X"], last["t"], last["h"], last["good"])
-
+        def run_steps(s, times, base, limit, keep_last):
+            # Steps until the integration ends or, with a `limit`, rows
+            # base..limit of the outputs (s["buf"]) are written; with
+            # keep_last the last step's series stays in the carry, for the
+            # outputs past `limit`.
             def step_cond(s):
-                return (s["status"] < 0) & (s["i_out"] < limit)
+                going = s["status"] < 0
+                return going if limit is None else going & (s["i_out"] < limit)
 
             def step_body(s):
                 t = s["t"]
                 X, h, good, t_new, z, u, status = self._step(consts, t, s["z"], s["u"], s["steps"], t1, tol,
                                                              max_steps, h_max, fixed_step, s["status"] < 0)
                 i_out, buf = write_pending(s["i_out"], s["buf"], times, base, X, t, h, good)
-                return {"t": t_new, "z": z, "u": u, "steps": s["steps"] + 1, "status": status,
-                        "i_out": i_out, "buf": buf, "last": {"X": X, "t": t, "h": h, "good": good}}
+                new = {"t": t_new, "z": z, "u": u, "steps": s["steps"] + 1, "status": status,
+                       "i_out": i_out, "buf": buf}
+                if keep_last:
+                    new["last"] = {"X": X, "t": t, "h": h, "good": good}
+                return new
 
-            s = {k: c[k] for k in ("t", "z", "u", "steps", "status", "last")}
-            s = lax.while_loop(step_cond, step_body, {**s, "i_out": i_out, "buf": buf})
-            outs = {k: lax.dynamic_update_slice_in_dim(c["outs"][k], s["buf"][k], base, 0) for k in c["outs"]}
-            return {**{k: s[k] for k in ("t", "z", "u", "steps", "status", "last", "i_out")}, "outs": outs}
+            return lax.while_loop(step_cond, step_body, s)
 
-        def chunk_cond(c):
-            last = c["last"]
-            return (c["status"] < 0) | self._outputs_pending(c["i_out"], last["good"], last["t"], last["h"],
-                                                             t_eval, t1)
+        start = {"t": t0, "z": z0, "u": u0, "steps": jnp.int32(0), "status": jnp.int8(-1), "i_out": jnp.int32(0)}
+        outs = self._empty_outputs((), n_pad)
+        if n_pad == M:
+            # One chunk: every output is written before the loop ends, and
+            # a large model's series is not carried from step to step.
+            s = run_steps({**start, "buf": outs}, t_pad, 0, None, keep_last=False)
+            outs = s["buf"]
+        else:
+            def chunk_body(c):
+                base = (c["i_out"] // M) * M
+                buf = {k: lax.dynamic_slice_in_dim(o, base, M) for k, o in c["outs"].items()}
+                times = lax.dynamic_slice_in_dim(t_pad, base, M)
+                # First the outputs of the last step that did not fit the last chunk.
+                last = c["last"]
+                i_out, buf = write_pending(c["i_out"], buf, times, base, last["X"], last["t"], last["h"],
+                                           last["good"])
+                s = {k: c[k] for k in start if k != "i_out"}
+                s = run_steps({**s, "i_out": i_out, "buf": buf, "last": last}, times, base, base + M, keep_last=True)
+                outs = {k: lax.dynamic_update_slice_in_dim(c["outs"][k], s["buf"][k], base, 0) for k in c["outs"]}
+                return {**{k: s[k] for k in start}, "last": s["last"], "outs": outs}
 
-        X0 = {v.name: jnp.zeros((self.KX,) + v.shape, dt) for v in self.dae.variables}
-        carry = {"t": t0, "z": z0, "u": u0, "steps": jnp.int32(0), "status": jnp.int8(-1),
-                 "i_out": jnp.int32(0), "outs": self._empty_outputs((), n_pad),
-                 "last": {"X": X0, "t": t0, "h": jnp.zeros((), dt), "good": jnp.asarray(False)}}
-        carry = lax.while_loop(chunk_cond, chunk_body, carry)
-        return {"values": {k: o[:n_out] for k, o in carry["outs"].items()}, "status": carry["status"],
-                "steps": carry["steps"], "t_final": carry["t"], "z_final": carry["z"], "u_final": carry["u"]}
+            def chunk_cond(c):
+                last = c["last"]
+                return (c["status"] < 0) | self._outputs_pending(c["i_out"], last["good"], last["t"], last["h"],
+                                                                 t_eval, t1)
+
+            X0 = {v.name: jnp.zeros((self.KX,) + v.shape, dt) for v in self.dae.variables}
+            s = lax.while_loop(chunk_cond, chunk_body, {**start, "outs": outs, "last": {
+                "X": X0, "t": t0, "h": jnp.zeros((), dt), "good": jnp.asarray(False)}})
+            outs = s["outs"]
+        return {"values": {k: o[:n_out] for k, o in outs.items()}, "status": s["status"],
+                "steps": s["steps"], "t_final": s["t"], "z_final": s["z"], "u_final": s["u"]}
