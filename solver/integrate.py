@@ -926,16 +926,24 @@ class Integrator:
                  jnp.where(h < 1e-14 * jnp.maximum(jnp.abs(t), 1.0), jnp.int8(st.STEP_TOO_SMALL), jnp.int8(-1))))))
         return (X, h, good, t_new, jnp.where(good, zq, z), jnp.where(good, uq, u), status.astype(jnp.int8))
 
-    def _outputs_pending(self, i, good, t, h, t_eval, t1):
-        n_out = t_eval.shape[0]
+    def _outputs_pending(self, i, good, t, h, t_eval, t1, base=0, n_out=None):
+        """Whether output i is due after a step of h from t.
+
+        ``t_eval`` holds the output times from row ``base`` on (a chunk of
+        them in :meth:`_run`); ``n_out`` is the number of outputs in all
+        (default: every one is in ``t_eval``).
+        """
+        rows = t_eval.shape[0]
+        n_out = rows if n_out is None else n_out
+        j = i - base
         t_eps = 1e-13 * jnp.maximum(jnp.abs(t1), 1.0)
-        return good & (i < n_out) & (t_eval[jnp.minimum(i, n_out - 1)] <= t + h + t_eps)
+        return good & (i < n_out) & (j < rows) & (t_eval[jnp.clip(j, 0, rows - 1)] <= t + h + t_eps)
 
     def _empty_outputs(self, lead, n_out):
         return {v.name: jnp.full(lead + (n_out, self.out_orders[v.name]) + v.shape, jnp.nan)
                 for v in self.dae.variables}
 
-    # Rows of output a single run keeps in its stepping loop at a time (see _run).
+    # XLA:CPU's limit on a loop body's buffers for sequential execution (see _run).
     _SMALL_BUFFER_BYTES = 512
 
     def _output_chunk(self, n_out: int) -> int:
@@ -964,7 +972,6 @@ class Integrator:
 
         # Padded to whole chunks; a padding time is never pending (i < n_out).
         t_pad = jnp.concatenate([t_eval, jnp.full(n_pad - n_out, jnp.inf, dt)])
-        t_eps = 1e-13 * jnp.maximum(jnp.abs(t1), 1.0)
 
         def write_pending(i, buf, times, base, X, t, h, good):
             # Dense output for every requested time in (t, t + h] of this
@@ -972,8 +979,7 @@ class Integrator:
             # step (the loop does not run otherwise): selecting between old
             # and new buffers afterwards would keep both alive.
             def out_cond(oc):
-                j = oc[0] - base
-                return good & (oc[0] < n_out) & (j < M) & (times[jnp.minimum(j, M - 1)] <= t + h + t_eps)
+                return self._outputs_pending(oc[0], good, t, h, times, t1, base, n_out)
 
             def out_body(oc):
                 i, b = oc

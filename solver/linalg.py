@@ -154,11 +154,12 @@ def lu_solve(fact: LU, b):
 
 
 def apply_inverse(inverse, b):
-    """``inverse @ b`` as an elementwise product and a sum.
+    """``inverse @ b`` by elementwise arithmetic that fuses into one kernel.
 
     A ``dot`` of a small matrix is a call into Eigen of its own on XLA:CPU
-    (and under ``vmap`` a batched one); the product and sum fuse with their
-    neighbours into one kernel.
+    (and under ``vmap`` a batched one); multiply-adds of the columns (or,
+    past :data:`SOLVE_UNROLL_MAX` unknowns, a product and a sum) fuse with
+    their neighbours.
 
     Args:
         inverse: (n, n) an inverse, e.g. ``lu_solve(lu_factor(A), eye(n))``.
