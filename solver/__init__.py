@@ -8,7 +8,10 @@ Front door::
     ds = solver.solve(dae, t_span=(0, 10), values={...}, fixed=[...], tol=1e-10)
 """
 
-import jax as _jax
+# First: XLA reads its flags when JAX starts its backend (see xla_setup).
+from . import xla_setup  # noqa: F401
+
+import jax as _jax  # noqa: E402
 
 # The one place the package changes JAX's global configuration: Taylor
 # coefficients of order 15-20 need float64 (METHOD.md §4), and every module

@@ -1,0 +1,101 @@
+"""The one XLA:CPU option mechsweep sets: whole small loops compiled as one kernel.
+
+XLA:CPU runs a program as a sequence of kernels ("thunks"), one per fusion,
+copy or loop, and pays about 35 ns of runtime per kernel on this machine,
+more when a loop body's buffers pass 512 bytes and the kernels are handed
+between threads.  A Taylor step of a small model is a few hundred kernels
+around a few thousand flops, so the runtime, not the arithmetic, set the
+speed (``workflows/benchmarks/results/kernels.txt``).  XLA has a pass that
+compiles a whole while loop into one function ("small call") when the bytes
+its body touches are below ``xla_cpu_small_while_loop_byte_threshold``; the
+default (1,024 bytes) leaves every step loop of ours out.  At
+:data:`SMALL_LOOP_BYTES` the step loops of the pendulum, Andrews' squeezer,
+RSCR and Mechanism0 are compiled whole (one pendulum run 0.96 -> 0.36 ms;
+RSCR needs the 10 MB: at 1 MB only its inner loops were hoisted and its run
+got slower), while the 90x90 cloth, whose loop touches more and gains from
+XLA's threads, keeps the kernel-by-kernel runtime (hoisted, at a 1 GB
+threshold, its step was 1.7x slower) (``workflows/benchmarks/results/small_loops.txt``).
+
+XLA reads ``XLA_FLAGS`` once, when JAX starts its backend (the first
+computation or ``jax.devices()``), so :func:`apply` runs when ``solver`` is
+imported, before any of its modules computes.  A value the user set in
+``XLA_FLAGS`` is kept (``...threshold=0`` turns the hoisting off).  When the
+backend was started before ``solver`` was imported, the option cannot take
+effect any more: :func:`apply` warns once, naming the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+
+OPTION = "xla_cpu_small_while_loop_byte_threshold"
+SMALL_LOOP_BYTES = 10_000_000
+
+_EXTRA = "--xla_backend_extra_options"
+
+
+class PerformanceWarning(UserWarning):
+    """A setting that leaves results unchanged but makes them slower to get."""
+
+
+def with_small_loop_option(flags: str, nbytes: int = SMALL_LOOP_BYTES) -> str:
+    """``XLA_FLAGS`` text with the small-loop threshold added, unless it names one already.
+
+    Args:
+        flags: the current ``XLA_FLAGS`` value ('' when unset).
+        nbytes: the threshold to add.
+
+    Returns:
+        The new value.  The option goes into an existing
+        ``--xla_backend_extra_options=k=v,...`` list (XLA keeps only the last
+        such flag) or into a new one.
+    """
+    if OPTION in flags:
+        return flags
+    entry = f"{OPTION}={nbytes}"
+    match = None
+    for match in re.finditer(rf"{_EXTRA}=(\S*)", flags):
+        pass
+    if match is None:
+        return f"{flags} {_EXTRA}={entry}".strip()
+    listed = match.group(1)
+    merged = f"{listed},{entry}" if listed else entry
+    return flags[:match.start(1)] + merged + flags[match.end(1):]
+
+
+def backend_started() -> bool:
+    """True when JAX has started its backend (XLA_FLAGS already read)."""
+    try:
+        from jax._src import xla_bridge
+
+        return bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # a JAX without this private helper: assume not yet
+        return False
+
+
+def apply() -> str:
+    """Set the small-loop option in ``XLA_FLAGS`` for this process and its children.
+
+    Returns:
+        ``"set"`` (added now), ``"user"`` (``XLA_FLAGS`` names it already:
+        kept), or ``"late"`` (JAX's backend had started without it: the
+        option is added for child processes only, and a
+        :class:`PerformanceWarning` says how to get it in this one).
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if OPTION in flags:
+        return "user"
+    os.environ["XLA_FLAGS"] = with_small_loop_option(flags)
+    if backend_started():
+        warnings.warn(
+            "JAX started its backend before mechsweep was imported, so XLA compiles small models' step "
+            "loops kernel by kernel (2-4x slower runs, same results). Import solver (or sweep) before "
+            f"the first JAX computation, or start Python with XLA_FLAGS='{_EXTRA}={OPTION}={SMALL_LOOP_BYTES}'.",
+            PerformanceWarning, stacklevel=3)
+        return "late"
+    return "set"
+
+
+STATE = apply()

@@ -1,0 +1,102 @@
+"""The XLA option mechsweep sets: small step loops compiled whole (solver/xla_setup.py).
+
+The flag text is checked as text; its effect is checked in child processes
+(XLA reads ``XLA_FLAGS`` once per process, when JAX starts its backend):
+importing ``solver`` first makes XLA compile the pendulum's whole step loop as
+one kernel (a "small call" in the optimised program), a user's own threshold
+wins, and importing ``solver`` after JAX started warns and names the fix.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solver.xla_setup import OPTION, SMALL_LOOP_BYTES, with_small_loop_option
+
+ROOT = Path(__file__).resolve().parents[1]
+ENTRY = f"{OPTION}={SMALL_LOOP_BYTES}"
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ("", f"--xla_backend_extra_options={ENTRY}"),
+    ("--xla_cpu_enable_fast_math=false", f"--xla_cpu_enable_fast_math=false --xla_backend_extra_options={ENTRY}"),
+    ("--xla_backend_extra_options=xla_cpu_fold_all_constants=true --xla_dump_to=/tmp/d",
+     f"--xla_backend_extra_options=xla_cpu_fold_all_constants=true,{ENTRY} --xla_dump_to=/tmp/d"),
+    ("--xla_backend_extra_options=", f"--xla_backend_extra_options={ENTRY}"),
+    (f"--xla_backend_extra_options={OPTION}=0", f"--xla_backend_extra_options={OPTION}=0"),
+])
+def test_the_option_joins_the_users_flags_and_never_replaces_a_threshold_they_chose(flags, expected):
+    assert with_small_loop_option(flags) == expected
+
+
+def test_only_the_last_extra_options_flag_is_extended():
+    # XLA keeps the last --xla_backend_extra_options; an entry added to an earlier one would be lost.
+    flags = "--xla_backend_extra_options=a=1 --xla_backend_extra_options=b=2"
+    assert with_small_loop_option(flags) == f"--xla_backend_extra_options=a=1 --xla_backend_extra_options=b=2,{ENTRY}"
+
+
+_PROBE = r"""
+import json, sys, warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    if sys.argv[1] == "jax-first":
+        import jax
+        jax.devices()
+    import numpy as np, jax, jax.numpy as jnp
+    import solver
+    from solver.integrate import order_for_tol
+    from solver.initialize import parse_values
+jax.config.update("jax_enable_compilation_cache", False)
+
+def residual(t, v, p):
+    x, y, lam = v["x"], v["y"], v["lam"]
+    return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], x[0] ** 2 + y[0] ** 2 - p["L"] ** 2]
+
+dae = solver.DAE(residual, ["x", "y", "lam"], {"g": 9.81, "L": 1.0})
+comp = solver.compiled_model(dae, order_for_tol(1e-10), "auto")
+integ = comp.integrator
+params = {"g": jnp.asarray(9.81), "L": jnp.asarray(1.0)}
+spec = parse_values(integ, {"x": 0.6, "y": 0.8, "x'": 0.0}, ["x", "x'"])
+z = jnp.asarray(comp.consistent_point(params, 0.0, spec))
+args = (params, z, jnp.asarray(spec.u_guess), 0.0, 1.0, jnp.linspace(0.0, 1.0, 11), 1e-10, 100000, jnp.inf, 0.0)
+text = integ._run_jit.lower(*args).compile().as_text()
+entry = text[text.index("\nENTRY"):]
+entry = entry[:entry.index("\n}")]
+print("PROBE " + json.dumps({"state": solver.xla_setup.STATE, "small_calls": text.count("xla_cpu_small_call"),
+                             "entry_loops": entry.count(" while("),
+                             "warnings": [str(w.message) for w in caught
+                                          if w.category.__name__ == "PerformanceWarning"]}))
+"""
+
+
+def _probe(mode: str, xla_flags: str | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    if xla_flags is not None:
+        env["XLA_FLAGS"] = xla_flags
+    proc = subprocess.run([sys.executable, "-c", _PROBE, mode], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")]
+    assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(line[0][6:])
+
+
+def test_importing_solver_first_compiles_the_pendulums_step_loop_as_one_kernel():
+    hoisted = _probe("solver-first")
+    assert hoisted["state"] == "set" and not hoisted["warnings"]
+    # The step loop is no longer a loop of the entry program but one kernel ("small call").
+    assert hoisted["small_calls"] >= 1 and hoisted["entry_loops"] == 0
+    # The user's own threshold wins: 0 turns the hoisting off.
+    off = _probe("solver-first", f"--xla_backend_extra_options={OPTION}=0")
+    assert off["state"] == "user" and off["small_calls"] == 0 and off["entry_loops"] >= 1
+
+
+def test_importing_solver_after_jax_started_warns_and_names_the_fix():
+    late = _probe("jax-first")
+    assert late["state"] == "late" and late["entry_loops"] >= 1
+    assert len(late["warnings"]) == 1
+    assert "Import solver (or sweep) before the first JAX computation" in late["warnings"][0]
+    assert f"XLA_FLAGS='--xla_backend_extra_options={ENTRY}'" in late["warnings"][0]

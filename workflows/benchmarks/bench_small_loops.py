@@ -1,0 +1,174 @@
+"""XLA's small-loop hoisting on and off: run and compile times per problem.
+
+mechsweep sets ``xla_cpu_small_while_loop_byte_threshold`` (``solver/xla_setup.py``)
+so that XLA:CPU compiles a small model's whole step loop as one kernel.  XLA
+reads the option once per process, so each setting runs in child processes of
+its own, the settings alternating round after round (the shared machine's
+speed drifts by up to 2x within minutes); each figure is the best over rounds
+of the best of ``--repeat`` calls.  XLA's default threshold is 1024 bytes.
+The same child also times diffrax on the pendulum and Andrews' squeezer: the
+option is process-wide, and it speeds diffrax's loops as well, which
+``bench_peers`` (one process, one setting) therefore includes on both sides.
+
+Usage:
+    .venv/bin/python workflows/benchmarks/bench_small_loops.py [--rounds 2] [--repeat 20]
+        [--out workflows/benchmarks/results/small_loops.txt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+XLA_DEFAULT = 1024
+PROBLEMS = ("pendulum", "pendulum_batch", "andrews", "rscr", "mechanism0", "cloth")
+
+
+def _flags(nbytes: int) -> str:
+    return f"--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold={nbytes}"
+
+
+def child(repeat: int) -> dict:
+    """Figures of this process's setting: {row: [compile s or None, best run s]}."""
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(ROOT))
+    import numpy as np
+    import jax.numpy as jnp
+    import bench_peers as bp
+    import solver
+    from solver.integrate import order_for_tol
+    from solver.initialize import parse_values
+
+    bp.empty_caches()
+    out = {}
+
+    def measure(name, fn, n=repeat):
+        tc, best, r = bp.compile_and_run(fn, n)
+        out[name] = [tc, best]
+        return r
+
+    # Pendulum, one run and 1,000 lengths (as bench_peers' section 1).
+    tol, t1 = 1e-10, 10.0
+    t_eval = np.linspace(0.0, t1, 101)
+    order = order_for_tol(tol)
+    dae = solver.DAE(bp.pendulum_residual, ["x", "y", "lam"], {"g": bp.G, "L": 1.0})
+    params = {"g": jnp.asarray(bp.G), "L": jnp.asarray(1.0)}
+    comp, z0, u0 = bp.mechsweep_state(dae, order, params, 0.0, bp.pendulum_values({"L": 1.0}), bp.PENDULUM_FIXED)
+    integ = comp.integrator
+    measure("pendulum, one run: mechsweep", lambda: bp.block(integ.run(params, z0, u0, 0.0, t1, t_eval, tol)))
+    if bp.diffrax is not None:
+        one, _ = bp.diffrax_pendulum(t1, t_eval)
+        measure("pendulum, one run: diffrax (rtol 1e-10)", lambda: bp.block(one(1.0, 1e-10)))
+    B = 1000
+    Ls = np.linspace(0.5, 2.0, B)
+    params_b = {"g": np.full(B, bp.G), "L": Ls}
+    compb = solver.compiled_model(dae, order, batch=True)
+    z0s, u0s = bp.mechsweep_states(compb, [bp.pendulum_values({"L": L}) for L in Ls], bp.PENDULUM_FIXED,
+                                   params_b, 0.0)
+    pb = {k: jnp.asarray(v) for k, v in params_b.items()}
+    measure("pendulum, 1000 lengths: mechsweep",
+            lambda: bp.block(compb.integrator.run_batch(pb, z0s, u0s, 0.0, t1, t_eval, tol, slots=256)),
+            max(3, repeat // 4))
+
+    # Andrews' squeezer at tol 1e-10.
+    adae = solver.DAE(bp.andrews_residual, bp.ANDREWS_NAMES + [f"l{k + 1}" for k in range(6)], {})
+    acomp, az0, au0 = bp.mechsweep_state(adae, order, {}, 0.0, bp.andrews_values(), bp.ANDREWS_FIXED)
+    at = np.array([0.0, bp.ANDREWS_T1])
+    measure("Andrews, tol 1e-10: mechsweep",
+            lambda: bp.block(acomp.integrator.run({}, az0, au0, 0.0, bp.ANDREWS_T1, at, 1e-10)))
+    if bp.diffrax is not None:
+        run_d = bp.diffrax_andrews()
+        measure("Andrews, tol 1e-10: diffrax (rtol 1e-10)", lambda: bp.block(run_d(1e-10)))
+
+    # RSCR and Mechanism0 (as bench_peers' section 3, mechsweep only).
+    for title, file, tend in (("RSCR", "rscr.yaml", None), ("Mechanism0", "mechanism0.yaml", 5.0)):
+        model = solver.load(str(ROOT / "configs" / "mechanisms" / file))
+        mdae = model.dae
+        mtol = model.tol
+        pvals = model.check_params(None)
+        mparams = {k: jnp.asarray(v) for k, v in mdae.param_values(pvals).items()}
+        mcomp, mz0, mu0 = bp.mechsweep_state(mdae, model.order or order_for_tol(mtol), mparams, model.t0,
+                                             model.initial_values(pvals), model.fixed)
+        te = tend or model.tend
+        mt = np.linspace(model.t0, te, 101)
+        kw = dict(max_steps=model.max_steps or 100_000, h_max=model.h_max)
+        measure(f"{title}: mechsweep",
+                lambda mcomp=mcomp, mparams=mparams, mz0=mz0, mu0=mu0, mt=mt, te=te, mtol=mtol, kw=kw, model=model:
+                bp.block(mcomp.integrator.run(mparams, mz0, mu0, model.t0, te, mt, mtol, **kw)),
+                max(3, repeat // 4))
+
+    # The 90x90 cloth, 5 fixed steps (as bench_peers' section 4).
+    import solver.cloth as cl
+
+    m, h, steps = 90, 0.01, 5
+    cdae = cl.cloth(m, m, **bp.CLOTH_PARAMS)
+    cparams = {k: jnp.asarray(v) for k, v in cdae.param_values(None).items()}
+    v0 = np.zeros((m, m, 3))
+    v0[m // 2, m // 2, 2] = bp.CLOTH_PUSH
+    ccomp = solver.compiled_model(cdae, order_for_tol(1e-8), "kkt")
+    spec = parse_values(ccomp.integrator, {"r": cl.cloth_rest_positions(m, m).ravel(), "r'": v0.ravel()},
+                        ["r", "r'"])
+    cz0, cu0 = jnp.asarray(spec.z_hat), jnp.asarray(spec.u_guess)
+    ct = np.linspace(0.0, steps * h, 11)
+    measure("cloth 90x90, 5 steps: mechsweep",
+            lambda: bp.block(ccomp.integrator.run(cparams, cz0, cu0, 0.0, steps * h, ct, 1e-8, fixed_step=h)), 2)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of child processes per setting")
+    ap.add_argument("--repeat", type=int, default=20, help="timed calls per measurement in a child")
+    ap.add_argument("--out", default=None, help="also write the table to this file")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print("RESULT " + json.dumps(child(args.repeat)), flush=True)
+        return
+    sys.path.insert(0, str(ROOT))
+    from solver.xla_setup import SMALL_LOOP_BYTES
+
+    settings = (XLA_DEFAULT, SMALL_LOOP_BYTES)
+    best: dict[int, dict[str, list]] = {s: {} for s in settings}
+    for rnd in range(args.rounds):
+        for s in settings:
+            env = dict(os.environ, XLA_FLAGS=_flags(s))
+            t = time.perf_counter()
+            proc = subprocess.run([sys.executable, __file__, "--child", "--repeat", str(args.repeat)], env=env,
+                                  capture_output=True, text=True)
+            line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+            if proc.returncode or not line:
+                sys.exit(f"child with threshold {s} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            print(f"round {rnd + 1}, threshold {s}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+            for row, (tc, run) in json.loads(line[0][7:]).items():
+                old = best[s].get(row)
+                best[s][row] = [tc if old is None else min(old[0], tc), run if old is None else min(old[1], run)]
+    lines = [f"# XLA small-loop hoisting: threshold {XLA_DEFAULT} bytes (XLA's default) vs {SMALL_LOOP_BYTES} "
+             f"(mechsweep's, solver/xla_setup.py)",
+             f"# {platform.machine()} {platform.system()}, python {platform.python_version()}, "
+             f"{time.strftime('%Y-%m-%d %H:%M')}; {args.rounds} alternating rounds of one child process per "
+             f"setting, best of {args.repeat} calls (fewer for the long runs) per round; compile = first call - second",
+             f"# command: .venv/bin/python workflows/benchmarks/bench_small_loops.py --rounds {args.rounds} "
+             f"--repeat {args.repeat}",
+             f"{'work':<42} {'run, default':>13} {'run, hoisted':>13} {'speed-up':>9} {'compile, default':>17} "
+             f"{'compile, hoisted':>17}"]
+    for row in best[settings[0]]:
+        (c0, r0), (c1, r1) = best[settings[0]][row], best[settings[1]][row]
+        lines.append(f"{row:<42} {r0 * 1e3:>10.2f} ms {r1 * 1e3:>10.2f} ms {r0 / r1:>8.2f}x {c0:>15.2f} s "
+                     f"{c1:>15.2f} s")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
