@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import platform
 import statistics
 import sys
@@ -1036,6 +1037,8 @@ def main():
     say("run = best of repeated calls of the compiled kernel; compile = first call - second identical call "
         "(trace + lower + XLA; heyoka: integrator construction); errors against exact/published references")
     say(caches)
+    say(f"XLA_FLAGS ({solver.xla_setup.STATE} by solver/xla_setup.py): {os.environ.get('XLA_FLAGS', '')}; the flag is "
+        "process-wide: diffrax's loops below are compiled whole as well")
     if hy is None:
         say("heyoka: import failed, its rows are n/a")
     if "pendulum" in only:
