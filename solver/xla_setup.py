@@ -91,7 +91,7 @@ def apply() -> str:
     if backend_started():
         warnings.warn(
             "JAX started its backend before mechsweep was imported, so XLA compiles small models' step "
-            "loops kernel by kernel (2-4x slower runs, same results). Import solver (or sweep) before "
+            "loops kernel by kernel (up to 2-3x slower runs, same results). Import solver (or sweep) before "
             f"the first JAX computation, or start Python with XLA_FLAGS='{_EXTRA}={OPTION}={SMALL_LOOP_BYTES}'.",
             PerformanceWarning, stacklevel=3)
         return "late"
