@@ -55,14 +55,12 @@ def with_small_loop_option(flags: str, nbytes: int = SMALL_LOOP_BYTES) -> str:
     if OPTION in flags:
         return flags
     entry = f"{OPTION}={nbytes}"
-    match = None
-    for match in re.finditer(rf"{_EXTRA}=(\S*)", flags):
-        pass
-    if match is None:
+    lists = list(re.finditer(rf"{_EXTRA}=(\S*)", flags))
+    if not lists:
         return f"{flags} {_EXTRA}={entry}".strip()
-    listed = match.group(1)
-    merged = f"{listed},{entry}" if listed else entry
-    return flags[:match.start(1)] + merged + flags[match.end(1):]
+    last = lists[-1]
+    merged = f"{last.group(1)},{entry}" if last.group(1) else entry
+    return flags[:last.start(1)] + merged + flags[last.end(1):]
 
 
 def backend_started() -> bool:

@@ -265,6 +265,14 @@ def mechsweep_states(comp, values_list, fixed, params_b, t0):
     return jnp.asarray(z), jnp.asarray(np.stack([s.u_guess for s in specs]))
 
 
+def shipped_model_state(model, order):
+    """(params, compiled model, z0, u0) of a loaded YAML model at its own parameters and initial values."""
+    pvals = model.check_params(None)
+    params = {k: jnp.asarray(v) for k, v in model.dae.param_values(pvals).items()}
+    comp, z0, u0 = mechsweep_state(model.dae, order, params, model.t0, model.initial_values(pvals), model.fixed)
+    return params, comp, z0, u0
+
+
 # ============================================================ 1. pendulum
 G = 9.81
 X0 = 0.8  # released from x = 0.8 L at rest
@@ -843,10 +851,7 @@ def bench_model(args, tab: Tables, name: str, file: str, quick_tend: float, full
     say(f"accuracy: max |C(q)| and |G q'| (position and velocity constraints), max |E(t) - E(0)|; error = the "
         f"largest |q - q_ref| over the outputs, q_ref = diffrax's index-1 ODE at rtol = atol = {MODEL_REF_TOL:g} "
         f"(diffrax's tolerance: the first of {MODEL_TOLS[0]:g}..{MODEL_TOLS[-1]:g} as accurate as mechsweep)")
-    pvals = model.check_params(None)
-    params = {k: jnp.asarray(v) for k, v in dae.param_values(pvals).items()}
-    values, fixed = model.initial_values(pvals), model.fixed
-    comp, z0, u0 = mechsweep_state(dae, order, params, t0, values, fixed)
+    params, comp, z0, u0 = shipped_model_state(model, order)
     integ = comp.integrator
     kw = dict(max_steps=model.max_steps or 100_000, h_max=model.h_max)
     tc, best, r = compile_and_run(lambda: block(integ.run(params, z0, u0, t0, t1, t_eval, tol, **kw)),
@@ -908,9 +913,20 @@ CLOTH_PARAMS = dict(M=1.0, k=100.0, l=1.0, kd=1.0)  # as bench_cloth.py (the tal
 CLOTH_PUSH = 5.0
 
 
-def bench_cloth(args, tab: Tables):
+def cloth_state(m: int, order: int):
+    """(dae, params, compiled model on the KKT path, z0, u0) of the m x m cloth with its middle particle pushed up."""
     import solver.cloth as cl
 
+    dae = cl.cloth(m, m, **CLOTH_PARAMS)
+    params = {k: jnp.asarray(v) for k, v in dae.param_values(None).items()}
+    v0 = np.zeros((m, m, 3))
+    v0[m // 2, m // 2, 2] = CLOTH_PUSH
+    comp = solver.compiled_model(dae, order, "kkt")
+    spec = parse_values(comp.integrator, {"r": cl.cloth_rest_positions(m, m).ravel(), "r'": v0.ravel()}, ["r", "r'"])
+    return dae, params, comp, jnp.asarray(spec.z_hat), jnp.asarray(spec.u_guess)
+
+
+def bench_cloth(args, tab: Tables):
     say = tab.say
     sizes = (5, 10) if args.quick else (30, 90)
     tol, steps, h = 1e-8, 5, 0.01
@@ -924,14 +940,7 @@ def bench_cloth(args, tab: Tables):
     last = None
     t_eval = np.linspace(0.0, steps * h, 11)  # same shape as the long run's: one compile serves both
     for m in sizes:
-        dae = cl.cloth(m, m, **CLOTH_PARAMS)
-        params = {k: jnp.asarray(v) for k, v in dae.param_values(None).items()}
-        r0 = cl.cloth_rest_positions(m, m)
-        v0 = np.zeros((m, m, 3))
-        v0[m // 2, m // 2, 2] = CLOTH_PUSH
-        comp = solver.compiled_model(dae, order, "kkt")
-        spec = parse_values(comp.integrator, {"r": r0.ravel(), "r'": v0.ravel()}, ["r", "r'"])
-        z0, u0 = jnp.asarray(spec.z_hat), jnp.asarray(spec.u_guess)
+        dae, params, comp, z0, u0 = cloth_state(m, order)
         integ = comp.integrator
         tc, best, r = compile_and_run(
             lambda: block(integ.run(params, z0, u0, 0.0, steps * h, t_eval, tol, fixed_step=h)),

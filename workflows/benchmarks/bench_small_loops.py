@@ -29,11 +29,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 XLA_DEFAULT = 1024
-PROBLEMS = ("pendulum", "pendulum_batch", "andrews", "rscr", "mechanism0", "cloth")
-
-
-def _flags(nbytes: int) -> str:
-    return f"--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold={nbytes}"
 
 
 def child(repeat: int) -> dict:
@@ -45,7 +40,6 @@ def child(repeat: int) -> dict:
     import bench_peers as bp
     import solver
     from solver.integrate import order_for_tol
-    from solver.initialize import parse_values
 
     bp.empty_caches()
     out = {}
@@ -91,12 +85,8 @@ def child(repeat: int) -> dict:
     # RSCR and Mechanism0 (as bench_peers' section 3, mechsweep only).
     for title, file, tend in (("RSCR", "rscr.yaml", None), ("Mechanism0", "mechanism0.yaml", 5.0)):
         model = solver.load(str(ROOT / "configs" / "mechanisms" / file))
-        mdae = model.dae
         mtol = model.tol
-        pvals = model.check_params(None)
-        mparams = {k: jnp.asarray(v) for k, v in mdae.param_values(pvals).items()}
-        mcomp, mz0, mu0 = bp.mechsweep_state(mdae, model.order or order_for_tol(mtol), mparams, model.t0,
-                                             model.initial_values(pvals), model.fixed)
+        mparams, mcomp, mz0, mu0 = bp.shipped_model_state(model, model.order or order_for_tol(mtol))
         te = tend or model.tend
         mt = np.linspace(model.t0, te, 101)
         kw = dict(max_steps=model.max_steps or 100_000, h_max=model.h_max)
@@ -106,17 +96,8 @@ def child(repeat: int) -> dict:
                 max(3, repeat // 4))
 
     # The 90x90 cloth, 5 fixed steps (as bench_peers' section 4).
-    import solver.cloth as cl
-
     m, h, steps = 90, 0.01, 5
-    cdae = cl.cloth(m, m, **bp.CLOTH_PARAMS)
-    cparams = {k: jnp.asarray(v) for k, v in cdae.param_values(None).items()}
-    v0 = np.zeros((m, m, 3))
-    v0[m // 2, m // 2, 2] = bp.CLOTH_PUSH
-    ccomp = solver.compiled_model(cdae, order_for_tol(1e-8), "kkt")
-    spec = parse_values(ccomp.integrator, {"r": cl.cloth_rest_positions(m, m).ravel(), "r'": v0.ravel()},
-                        ["r", "r'"])
-    cz0, cu0 = jnp.asarray(spec.z_hat), jnp.asarray(spec.u_guess)
+    _, cparams, ccomp, cz0, cu0 = bp.cloth_state(m, order_for_tol(1e-8))
     ct = np.linspace(0.0, steps * h, 11)
     measure("cloth 90x90, 5 steps: mechsweep",
             lambda: bp.block(ccomp.integrator.run(cparams, cz0, cu0, 0.0, steps * h, ct, 1e-8, fixed_step=h)), 2)
@@ -134,13 +115,13 @@ def main():
         print("RESULT " + json.dumps(child(args.repeat)), flush=True)
         return
     sys.path.insert(0, str(ROOT))
-    from solver.xla_setup import SMALL_LOOP_BYTES
+    from solver.xla_setup import SMALL_LOOP_BYTES, with_small_loop_option
 
     settings = (XLA_DEFAULT, SMALL_LOOP_BYTES)
     best: dict[int, dict[str, list]] = {s: {} for s in settings}
     for rnd in range(args.rounds):
         for s in settings:
-            env = dict(os.environ, XLA_FLAGS=_flags(s))
+            env = dict(os.environ, XLA_FLAGS=with_small_loop_option("", s))
             t = time.perf_counter()
             proc = subprocess.run([sys.executable, __file__, "--child", "--repeat", str(args.repeat)], env=env,
                                   capture_output=True, text=True)
