@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from . import linalg
+from . import linalg, xla_setup
+from .jacobian import jacfwd
 from . import status as st
 from .errors import InputError
 from .kkt import KKTBlocks, kkt_factor, kkt_solve
@@ -60,6 +61,24 @@ UNROLL_MAX_OPS = 30_000
 # cost a single run little.  Batches keep UNROLL_MAX_OPS: there the unrolled
 # steps' speed dominates (RSCR, 200 points: 4.8 s unrolled, 30 s compact).
 UNROLL_MAX_OPS_SINGLE = 5_000
+
+
+def take_static(A, rows, cols):
+    """``A[rows, cols]`` for static (numpy) index vectors, as slices of contiguous runs.
+
+    A gather with constant indices leaves index arithmetic that XLA does
+    not fold; inside the step loop it is hoisted into kernels of the
+    program's entry, which cost a small model's run more than the gather.
+    """
+    rows, cols = np.asarray(rows, dtype=int), np.asarray(cols, dtype=int)
+    if rows.size == 0:
+        return jnp.zeros((0,), A.dtype)
+    parts, start = [], 0
+    for i in range(1, rows.size + 1):
+        if i == rows.size or rows[i] != rows[start] or cols[i] != cols[i - 1] + 1:
+            parts.append(A[int(rows[start]), int(cols[start]):int(cols[i - 1]) + 1])
+            start = i
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts)
 
 
 def tape_ops(program: TaylorProgram) -> int:
@@ -283,11 +302,29 @@ class Integrator:
         """Variable coefficient arrays with the state filled in, the rest zero."""
         X = {}
         for v in self.dae.variables:
-            a, b = self.state_slices[v.name]
-            Xf = jnp.zeros((self.KX, v.size), dtype=z.dtype)
-            if b > a:
-                Xf = Xf.at[self.state_rows[v.name], self.state_cols[v.name]].set(z[a:b])
-            X[v.name] = Xf.reshape((self.KX,) + v.shape)
+            a, _ = self.state_slices[v.name]
+            rows, cols = self.state_rows[v.name], self.state_cols[v.name]
+            # Row by row from static pieces, not a scatter (see take_static):
+            # runs of consecutive columns are slices of z.
+            Xrows = []
+            for l in range(self.KX):
+                pick = np.flatnonzero(rows == l)  # in column order: the layout's (l, element) loop
+                if pick.size == 0 and l > rows.max(initial=-1):
+                    Xrows.append(jnp.zeros((self.KX - l, v.size), z.dtype))
+                    break
+                pieces, at, start = [], 0, 0
+                for j in range(1, pick.size + 1):
+                    if j < pick.size and cols[pick[j]] == cols[pick[j - 1]] + 1 and pick[j] == pick[j - 1] + 1:
+                        continue
+                    c0, c1 = int(cols[pick[start]]), int(cols[pick[j - 1]]) + 1
+                    if c0 > at:
+                        pieces.append(jnp.zeros(c0 - at, z.dtype))
+                    pieces.append(z[a + int(pick[start]):a + int(pick[j - 1]) + 1])
+                    at, start = c1, j
+                if at < v.size:
+                    pieces.append(jnp.zeros(v.size - at, z.dtype))
+                Xrows.append(jnp.concatenate(pieces)[None])
+            X[v.name] = jnp.concatenate(Xrows).reshape((self.KX,) + v.shape)
         return X
 
     def state_from_X(self, X):
@@ -295,7 +332,7 @@ class Integrator:
         parts = []
         for v in self.dae.variables:
             Xf = X[v.name].reshape(self.KX, v.size)
-            parts.append(Xf[self.state_rows[v.name], self.state_cols[v.name]])
+            parts.append(take_static(Xf, self.state_rows[v.name], self.state_cols[v.name]))
         return jnp.concatenate(parts) if parts else jnp.zeros(0)
 
     def _d_of(self, v):
@@ -327,7 +364,7 @@ class Integrator:
         for v in self.dae.variables:
             Xf = X[v.name].reshape(self.KX, v.size)
             rows = k + self._d_of(v)
-            parts.append(jnp.where(rows >= 0, Xf[jnp.clip(rows, 0, self.KX - 1), jnp.arange(v.size)], 0.0))
+            parts.append(jnp.where(rows >= 0, Xf[jnp.clip(rows, 0, self.KX - 1), np.arange(v.size)], 0.0))
         return jnp.concatenate(parts)
 
     # ------------------------------------------------------------- stages
@@ -534,7 +571,7 @@ class Integrator:
         # or a LAPACK call.  The pendulum's run went from 1.26 to 0.92 ms.
         # A partial (not a lambda): the compact engine's batched stage loop
         # takes the matrix and the product apart (solve.func, solve.args).
-        inverse = linalg.lu_solve(fact, jnp.eye(n, dtype=J.dtype))
+        inverse = linalg.lu_solve(fact, linalg.identity(n))
         return u, partial(linalg.apply_inverse, inverse), fact.singular, J
 
     def _stage0_kkt(self, g0, X, u_guess, t0, consts, newton_iters):
@@ -563,80 +600,87 @@ class Integrator:
         """
         dae, prog = self.dae, self.prog
         levels = levels_from_coefficients(prog, self.set_stage(X, 0, u))
-        jac = jax.jacfwd(lambda lv: residual_at(prog, t0, consts, lv))(levels)
+        jac = jacfwd(lambda lv: residual_at(prog, t0, consts, lv))(levels)
         n = dae.n
-        A = jnp.zeros((n, n))
-        for var in dae.variables:
+        # Column blocks joined, not scattered into zeros: XLA expands a
+        # scatter into a loop whose index arithmetic it hoists out of ours.
+        blocks = []
+        for var in sorted(dae.variables, key=lambda v: v.offset):
             cols = np.arange(var.offset, var.offset + var.size)
+            block = jnp.zeros((n, var.size))
             for l, Jl in enumerate(jac[var.name]):
                 mask = (prog.d[None, cols] - prog.c[:, None]) == l
                 if mask.any():
-                    A = A.at[:, cols].add(jnp.where(jnp.asarray(mask), Jl.reshape(n, var.size), 0.0))
+                    block = block + jnp.where(mask, Jl.reshape(n, var.size), 0.0)
+            blocks.append(block)
+        A = jnp.concatenate(blocks, axis=1) if blocks else jnp.zeros((n, n))
         cf = np.array([math.factorial(int(c)) for c in prog.c], dtype=float)
         df = np.array([math.factorial(int(d)) for d in prog.d], dtype=float)
         return A * (df[None, :] / cf[:, None])
 
     # ------------------------------------------------------------- polynomials
-    def _shift(self, X, h, orders, batched=False):
+    # Coefficients per order (all variables) up to which _shift uses Horner's rule.
+    HORNER_MAX_SIZE = 10_000
+
+    def _shift(self, X, h, orders):
         """Normalised derivatives at t+h: out[l] = Σ_r C(r,l) X[r] h^(r-l), l < orders.
 
-        ``batched``: the caller is vmapped over a batch.  The two forms
-        were measured against each other, interleaved in one process
-        (pendulum, order 13): for one run the powers ``h**r`` in one kernel
-        and a weighted sum per derivative (1.11 ms a run, against 1.30 ms
-        by Horner's rule), for a batch Horner's rule over every variable at
-        once (1,000 pendulums in 169 ms, against 205 ms by powers formed as
-        products and 285 ms by a power per entry).
+        Two forms, measured against each other (interleaved in one process):
+
+        * Horner's rule over every variable at once, for models up to
+          :attr:`HORNER_MAX_SIZE` coefficients per order: a batch of 1,000
+          pendulums took 169 ms against 205 ms (powers as products) and
+          285 ms (a power per entry); a single pendulum run, compiled as one
+          function, 0.21 against 0.26 ms; the 30x30 cloth's step 2.3-2.6
+          against 2.6-3.0 ms.
+        * Powers ``h**r`` and a weighted sum per derivative and variable
+          for larger models, whose run is memory traffic: the 90x90 cloth's
+          step took 19.5-20.3 ms against 27-29 ms by Horner's rule, which
+          first copies every variable's coefficients into one array.
         """
         K = self.KX
-        if batched:
-            names = list(orders)
-            A = jnp.concatenate([X[n].reshape(K, -1) for n in names], axis=1)
-            rows = []
-            for l in range(max(orders.values())):
-                y = math.comb(K - 1, l) * A[K - 1]
-                for r in range(K - 2, l - 1, -1):
-                    y = y * h + math.comb(r, l) * A[r]
-                rows.append(y)
-            Y = jnp.stack(rows)
-            out, a = {}, 0
-            for n in names:
-                size = int(np.prod(X[n].shape[1:], dtype=int))
-                out[n] = Y[: orders[n], a:a + size].reshape((orders[n],) + X[n].shape[1:])
-                a += size
+        names = list(orders)
+        if sum(int(np.prod(X[n].shape[1:], dtype=int)) for n in names) > self.HORNER_MAX_SIZE:
+            hp = h ** jnp.arange(K, dtype=jnp.result_type(float))
+            out = {}
+            for name, L in orders.items():
+                A = X[name]
+                rows = []
+                for l in range(L):
+                    binom = np.array([math.comb(l + j, l) for j in range(K - l)], dtype=float)
+                    w = (jnp.asarray(binom) * hp[: K - l]).reshape((K - l,) + (1,) * (A.ndim - 1))
+                    rows.append(order_sum(w * A[l:]))
+                out[name] = jnp.stack(rows)
             return out
-        hp = h ** jnp.arange(K, dtype=jnp.result_type(float))
-        out = {}
-        for name, L in orders.items():
-            A = X[name]
-            rows = []
-            for l in range(L):
-                binom = np.array([math.comb(l + j, l) for j in range(K - l)], dtype=float)
-                w = (jnp.asarray(binom) * hp[: K - l]).reshape((K - l,) + (1,) * (A.ndim - 1))
-                rows.append(order_sum(w * A[l:]))
-            out[name] = jnp.stack(rows)
+        A = jnp.concatenate([X[n].reshape(K, -1) for n in names], axis=1)
+        rows = []
+        for l in range(max(orders.values())):
+            y = math.comb(K - 1, l) * A[K - 1]
+            for r in range(K - 2, l - 1, -1):
+                y = y * h + math.comb(r, l) * A[r]
+            rows.append(y)
+        Y = jnp.stack(rows)
+        out, a = {}, 0
+        for n in names:
+            size = int(np.prod(X[n].shape[1:], dtype=int))
+            out[n] = Y[: orders[n], a:a + size].reshape((orders[n],) + X[n].shape[1:])
+            a += size
         return out
 
-    def advance_state(self, X, h, batched=False):
-        """State and leading-derivative guess at t + h from the Taylor polynomial.
-
-        ``batched``: the caller is vmapped over a batch (see :meth:`_shift`).
-        """
+    def advance_state(self, X, h):
+        """State and leading-derivative guess at t + h from the Taylor polynomial."""
         orders = {v.name: int(self.prog.var_d(v.name).max()) + 1 for v in self.dae.variables}
-        Y = self._shift(X, h, orders, batched)
+        Y = self._shift(X, h, orders)
         z_parts, u_parts = [], []
         for v in self.dae.variables:
             Yf = Y[v.name].reshape(Y[v.name].shape[0], v.size)
-            z_parts.append(Yf[self.state_rows[v.name], self.state_cols[v.name]])
-            u_parts.append(Yf[jnp.asarray(self.prog.d[v.offset : v.offset + v.size]), jnp.arange(v.size)])
+            z_parts.append(take_static(Yf, self.state_rows[v.name], self.state_cols[v.name]))
+            u_parts.append(take_static(Yf, self.prog.d[v.offset : v.offset + v.size], np.arange(v.size)))
         return jnp.concatenate(z_parts), jnp.concatenate(u_parts)
 
-    def dense(self, X, s, batched=False):
-        """Values and derivatives ``x^(l)(t_n + s)`` for l < max(d, 1), per variable.
-
-        ``batched``: the caller is vmapped over a batch (see :meth:`_shift`).
-        """
-        Y = self._shift(X, s, self.out_orders, batched)
+    def dense(self, X, s):
+        """Values and derivatives ``x^(l)(t_n + s)`` for l < max(d, 1), per variable."""
+        Y = self._shift(X, s, self.out_orders)
         out = {}
         for name, L in self.out_orders.items():
             fact = jnp.asarray([math.factorial(l) for l in range(L)], dtype=jnp.float64)
@@ -684,7 +728,7 @@ class Integrator:
             return z, jnp.zeros((), dtype=z.dtype)
         g = lambda zz: self._hidden(zz, t, consts)
         mask = jnp.ones(z.shape) if free is None else jnp.asarray(free, dtype=z.dtype)
-        G, r = jax.jacfwd(lambda y: (g(y), g(y)), has_aux=True)(z)
+        G, r = jacfwd(lambda y: (g(y), g(y)), has_aux=True)(z)
         G = G * mask[None, :]
         fact = linalg.min_norm_factor(G)
         z = z + linalg.min_norm_step(fact, G, r)
@@ -821,8 +865,7 @@ class Integrator:
         pick = lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params)
 
         def step(p, t, z, u, steps, live):
-            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live,
-                              batched=True)
+            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
 
         pending = jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None))
 
@@ -843,7 +886,7 @@ class Integrator:
                 i, outs = oc
                 go = pending(i, good, t, h, t_eval, t1)
                 ic = jnp.minimum(i, n_out - 1)
-                vals = jax.vmap(partial(self.dense, batched=True))(X, t_eval[ic] - t)
+                vals = jax.vmap(self.dense)(X, t_eval[ic] - t)
                 rows = jnp.where(go, e, N)  # out of range: dropped
                 outs = {k: outs[k].at[rows, ic].set(vals[k], mode="drop") for k in outs}
                 return i + go.astype(i.dtype), outs
@@ -877,14 +920,13 @@ class Integrator:
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
 
-    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True, batched=False):
+    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True):
         """One accepted (or failed) step from a consistent state at t.
 
         ``live`` is False for a batch element that has already finished: a
         vmapped loop still runs its body, and without the flag a failed
         element (non-finite state) would make every step of the whole batch
-        try all twelve step halvings.  ``batched``: the step is vmapped
-        (see :meth:`_shift`).
+        try all twelve step halvings.
 
         Returns:
             (X, h, good, t_new, z_new, u_new, status): the Taylor coefficients
@@ -908,7 +950,7 @@ class Integrator:
         def try_body(tc):
             h, _, _, _, tries = tc
             h = jnp.where(tries > 0, 0.5 * h, h)
-            zp, up = self.advance_state(X, h, batched)
+            zp, up = self.advance_state(X, h)
             zq, res = self.project(zp, t + h, consts)
             corr = jnp.max(jnp.abs(zq - zp)) if zq.size else 0.0
             ok = jnp.all(jnp.isfinite(zq)) & (fixed | ((corr <= 100.0 * tol * zscale)
@@ -947,7 +989,15 @@ class Integrator:
     _SMALL_BUFFER_BYTES = 512
 
     def _output_chunk(self, n_out: int) -> int:
-        """Output rows per chunk of :meth:`_run`: the most whose buffers stay small, or all of them."""
+        """Output rows per chunk of :meth:`_run`: the most whose buffers stay small, or all of them.
+
+        All of them when XLA compiles small loops whole (:mod:`solver.xla_setup`):
+        the loop is then one function with no per-kernel runtime to spare,
+        and chunks only add kernels around it (pendulum run: 0.26 against
+        0.21 ms).
+        """
+        if xla_setup.loop_byte_threshold() >= xla_setup.SMALL_LOOP_BYTES:
+            return max(n_out, 1)
         row_bytes = max(8 * self.out_orders[v.name] * v.size for v in self.dae.variables)
         rows = self._SMALL_BUFFER_BYTES // row_bytes
         return rows if 2 <= rows < n_out else max(n_out, 1)

@@ -29,8 +29,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import numpy as np
 
-__all__ = ["LU", "lu_factor", "lu_solve", "apply_inverse", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
+__all__ = ["LU", "identity", "diagonal", "lu_factor", "lu_solve", "apply_inverse", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
            "min_norm_correction", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "SINGULAR_RTOL",
            "MIN_NORM_RTOL", "MIN_NORM_ATOL"]
 
@@ -78,10 +79,35 @@ def pivots_singular(diag):
     return ~(jnp.min(diag) > SINGULAR_RTOL * jnp.maximum(jnp.max(diag), 1e-300))
 
 
+# Identity matrices up to this size are numpy constants (see identity).
+CONSTANT_IDENTITY_MAX = 256
+
+
+def identity(n: int, dtype=float):
+    """The n x n identity: literal data for small n, an iota expression beyond.
+
+    XLA does not fold an iota, and inside the step loop it hoists each iota
+    expression into a kernel of the program's entry, which a small model's
+    run pays for on every call.  A large identity stays an expression: as a
+    constant it would be n² numbers in the executable and the compile cache.
+    """
+    return np.eye(n, dtype=dtype) if n <= CONSTANT_IDENTITY_MAX else jnp.eye(n, dtype=dtype)
+
+
+def diagonal(A):
+    """The diagonal of a square (n, n) matrix, by constant indices (see :func:`_factor_unrolled`)."""
+    i = np.arange(A.shape[-1])
+    return A[i, i]
+
+
 def _factor_unrolled(A):
     n = A.shape[-1]
     rows = [A[i] for i in range(n)]
-    cols = jnp.arange(n)
+    # Masks and index arrays are numpy constants, not iota expressions: XLA
+    # does not fold an iota, and inside a loop it hoists each such
+    # expression into a kernel of the program's entry, which costs a run
+    # of a small model more than the expression (see Integrator._run).
+    cols = np.arange(n)
     piv = []
     for k in range(n):
         # The first row i >= k of largest |A[i, k]|, found by a scan of
@@ -120,7 +146,7 @@ def lu_factor(A) -> LU:
         lu, piv = jsl.lu_factor(A)
     else:
         lu, piv = _factor_unrolled(A)
-    return LU(lu, piv.astype(jnp.int32), pivots_singular(jnp.diagonal(lu)) if n else jnp.asarray(False))
+    return LU(lu, piv.astype(jnp.int32), pivots_singular(diagonal(lu)) if n else jnp.asarray(False))
 
 
 def lu_solve(fact: LU, b):
@@ -203,7 +229,7 @@ def min_norm_factor(G) -> LU:
     """
     A = G @ G.T
     m = A.shape[0]
-    A = A + jnp.eye(m, dtype=A.dtype) * (MIN_NORM_RTOL * jnp.trace(A) / m + MIN_NORM_ATOL)
+    A = A + identity(m) * (MIN_NORM_RTOL * jnp.sum(diagonal(A)) / m + MIN_NORM_ATOL)
     return lu_factor(A)
 
 

@@ -32,6 +32,7 @@ import warnings
 
 OPTION = "xla_cpu_small_while_loop_byte_threshold"
 SMALL_LOOP_BYTES = 10_000_000
+XLA_DEFAULT_LOOP_BYTES = 1024
 
 _EXTRA = "--xla_backend_extra_options"
 
@@ -61,6 +62,18 @@ def with_small_loop_option(flags: str, nbytes: int = SMALL_LOOP_BYTES) -> str:
     last = lists[-1]
     merged = f"{last.group(1)},{entry}" if last.group(1) else entry
     return flags[:last.start(1)] + merged + flags[last.end(1):]
+
+
+def loop_byte_threshold() -> int:
+    """The small-loop threshold in effect for this process's compilations, in bytes.
+
+    XLA's default (1,024) when the option came too late (``STATE == "late"``)
+    or a user's ``XLA_FLAGS`` value cannot be read as a number.
+    """
+    if STATE == "set":
+        return SMALL_LOOP_BYTES
+    found = re.findall(rf"{OPTION}=(\d+)", os.environ.get("XLA_FLAGS", "")) if STATE == "user" else []
+    return int(found[-1]) if found else XLA_DEFAULT_LOOP_BYTES
 
 
 def backend_started() -> bool:

@@ -160,22 +160,26 @@ def test_ddt_of_a_subexpression_talk_example():
 @pytest.mark.parametrize("n_out, t_last", [(1, 3.0), (32, 3.0), (64, 3.0), (257, 3.0), (100, 1.3), (64, 1.3),
                                             (20, 1.3)])
 def test_outputs_in_chunks_equal_outputs_in_one_array(monkeypatch, n_out, t_last):
-    # Integrator.run keeps at most 512 bytes of outputs in its stepping loop
-    # (32 rows of x, x' here) and copies full chunks out; several outputs per
-    # step cross chunk boundaries, and with t_last < t1 the integration goes
-    # on after the last output.  The same run with every output in one array
-    # must give the same numbers, bit for bit, and the exact solution.
-    from solver.integrate import Integrator
+    # Where XLA runs loops kernel by kernel (small-loop threshold below
+    # mechsweep's), Integrator.run keeps at most 512 bytes of outputs in its
+    # stepping loop (32 rows of x, x' here) and copies full chunks out;
+    # several outputs per step cross chunk boundaries, and with t_last < t1
+    # the integration goes on after the last output.  The same run with every
+    # output in one array (the layout under mechsweep's threshold) must give
+    # the same numbers, bit for bit, and the exact solution.
+    from solver import xla_setup
 
     theta0, t1 = 1.2, 3.0
     t_eval = np.linspace(0.0, t_last, n_out) if n_out > 1 else np.array([t_last])
-    integ = integrator_for(PEND, 12)
     z0 = jnp.asarray([math.sin(theta0), 0.0, math.cos(theta0), 0.0])
     params = {"g": jnp.asarray(9.81), "L": jnp.asarray(1.0)}
+    whole_integ = integrator_for(PEND, 12)
+    assert whole_integ._output_chunk(n_out) == n_out
+    whole = whole_integ.run(params, z0, jnp.zeros(3), 0.0, t1, t_eval, 1e-10)
+    monkeypatch.setattr(xla_setup, "loop_byte_threshold", lambda: xla_setup.XLA_DEFAULT_LOOP_BYTES)
+    integ = integrator_for(PEND.with_params(), 12)
     assert integ._output_chunk(n_out) == (32 if n_out > 32 else n_out)
     chunked = integ.run(params, z0, jnp.zeros(3), 0.0, t1, t_eval, 1e-10)
-    monkeypatch.setattr(Integrator, "_output_chunk", lambda self, n: max(n, 1))
-    whole = integrator_for(PEND.with_params(), 12).run(params, z0, jnp.zeros(3), 0.0, t1, t_eval, 1e-10)
     assert int(chunked["status"]) == int(whole["status"]) == status.SUCCESS
     assert float(chunked["t_final"]) == t1
     for name in ("x", "y", "lam"):
