@@ -933,21 +933,20 @@ class CompactProgram:
         n_c = len(self.const_sources)
         col0 = jnp.concatenate([self.constant_values(consts),
                                 jnp.zeros(self.n_nodes - n_c, jnp.float64)])
-        C = jnp.zeros((self.n_nodes, self.K), jnp.float64).at[:, 0].set(col0)
+        # Joined and masked, not scattered: XLA:CPU compiles a step loop
+        # with a scatter kernel by kernel (see solver.xla_setup).
+        cols = [col0]
         if self.time_col >= 0:
-            C = C.at[self.time_col, 0].set(t0).at[self.time_col, 1].set(1.0)
-        return C
+            at_t = np.arange(self.n_nodes) == self.time_col
+            cols = [jnp.where(at_t, t0, col0), jnp.where(at_t, 1.0, 0.0)]
+        cols += [jnp.zeros(self.n_nodes, jnp.float64)] * (self.K - len(cols))
+        return jnp.stack(cols[:self.K], axis=1)
 
     def xf_from_state(self, integ, z):
         """Variable coefficients ``(KX, n)`` with the state's rows filled in."""
-        rows, cols = [], []
-        for v in self.dae.variables:
-            rows.extend(integ.state_rows[v.name])
-            cols.extend(v.offset + integ.state_cols[v.name])
-        Xf = jnp.zeros((self.KX, self.dae.n), z.dtype)
-        if rows:
-            Xf = Xf.at[np.asarray(rows), np.asarray(cols)].set(z)
-        return Xf
+        X = integ.X_from_state(z)  # without a scatter
+        by_offset = sorted(self.dae.variables, key=lambda v: v.offset)
+        return jnp.concatenate([X[v.name].reshape(self.KX, v.size) for v in by_offset], axis=1)
 
     def set_stage(self, Xf, k, u):
         """Stage k's unknowns ``X[k + d_j, j] = u_j`` (one row update per distinct d)."""

@@ -1003,6 +1003,12 @@ class Integrator:
         return rows if 2 <= rows < n_out else max(n_out, 1)
 
     def _run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step):
+        # Mid-size linear algebra as XLA loops, not LAPACK calls, so that
+        # XLA:CPU can compile the step loop as one function (linalg.native_loops).
+        with linalg.native_loops():
+            return self._run_traced(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step)
+
+    def _run_traced(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step):
         consts = self.prog.constants(params)
         dt = jnp.result_type(float)
         t0 = jnp.asarray(t0, dt)
@@ -1034,7 +1040,9 @@ class Integrator:
             def out_body(oc):
                 i, b = oc
                 vals = self.dense(X, times[i - base] - t)
-                return i + 1, {k: b[k].at[i - base].set(vals[k]) for k in b}
+                # A dynamic update, not .at[].set: that is a scatter, which
+                # keeps XLA:CPU from compiling the loop whole.
+                return i + 1, {k: lax.dynamic_update_index_in_dim(b[k], vals[k], i - base, 0) for k in b}
 
             return lax.while_loop(out_cond, out_body, (i, buf))
 

@@ -24,14 +24,17 @@ up to rounding.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import threading
 
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
+from jax import lax
 
-__all__ = ["LU", "identity", "diagonal", "lu_factor", "lu_solve", "apply_inverse", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
+__all__ = ["LU", "identity", "diagonal", "native_loops", "matmul", "dot_general", "NATIVE_LOOP_MAX", "lu_factor", "lu_solve", "apply_inverse", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
            "min_norm_correction", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "SINGULAR_RTOL",
            "MIN_NORM_RTOL", "MIN_NORM_ATOL"]
 
@@ -42,6 +45,13 @@ __all__ = ["LU", "identity", "diagonal", "lu_factor", "lu_solve", "apply_inverse
 # the program grows like n² (solve) and n³ (factor), so both stay small.
 FACTOR_UNROLL_MAX = 5
 SOLVE_UNROLL_MAX = 8
+# Past the unrolled sizes, up to this many unknowns, a single run (not a
+# vmapped batch, see native_loops) factors and solves by XLA loops of masked
+# whole-matrix updates instead of LAPACK: a custom call (like a dot or a
+# scatter) keeps XLA:CPU from compiling the step loop as one function
+# (solver.xla_setup), and a loop of kernels costs a mid-size model's run
+# more than the O(n³) masked arithmetic (workflows/benchmarks/results/small_loops.txt).
+NATIVE_LOOP_MAX = 48
 
 # A pivot below this fraction of the largest one counts as singular.
 SINGULAR_RTOL = 1e-13
@@ -71,6 +81,30 @@ class LU:
     lu: object
     piv: object
     singular: object
+
+
+_native = threading.local()
+
+
+@contextlib.contextmanager
+def native_loops(enabled: bool = True):
+    """Within the block, trace mid-size factorisations and solves as XLA loops, not LAPACK calls.
+
+    For sizes from ``FACTOR_UNROLL_MAX + 1`` (``SOLVE_UNROLL_MAX + 1`` for
+    solves) up to :data:`NATIVE_LOOP_MAX`.  Set while tracing a single run
+    (``Integrator._run``); a vmapped batch keeps LAPACK, whose batched call
+    is cheaper per element than masked whole-matrix updates.
+    """
+    before = getattr(_native, "on", False)
+    _native.on = enabled
+    try:
+        yield
+    finally:
+        _native.on = before
+
+
+def _use_native(n: int, unrolled_max: int) -> bool:
+    return unrolled_max < n <= NATIVE_LOOP_MAX and getattr(_native, "on", False)
 
 
 def pivots_singular(diag):
@@ -130,6 +164,42 @@ def _factor_unrolled(A):
     return jnp.stack(rows), jnp.stack(piv).astype(jnp.int32)
 
 
+def _factor_looped(A):
+    """Partial-pivoting LU as a loop over columns of masked whole-matrix updates.
+
+    No gather, scatter or custom call: the pivot row is found by a
+    reduction, rows are swapped and eliminated by rank-one updates with
+    one-hot vectors, so XLA:CPU can compile an enclosing loop as one
+    function (and ``vmap`` batches it elementwise).
+    """
+    n = A.shape[-1]
+    idx = np.arange(n)
+
+    def step(k, carry):
+        A, piv = carry
+        ek = (idx == k).astype(A.dtype)
+        col = jnp.sum(A * ek[None, :], axis=1)  # A[:, k]
+        # The first row i >= k of largest |A[i, k]| (LAPACK's choice on ties).
+        mag = jnp.where(idx >= k, jnp.abs(col), -1.0)
+        p = jnp.argmax(mag).astype(jnp.int32)
+        ep = (idx == p).astype(A.dtype)
+        row_k = jnp.sum(A * ek[:, None], axis=0)
+        row_p = jnp.sum(A * ep[:, None], axis=0)
+        A = A + (ek - ep)[:, None] * (row_p - row_k)[None, :]  # swap rows k and p
+        col = jnp.sum(A * ek[None, :], axis=1)
+        pivot = jnp.sum(col * ek)
+        pivot = jnp.where(pivot == 0.0, 1.0, pivot)
+        below = idx > k
+        m = jnp.where(below, col / pivot, 0.0)
+        right = (idx > k).astype(A.dtype)
+        A = A - m[:, None] * (row_p * right)[None, :]
+        A = jnp.where(below[:, None] & (idx == k)[None, :], m[:, None], A)
+        piv = jnp.where(idx == k, p, piv)
+        return A, piv
+
+    return lax.fori_loop(0, n, step, (A, jnp.zeros(n, jnp.int32)))
+
+
 def lu_factor(A) -> LU:
     """LU factorisation with partial pivoting of a square matrix.
 
@@ -142,7 +212,9 @@ def lu_factor(A) -> LU:
         (possibly non-finite).
     """
     n = A.shape[-1]
-    if n > FACTOR_UNROLL_MAX:
+    if _use_native(n, FACTOR_UNROLL_MAX):
+        lu, piv = _factor_looped(A)
+    elif n > FACTOR_UNROLL_MAX:
         lu, piv = jsl.lu_factor(A)
     else:
         lu, piv = _factor_unrolled(A)
@@ -161,6 +233,8 @@ def lu_solve(fact: LU, b):
     """
     LUm = fact.lu
     n = LUm.shape[-1]
+    if _use_native(n, SOLVE_UNROLL_MAX):
+        return _solve_looped(LUm, fact.piv, b)
     if n > SOLVE_UNROLL_MAX:
         return jsl.lu_solve((LUm, fact.piv), b)
     y = [b[i] for i in range(n)]
@@ -177,6 +251,75 @@ def lu_solve(fact: LU, b):
             y[i] = y[i] - LUm[i, j] * y[j]
         y[i] = y[i] / LUm[i, i]
     return jnp.stack(y) if n else b
+
+
+def _solve_looped(LUm, piv, b):
+    """:func:`lu_solve` by loops of masked updates (see :func:`_factor_looped`)."""
+    n = LUm.shape[-1]
+    idx = np.arange(n)
+    y = b if b.ndim == 2 else b[:, None]
+
+    def onehot(k):
+        return (idx == k).astype(LUm.dtype)
+
+    def swap(k, y):
+        ek = onehot(k)
+        ep = onehot(jnp.sum(jnp.where(idx == k, piv, 0)))
+        yk, yp = jnp.sum(y * ek[:, None], axis=0), jnp.sum(y * ep[:, None], axis=0)
+        return y + (ek - ep)[:, None] * (yp - yk)[None, :]
+
+    def forward(k, y):  # L y = P b, L unit lower
+        ek = onehot(k)
+        lk = jnp.where(idx > k, jnp.sum(LUm * ek[None, :], axis=1), 0.0)
+        return y - lk[:, None] * jnp.sum(y * ek[:, None], axis=0)[None, :]
+
+    def backward(j, y):  # U x = y, from the last row up
+        k = n - 1 - j
+        ek = onehot(k)
+        uk = jnp.sum(LUm * ek[None, :], axis=1)  # column k of U (rows <= k)
+        xk = jnp.sum(y * ek[:, None], axis=0) / jnp.sum(uk * ek)
+        y = jnp.where((idx == k)[:, None], xk[None, :], y)
+        return y - jnp.where(idx < k, uk, 0.0)[:, None] * xk[None, :]
+
+    y = lax.fori_loop(0, n, swap, y)
+    y = lax.fori_loop(0, n, forward, y)
+    y = lax.fori_loop(0, n, backward, y)
+    return y if b.ndim == 2 else y[:, 0]
+
+
+def matmul(A, B):
+    """``A @ B`` (B a matrix or a vector); under :func:`native_loops`, for operands
+    up to :data:`NATIVE_LOOP_MAX` on a side, as multiplies and a sum: XLA:CPU
+    hands a dot to Eigen, which keeps it from compiling an enclosing loop whole.
+    """
+    if getattr(_native, "on", False) and max(A.shape + B.shape) <= NATIVE_LOOP_MAX:
+        Bm = B if B.ndim == 2 else B[:, None]
+        out = jnp.sum(A[:, :, None] * Bm[None, :, :], axis=1)
+        return out if B.ndim == 2 else out[:, 0]
+    return A @ B
+
+
+def dot_general(a, b, dimension_numbers, **params):
+    """``lax.dot_general``; under :func:`native_loops`, for small operands, as multiplies and a sum.
+
+    For a model's own products (``jnp.dot`` of vectors and small matrices)
+    re-evaluated in the step (see :func:`matmul` for why).  ``params``
+    (precision, preferred type) are those of the traced primitive.
+    """
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if not getattr(_native, "on", False) or a.size * b.size > NATIVE_LOOP_MAX ** 3:
+        return lax.dot_general_p.bind(a, b, dimension_numbers=dimension_numbers, **params)
+    (lc, rc), (lb, rb) = dimension_numbers
+    lf = [i for i in range(a.ndim) if i not in lc and i not in lb]
+    rf = [i for i in range(b.ndim) if i not in rc and i not in rb]
+    nb = int(np.prod([a.shape[i] for i in lb], dtype=int))
+    nc = int(np.prod([a.shape[i] for i in lc], dtype=int))
+    At = jnp.transpose(a, list(lb) + lf + list(lc)).reshape(nb, -1, nc)
+    Bt = jnp.transpose(b, list(rb) + rf + list(rc)).reshape(nb, -1, nc)
+    out = jnp.sum(At[:, :, None, :] * Bt[:, None, :, :], axis=-1)
+    shape = [a.shape[i] for i in lb] + [a.shape[i] for i in lf] + [b.shape[i] for i in rf]
+    pref = params.get("preferred_element_type")
+    return out.reshape(shape).astype(pref if pref is not None else jnp.result_type(a, b))
 
 
 def apply_inverse(inverse, b):
@@ -227,7 +370,7 @@ def min_norm_factor(G) -> LU:
         MIN_NORM_ATOL)·I``.  Reuse it for several right-hand sides (a chord
         iteration with G frozen).
     """
-    A = G @ G.T
+    A = matmul(G, G.T)
     m = A.shape[0]
     A = A + identity(m) * (MIN_NORM_RTOL * jnp.sum(diagonal(A)) / m + MIN_NORM_ATOL)
     return lu_factor(A)
@@ -248,7 +391,7 @@ def min_norm_step(fact: LU, G, r):
     Returns:
         δ, shape (n,).
     """
-    return -(G.T @ lu_solve(fact, r))
+    return -matmul(G.T, lu_solve(fact, r))
 
 
 def min_norm_correction(G, r):

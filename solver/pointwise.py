@@ -17,7 +17,9 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
+from . import linalg
 from .ddt import ddt_p
 from .taylor import TaylorProgram, _Lit
 
@@ -80,7 +82,10 @@ def _evaluate(prog: TaylorProgram, targets, t, consts, levels):
         if e.prim is ddt_p:
             env[e.outvars[0]] = _time_derivative(prog, e.invars[0], t, consts, levels)
             continue
-        res = e.prim.bind(*[read(a) for a in e.invars], **e.params)
+        if e.prim is lax.dot_general_p:  # see linalg.dot_general
+            res = linalg.dot_general(*[read(a) for a in e.invars], **e.params)
+        else:
+            res = e.prim.bind(*[read(a) for a in e.invars], **e.params)
         for o, r in zip(e.outvars, res if e.prim.multiple_results else [res]):
             env[o] = r
     return [read(o) for o in targets]

@@ -118,3 +118,83 @@ def test_min_norm_step_under_vmap_equals_one_by_one():
     got = np.asarray(f(Gs, rs))
     for i in range(5):
         np.testing.assert_allclose(got[i], -np.linalg.pinv(Gs[i]) @ rs[i], rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------- native loops
+NATIVE_SIZES = [linalg.FACTOR_UNROLL_MAX + 1, linalg.SOLVE_UNROLL_MAX + 1, 13, linalg.NATIVE_LOOP_MAX]
+
+
+def native(fn):
+    """fn traced under linalg.native_loops (as Integrator._run traces its step)."""
+    def wrapped(*args):
+        with linalg.native_loops():
+            return fn(*args)
+    return jax.jit(wrapped)
+
+
+@pytest.mark.parametrize("n", NATIVE_SIZES)
+def test_native_loops_give_lapacks_factors_pivots_and_solutions(n):
+    for seed in range(4):
+        A, b = random_system(n, seed)
+        fact = native(linalg.lu_factor)(jnp.asarray(A))
+        lu_ref, piv_ref = sl.lu_factor(A)
+        np.testing.assert_array_equal(np.asarray(fact.piv), piv_ref)
+        np.testing.assert_allclose(np.asarray(fact.lu), lu_ref, rtol=1e-11, atol=1e-11)
+        x = native(linalg.lu_solve)(fact, jnp.asarray(b))
+        np.testing.assert_allclose(np.asarray(x), np.linalg.solve(A, b), rtol=1e-9, atol=1e-11)
+        B = np.random.default_rng(seed).standard_normal((n, 3))
+        X = native(linalg.lu_solve)(fact, jnp.asarray(B))
+        np.testing.assert_allclose(np.asarray(X), np.linalg.solve(A, B), rtol=1e-9, atol=1e-11)
+        assert not bool(fact.singular)
+
+
+def test_native_loops_flag_singular_matrices_and_batch_under_vmap():
+    n = 9
+    A = np.random.default_rng(1).standard_normal((n, n))
+    A[4] = 2.0 * A[2]  # rank n - 1
+    assert bool(native(linalg.lu_factor)(jnp.asarray(A)).singular)
+    systems = [random_system(n, seed) for seed in range(5)]
+    As = jnp.asarray(np.stack([s[0] for s in systems]))
+    bs = jnp.asarray(np.stack([s[1] for s in systems]))
+    batched = np.asarray(native(jax.vmap(linalg.solve))(As, bs))
+    for i, (Ai, bi) in enumerate(systems):
+        np.testing.assert_allclose(batched[i], np.linalg.solve(Ai, bi), rtol=1e-9, atol=1e-11)
+
+
+def test_native_loops_leave_no_custom_call_dot_or_scatter_in_a_loop():
+    # What keeps XLA:CPU from compiling an enclosing loop as one function.
+    n, m = 13, 6
+    G = jnp.asarray(np.random.default_rng(2).standard_normal((m, n)))
+
+    def loop(A, r):
+        def body(_, x):
+            x = linalg.solve(A, x)
+            return x + linalg.min_norm_correction(G, x[:m])
+        return jax.lax.fori_loop(0, 3, body, r)
+
+    A, b = random_system(n, 3)
+    hlo = native(loop).lower(jnp.asarray(A), jnp.asarray(b)).compile().as_text()
+    for op in ("custom-call(", " dot(", " scatter("):
+        assert op not in hlo
+    plain = jax.jit(loop).lower(jnp.asarray(A), jnp.asarray(b)).compile().as_text()
+    assert "custom-call(" in plain  # LAPACK outside native_loops
+    x_native = native(loop)(jnp.asarray(A), jnp.asarray(b))
+    np.testing.assert_allclose(np.asarray(x_native), np.asarray(jax.jit(loop)(jnp.asarray(A), jnp.asarray(b))),
+                               rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("a_shape, b_shape, dims", [
+    ((3,), (3,), (((0,), (0,)), ((), ()))),
+    ((4, 3), (3,), (((1,), (0,)), ((), ()))),
+    ((4, 3), (3, 5), (((1,), (0,)), ((), ()))),
+    ((3, 4), (5, 3), (((0,), (1,)), ((), ()))),
+    ((2, 4, 3), (2, 3, 5), (((2,), (1,)), ((0,), (0,)))),
+    ((), (3, 2), (((), ()), ((), ()))),
+])
+def test_elementwise_dot_general_equals_lax(a_shape, b_shape, dims):
+    rng = np.random.default_rng(4)
+    a, b = jnp.asarray(rng.standard_normal(a_shape)), jnp.asarray(rng.standard_normal(b_shape))
+    ours = native(lambda x, y: linalg.dot_general(x, y, dims, precision=None, preferred_element_type=None))(a, b)
+    ref = jax.lax.dot_general(a, b, dims)
+    assert ours.shape == ref.shape
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-13, atol=1e-14)
