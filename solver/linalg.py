@@ -34,8 +34,9 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jax import lax
 
-__all__ = ["LU", "identity", "diagonal", "native_loops", "matmul", "dot_general", "NATIVE_LOOP_MAX", "lu_factor", "lu_solve", "apply_inverse", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
-           "min_norm_correction", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "SINGULAR_RTOL",
+__all__ = ["LU", "lu_factor", "lu_solve", "apply_inverse", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
+           "min_norm_correction", "identity", "diagonal", "matmul", "dot_general", "native_loops",
+           "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "NATIVE_LOOP_MAX", "CONSTANT_IDENTITY_MAX", "SINGULAR_RTOL",
            "MIN_NORM_RTOL", "MIN_NORM_ATOL"]
 
 # Measured on XLA:CPU under vmap (ns per batch element,
@@ -168,34 +169,33 @@ def _factor_looped(A):
     """Partial-pivoting LU as a loop over columns of masked whole-matrix updates.
 
     No gather, scatter or custom call: the pivot row is found by a
-    reduction, rows are swapped and eliminated by rank-one updates with
-    one-hot vectors, so XLA:CPU can compile an enclosing loop as one
-    function (and ``vmap`` batches it elementwise).
+    reduction, rows are picked, swapped and eliminated by selects and a
+    rank-one update, so XLA:CPU can compile an enclosing loop as one
+    function (and ``vmap`` batches it elementwise).  Picking by a select
+    and a sum is exact and keeps a non-finite entry in its own row.
     """
     n = A.shape[-1]
     idx = np.arange(n)
 
     def step(k, carry):
         A, piv = carry
-        ek = (idx == k).astype(A.dtype)
-        col = jnp.sum(A * ek[None, :], axis=1)  # A[:, k]
+        at_k = idx == k
+        col = jnp.sum(jnp.where(at_k[None, :], A, 0.0), axis=1)  # A[:, k]
         # The first row i >= k of largest |A[i, k]| (LAPACK's choice on ties).
-        mag = jnp.where(idx >= k, jnp.abs(col), -1.0)
-        p = jnp.argmax(mag).astype(jnp.int32)
-        ep = (idx == p).astype(A.dtype)
-        row_k = jnp.sum(A * ek[:, None], axis=0)
-        row_p = jnp.sum(A * ep[:, None], axis=0)
-        A = A + (ek - ep)[:, None] * (row_p - row_k)[None, :]  # swap rows k and p
-        col = jnp.sum(A * ek[None, :], axis=1)
-        pivot = jnp.sum(col * ek)
+        p = jnp.argmax(jnp.where(idx >= k, jnp.abs(col), -1.0)).astype(jnp.int32)
+        at_p = idx == p
+        row_k = jnp.sum(jnp.where(at_k[:, None], A, 0.0), axis=0)
+        row_p = jnp.sum(jnp.where(at_p[:, None], A, 0.0), axis=0)
+        A = jnp.where(at_k[:, None], row_p[None, :], jnp.where(at_p[:, None], row_k[None, :], A))
+        col = jnp.where(at_k, jnp.sum(jnp.where(at_p, col, 0.0)),
+                        jnp.where(at_p, jnp.sum(jnp.where(at_k, col, 0.0)), col))
+        pivot = jnp.sum(jnp.where(at_k, col, 0.0))
         pivot = jnp.where(pivot == 0.0, 1.0, pivot)
         below = idx > k
         m = jnp.where(below, col / pivot, 0.0)
-        right = (idx > k).astype(A.dtype)
-        A = A - m[:, None] * (row_p * right)[None, :]
-        A = jnp.where(below[:, None] & (idx == k)[None, :], m[:, None], A)
-        piv = jnp.where(idx == k, p, piv)
-        return A, piv
+        A = A - m[:, None] * jnp.where(below, row_p, 0.0)[None, :]
+        A = jnp.where(below[:, None] & at_k[None, :], m[:, None], A)
+        return A, jnp.where(at_k, p, piv)
 
     return lax.fori_loop(0, n, step, (A, jnp.zeros(n, jnp.int32)))
 
@@ -254,31 +254,34 @@ def lu_solve(fact: LU, b):
 
 
 def _solve_looped(LUm, piv, b):
-    """:func:`lu_solve` by loops of masked updates (see :func:`_factor_looped`)."""
+    """:func:`lu_solve` by loops of selects and rank-one updates (see :func:`_factor_looped`)."""
     n = LUm.shape[-1]
     idx = np.arange(n)
     y = b if b.ndim == 2 else b[:, None]
 
-    def onehot(k):
-        return (idx == k).astype(LUm.dtype)
+    def pick_row(M, at):
+        return jnp.sum(jnp.where(at[:, None], M, 0.0), axis=0)
 
-    def swap(k, y):
-        ek = onehot(k)
-        ep = onehot(jnp.sum(jnp.where(idx == k, piv, 0)))
-        yk, yp = jnp.sum(y * ek[:, None], axis=0), jnp.sum(y * ep[:, None], axis=0)
-        return y + (ek - ep)[:, None] * (yp - yk)[None, :]
+    def pick_col(M, at):
+        return jnp.sum(jnp.where(at[None, :], M, 0.0), axis=1)
+
+    def swap(k, y):  # rows k and piv[k]
+        at_k = idx == k
+        at_p = idx == jnp.sum(jnp.where(at_k, piv, 0))
+        yk, yp = pick_row(y, at_k), pick_row(y, at_p)
+        return jnp.where(at_k[:, None], yp[None, :], jnp.where(at_p[:, None], yk[None, :], y))
 
     def forward(k, y):  # L y = P b, L unit lower
-        ek = onehot(k)
-        lk = jnp.where(idx > k, jnp.sum(LUm * ek[None, :], axis=1), 0.0)
-        return y - lk[:, None] * jnp.sum(y * ek[:, None], axis=0)[None, :]
+        at_k = idx == k
+        lk = jnp.where(idx > k, pick_col(LUm, at_k), 0.0)
+        return y - lk[:, None] * pick_row(y, at_k)[None, :]
 
     def backward(j, y):  # U x = y, from the last row up
         k = n - 1 - j
-        ek = onehot(k)
-        uk = jnp.sum(LUm * ek[None, :], axis=1)  # column k of U (rows <= k)
-        xk = jnp.sum(y * ek[:, None], axis=0) / jnp.sum(uk * ek)
-        y = jnp.where((idx == k)[:, None], xk[None, :], y)
+        at_k = idx == k
+        uk = pick_col(LUm, at_k)  # column k of U (rows <= k)
+        xk = pick_row(y, at_k) / jnp.sum(jnp.where(at_k, uk, 0.0))
+        y = jnp.where(at_k[:, None], xk[None, :], y)
         return y - jnp.where(idx < k, uk, 0.0)[:, None] * xk[None, :]
 
     y = lax.fori_loop(0, n, swap, y)

@@ -198,3 +198,18 @@ def test_elementwise_dot_general_equals_lax(a_shape, b_shape, dims):
     ref = jax.lax.dot_general(a, b, dims)
     assert ours.shape == ref.shape
     np.testing.assert_allclose(np.asarray(ours), np.asarray(ref), rtol=1e-13, atol=1e-14)
+
+
+def test_native_loops_swap_rows_exactly_across_scales():
+    # Rows of very different size: a swap by adding the difference would
+    # round the small row away (1e20 + (1 - 1e20) == 0).
+    n = 7
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((n, n)) * np.logspace(-10, 20, n)[:, None]
+    b = rng.standard_normal(n)
+    fact = native(linalg.lu_factor)(jnp.asarray(A))
+    lu_ref, piv_ref = sl.lu_factor(A)
+    np.testing.assert_array_equal(np.asarray(fact.piv), piv_ref)
+    np.testing.assert_allclose(np.asarray(fact.lu), lu_ref, rtol=1e-12, atol=0)
+    x = native(linalg.lu_solve)(fact, jnp.asarray(b))
+    np.testing.assert_allclose(np.asarray(x), sl.lu_solve((lu_ref, piv_ref), b), rtol=1e-9, atol=0)
