@@ -1016,7 +1016,7 @@ class Integrator:
         and chunks only add kernels around it (pendulum run: 0.26 against
         0.21 ms).
         """
-        if xla_setup.loop_byte_threshold() >= xla_setup.SMALL_LOOP_BYTES:
+        if xla_setup.loops_compiled_whole():
             return max(n_out, 1)
         row_bytes = max(8 * self.out_orders[v.name] * v.size for v in self.dae.variables)
         rows = self._SMALL_BUFFER_BYTES // row_bytes
@@ -1025,7 +1025,7 @@ class Integrator:
     def _run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step):
         # Mid-size linear algebra as XLA loops, not LAPACK calls, so that
         # XLA:CPU can compile the step loop as one function (linalg.native_loops).
-        with linalg.native_loops():
+        with linalg.native_loops(xla_setup.loops_compiled_whole()):
             return self._run_traced(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step)
 
     def _run_traced(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step):

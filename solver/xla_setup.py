@@ -76,6 +76,16 @@ def loop_byte_threshold() -> int:
     return int(found[-1]) if found else XLA_DEFAULT_LOOP_BYTES
 
 
+def loops_compiled_whole() -> bool:
+    """Whether this process compiles small loops whole at mechsweep's threshold (or a larger one).
+
+    The engine then shapes a single run's loop for it (no LAPACK calls,
+    dots or scatters in the loop, one output chunk); below it, it keeps the
+    shapes that suit XLA's kernel-by-kernel runtime.
+    """
+    return loop_byte_threshold() >= SMALL_LOOP_BYTES
+
+
 def backend_started() -> bool:
     """True when JAX has started its backend (XLA_FLAGS already read)."""
     try:

@@ -33,6 +33,24 @@ def test_the_option_joins_the_users_flags_and_never_replaces_a_threshold_they_ch
     assert with_small_loop_option(flags) == expected
 
 
+@pytest.mark.parametrize("state, flags, threshold, whole", [
+    ("set", "", SMALL_LOOP_BYTES, True),
+    ("user", f"--xla_backend_extra_options=a=1,{OPTION}=0", 0, False),
+    ("user", f"--xla_backend_extra_options={OPTION}=2000000000", 2_000_000_000, True),
+    ("user", f"--xla_backend_extra_options={OPTION}=lots", 1024, False),
+    ("late", "", 1024, False),
+])
+def test_the_threshold_in_effect_decides_the_loop_shapes(monkeypatch, state, flags, threshold, whole):
+    # Integrator._run shapes a single run's loop for whole compilation (no
+    # LAPACK, one output chunk) only where XLA will compile it whole.
+    from solver import xla_setup
+
+    monkeypatch.setattr(xla_setup, "STATE", state)
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    assert xla_setup.loop_byte_threshold() == threshold
+    assert xla_setup.loops_compiled_whole() is whole
+
+
 def test_only_the_last_extra_options_flag_is_extended():
     # XLA keeps the last --xla_backend_extra_options; an entry added to an earlier one would be lost.
     flags = "--xla_backend_extra_options=a=1 --xla_backend_extra_options=b=2"
