@@ -10,11 +10,15 @@ compiles a whole while loop into one function ("small call") when the bytes
 its body touches are below ``xla_cpu_small_while_loop_byte_threshold``; the
 default (1,024 bytes) leaves every step loop of ours out.  At
 :data:`SMALL_LOOP_BYTES` the step loops of the pendulum, Andrews' squeezer,
-RSCR and Mechanism0 are compiled whole (one pendulum run 0.96 -> 0.36 ms;
-RSCR needs the 10 MB: at 1 MB only its inner loops were hoisted and its run
-got slower), while the 90x90 cloth, whose loop touches more and gains from
-XLA's threads, keeps the kernel-by-kernel runtime (hoisted, at a 1 GB
-threshold, its step was 1.7x slower) (``workflows/benchmarks/results/small_loops.txt``).
+RSCR and Mechanism0 are compiled whole (runs 1.75-5x faster; RSCR needs the
+10 MB: at 1 MB only its inner loops were hoisted and its run got slower),
+while the 90x90 cloth, whose loop touches more and gains from XLA's
+threads, keeps the kernel-by-kernel runtime (hoisted, at a 1 GB threshold,
+its step was 1.7x slower) (``workflows/benchmarks/results/small_loops.txt``).
+XLA hoists no loop that holds a custom call, dot or scatter; where the
+option is in effect (:func:`loops_compiled_whole`) a single run's loop is
+written without them (``solver.linalg.native_loops``).  A loop compiled
+whole takes longer to compile (Andrews 9.8 -> 14.3 s, RSCR 8.3 -> 13.9 s).
 
 XLA reads ``XLA_FLAGS`` once, when JAX starts its backend (the first
 computation or ``jax.devices()``), so :func:`apply` runs when ``solver`` is
@@ -112,7 +116,7 @@ def apply() -> str:
     if backend_started():
         warnings.warn(
             "JAX started its backend before mechsweep was imported, so XLA compiles small models' step "
-            "loops kernel by kernel (up to 2-3x slower runs, same results). Import solver (or sweep) before "
+            "loops kernel by kernel (up to 5x slower runs, same results). Import solver (or sweep) before "
             f"the first JAX computation, or start Python with XLA_FLAGS='{_EXTRA}={OPTION}={SMALL_LOOP_BYTES}'.",
             PerformanceWarning, stacklevel=3)
         return "late"
