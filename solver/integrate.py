@@ -578,11 +578,15 @@ class Integrator:
 
         def step(u):
             r, J = residual_and_jacobian(u)
-            return linalg.solve(J, r), J
+            fact = linalg.lu_factor(J)
+            return linalg.lu_solve(fact, r), (J, fact)
 
         n = u_guess.shape[0]
-        u, J = self._newton(step, u_guess, jnp.zeros((n, n), u_guess.dtype), newton_iters)
-        fact = linalg.lu_factor(J)
+        zeros = jnp.zeros((n, n), u_guess.dtype)
+        no_fact = linalg.LU(zeros, jnp.zeros(n, jnp.int32), jnp.asarray(True))
+        # The last iteration's factors serve the stages: the same matrix as
+        # factoring its J again after the loop, one factorisation less a step.
+        u, (J, fact) = self._newton(step, u_guess, (zeros, no_fact), newton_iters)
         # Every stage solves with this one matrix, so it is inverted once and
         # each stage is a product with the inverse: one fused kernel, where a
         # triangular solve was a kernel per unknown (row swaps, substitutions)
