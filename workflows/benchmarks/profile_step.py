@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report  # noqa: E402
 import solver  # noqa: E402
+from solver import linalg, xla_setup  # noqa: E402
 from solver.initialize import parse_values  # noqa: E402
 from solver.integrate import Integrator, order_for_tol  # noqa: E402
 from solver.taylor import TaylorProgram  # noqa: E402
@@ -94,6 +95,18 @@ def hlo_lines(fn, *args):
     return len(fn.lower(*args).compile().as_text().splitlines())
 
 
+def as_in_run(fn):
+    """``fn`` jitted and traced the way ``Integrator._run`` traces its step.
+
+    Under ``linalg.native_loops`` wherever XLA compiles loops whole, so that
+    each part holds the same linear algebra as the run's loop.
+    """
+    def traced(*args):
+        with linalg.native_loops(xla_setup.loops_compiled_whole()):
+            return fn(*args)
+    return jax.jit(traced)
+
+
 def profile(dae, values, fixed, tol, span, mode, rep: Report):
     s = dae.structure
     p = order_for_tol(tol)
@@ -106,16 +119,16 @@ def profile(dae, values, fixed, tol, span, mode, rep: Report):
     t0 = jnp.asarray(span[0])
     consts_of = integ.prog.constants
 
-    series = jax.jit(lambda z, p_, u, t: integ.series(z, u, t, consts_of(p_))[:3])
+    series = as_in_run(lambda z, p_, u, t: integ.series(z, u, t, consts_of(p_))[:3])
     (X, u, status), c_series, r_series = timed(series, z0, params, u0, t0)
     h = integ.step_size(X, tol)
-    advance = jax.jit(lambda h_, X_: integ.advance_state(X_, h_))
+    advance = as_in_run(lambda h_, X_: integ.advance_state(X_, h_))
     (zp, _), c_adv, r_adv = timed(advance, h, X)
-    project = jax.jit(lambda z, p_, t: integ.project(z, t, consts_of(p_)))
+    project = as_in_run(lambda z, p_, t: integ.project(z, t, consts_of(p_)))
     _, c_proj, r_proj = timed(project, zp, params, t0 + h)
-    stepsize = jax.jit(lambda X_: integ.step_size(X_, tol))
+    stepsize = as_in_run(lambda X_: integ.step_size(X_, tol))
     _, c_h, r_h = timed(stepsize, X)
-    dense = jax.jit(lambda s_, X_: integ.dense(X_, s_))
+    dense = as_in_run(lambda s_, X_: integ.dense(X_, s_))
     _, c_dense, r_dense = timed(dense, 0.5 * h, X)
     t_eval = jnp.linspace(span[0], span[1], 11)
     run = lambda: integ.run(params, z0, u0, span[0], span[1], t_eval, tol)
