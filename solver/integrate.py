@@ -72,7 +72,7 @@ def _device_number(x):
     """A Python int or float as a (cached) device array; anything else unchanged.
 
     A jitted call converts each Python number argument anew, about 3 µs
-    apiece: a sixth of a small model's run (pendulum: 0.20 -> 0.18 ms with
+    apiece: a tenth of a small model's run (pendulum: 0.20 -> 0.19 ms with
     the six scalars of :meth:`Integrator.run` cached).  The array is the one
     ``jnp.asarray`` makes of the number, so the compiled signature is the same.
     """
@@ -653,12 +653,11 @@ class Integrator:
           :attr:`HORNER_MAX_SIZE` coefficients per order: a batch of 1,000
           pendulums took 169 ms against 205 ms (powers as products) and
           285 ms (a power per entry); a single pendulum run, compiled as one
-          function, 0.21 against 0.26 ms; the 30x30 cloth's step 2.3-2.6
-          against 2.6-3.0 ms.
+          function, 0.21 against 0.26 ms.
         * Powers ``h**r`` and a weighted sum per derivative and variable
           for larger models, whose run is memory traffic: the 90x90 cloth's
-          step took 19.5-20.3 ms against 27-29 ms by Horner's rule, which
-          first copies every variable's coefficients into one array.
+          step took 26 ms against 33 ms by Horner's rule, which first
+          copies every variable's coefficients into one array.
         """
         K = self.KX
         names = list(orders)
