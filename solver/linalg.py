@@ -291,27 +291,28 @@ def _solve_looped(LUm, piv, b):
 
 
 def matmul(A, B):
-    """``A @ B`` (B a matrix or a vector); under :func:`native_loops`, for operands
-    up to :data:`NATIVE_LOOP_MAX` on a side, as multiplies and a sum: XLA:CPU
-    hands a dot to Eigen, which keeps it from compiling an enclosing loop whole.
+    """``A @ B`` (B a matrix or a vector) by :func:`dot_general`: under
+    :func:`native_loops`, for small operands, multiplies and a sum, since
+    XLA:CPU hands a dot to Eigen, which keeps it from compiling an
+    enclosing loop whole.
     """
-    if getattr(_native, "on", False) and max(A.shape + B.shape) <= NATIVE_LOOP_MAX:
-        Bm = B if B.ndim == 2 else B[:, None]
-        out = jnp.sum(A[:, :, None] * Bm[None, :, :], axis=1)
-        return out if B.ndim == 2 else out[:, 0]
-    return A @ B
+    return dot_general(A, B, (((A.ndim - 1,), (0,)), ((), ())))
 
 
 def dot_general(a, b, dimension_numbers, **params):
     """``lax.dot_general``; under :func:`native_loops`, for small operands, as multiplies and a sum.
 
     For a model's own products (``jnp.dot`` of vectors and small matrices)
-    re-evaluated in the step (see :func:`matmul` for why).  ``params``
+    re-evaluated in the step: XLA:CPU hands a dot to Eigen, which keeps it
+    from compiling an enclosing loop whole.  ``params``
     (precision, preferred type) are those of the traced primitive.
     """
     a, b = jnp.asarray(a), jnp.asarray(b)
     if not getattr(_native, "on", False) or a.size * b.size > NATIVE_LOOP_MAX ** 3:
-        return lax.dot_general_p.bind(a, b, dimension_numbers=dimension_numbers, **params)
+        if "out_sharding" in params:  # a traced primitive's own parameters: rebind it as it was
+            return lax.dot_general_p.bind(a, b, dimension_numbers=dimension_numbers, **params)
+        return lax.dot_general(a, b, dimension_numbers, precision=params.get("precision"),
+                               preferred_element_type=params.get("preferred_element_type"))
     (lc, rc), (lb, rb) = dimension_numbers
     lf = [i for i in range(a.ndim) if i not in lc and i not in lb]
     rf = [i for i in range(b.ndim) if i not in rc and i not in rb]
