@@ -22,7 +22,7 @@ from .compiled import Compiled, compile_clock, compiled_model, compiled_of
 from .dae import DAE
 from .errors import InputError
 from .initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values
-from .integrate import Integrator, order_for_tol
+from .integrate import Integrator, order_for_tol, pad_output_times
 from .sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
                           sensitivity_series)
 from .solution import build_batch_dataset, build_dataset
@@ -121,6 +121,17 @@ def _integrate(comp: Compiled, params_b: dict, z0, u0, t0, t1, t_eval, tol, max_
     integ = comp.integrator
     B = z0.shape[0]
     one = lambda tree: {k: jnp.asarray(v[0]) for k, v in tree.items()}
+    # One compiled program for a range of output counts; the padding rows go.
+    t_eval, n_out = pad_output_times(t_eval)
+    res = _integrate_padded(integ, one, B, params_b, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, slots,
+                            names, dz0)
+    res["values"] = {k: v[:, :n_out] for k, v in res["values"].items()}
+    if "tangents" in res:
+        res["tangents"] = {k: v[:, :, :n_out] for k, v in res["tangents"].items()}
+    return res
+
+
+def _integrate_padded(integ, one, B, params_b, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0):
     if names:
         dparams = parameter_directions(params_b, names)  # name -> (k, B, ...)
         if B == 1:

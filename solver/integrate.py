@@ -81,6 +81,46 @@ def _device_number(x):
     return x
 
 
+def output_rows(n: int) -> int:
+    """Rows of output a compiled run holds for ``n`` output times: n rounded up to 2^k or 3·2^(k-1).
+
+    The number of output times is a shape of the compiled program, so every
+    new count would compile the whole integration again (seconds to
+    minutes).  :func:`solver.solve` and :func:`solver.solve_batch` pad the
+    output times to this sparse ladder (:func:`pad_output_times`), so that
+    counts from 65 to 96, say, share one program; at most a third of the
+    rows are padding.
+
+    Args:
+        n: the number of output times (≥ 0).
+
+    Returns:
+        The rows: n itself up to 4, else the smallest 2^k or 3·2^(k-1) ≥ n.
+    """
+    if n <= 4:
+        return n
+    k = 1 << (n - 1).bit_length()  # the power of two ≥ n
+    return 3 * k // 4 if 3 * k // 4 >= n else k
+
+
+def pad_output_times(t_eval) -> tuple[np.ndarray, int]:
+    """Output times padded with +inf to :func:`output_rows` rows.
+
+    A time of +inf is never reached, so :meth:`Integrator.run` (and
+    ``run_batch``, ``run_tangents``) leave its rows unwritten (NaN): the
+    caller keeps the first ``n`` rows of every output.
+
+    Args:
+        t_eval: sorted output times (1-D).
+
+    Returns:
+        (padded times, n): n the number of times given.
+    """
+    t = np.asarray(t_eval, dtype=np.float64)
+    n = int(t.shape[0])
+    return np.concatenate([t, np.full(output_rows(n) - n, np.inf)]), n
+
+
 def take_static(A, rows, cols):
     """``A[rows, cols]`` for static (numpy) index vectors, as slices of contiguous runs.
 

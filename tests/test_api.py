@@ -141,6 +141,21 @@ def test_one_compiled_model_per_dae_and_order():
         solver.compiled_model(PEND, 6, linear="lu")
 
 
+def test_output_counts_of_one_bucket_share_one_compiled_run_and_lose_nothing():
+    # 21 and 24 output times both run on 24 rows (solver.integrate.output_rows).
+    dae = solver.DAE(pendulum, variables=["x", "y", "lam"], params={"g": 9.81, "L": 1.0})
+    runs = {n: solver.solve(dae, (0.0, T_END), release({"L": 1.0}), ["x", "x'"], tol=1e-10, samples=n)
+            for n in (21, 24)}
+    run_jit = solver.compiled_model(dae, solver.order_for_tol(1e-10), batch=False).integrator._run_jit
+    assert run_jit._cache_size() == 1
+    for n, ds in runs.items():
+        assert ds.sizes["time"] == n and int(ds.status) == st.SUCCESS
+        t = ds["time"].values
+        sol = solve_ivp(lambda _, s: [s[1], -9.81 * np.sin(s[0])], (0.0, T_END), [np.arcsin(0.8), 0.0],
+                        method="DOP853", rtol=1e-13, atol=1e-13, t_eval=t)
+        np.testing.assert_allclose(ds["x"].values, np.sin(sol.y[0]), rtol=0, atol=1e-8)
+
+
 def test_solve_checks_its_arguments():
     with pytest.raises(solver.InputError, match=r"t_span must have t1 > t0, got \(1.0, 0.0\)"):
         solver.solve(PEND, (1.0, 0.0), release({"L": 1.0}))

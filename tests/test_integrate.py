@@ -9,8 +9,12 @@ import scipy.special as sps
 import jax
 import jax.numpy as jnp
 
+from hypothesis import given
+from hypothesis import strategies as hst
+
 import solver
 from solver import status
+from solver.integrate import output_rows, pad_output_times
 from solver.api import integrator_for
 from solver.initialize import parse_values
 
@@ -303,3 +307,39 @@ def test_any_dae_offering_kkt_blocks_gets_the_structured_solve_with_the_dense_re
     # Swinging down from 0.5 rad with g pointing to −y: y stays on the circle.
     r2 = runs[0]["values"]["x"][:, 0] ** 2 + runs[0]["values"]["y"][:, 0] ** 2
     np.testing.assert_allclose(r2, 1.0, atol=1e-10)
+
+
+
+@given(hst.integers(min_value=0, max_value=10**7))
+def test_output_rows_round_up_to_a_sparse_ladder_with_less_than_a_third_padding(n):
+    rows = output_rows(n)
+    assert rows >= n and output_rows(rows) == rows
+    assert rows == n if n <= 4 else 3 * (rows - n) < rows
+    # The ladder: 2^k or 3·2^(k-1).
+    power_of_two = lambda m: m & (m - 1) == 0
+    assert n <= 4 or power_of_two(rows) or (rows % 3 == 0 and power_of_two(rows // 3))
+
+
+@pytest.mark.parametrize("threshold", ["mechsweep", "xla_default"])
+def test_padded_output_times_are_never_written_and_change_no_output(monkeypatch, threshold):
+    # solve() pads the output times with +inf to output_rows() rows; those
+    # rows stay NaN, in one output array or in chunks (XLA's own threshold:
+    # 32 rows here, so the 65 -> 96 padding spans chunks), and the real rows
+    # are the unpadded run's, bit for bit.
+    from solver import xla_setup
+
+    if threshold == "xla_default":
+        monkeypatch.setattr(xla_setup, "loop_byte_threshold", lambda: xla_setup.XLA_DEFAULT_LOOP_BYTES)
+    theta0, t1 = 1.2, 3.0
+    t_eval = np.linspace(0.0, t1, 65)
+    padded, n = pad_output_times(t_eval)
+    assert n == 65 and padded.shape == (96,) and np.isposinf(padded[n:]).all()
+    z0 = jnp.asarray([math.sin(theta0), 0.0, math.cos(theta0), 0.0])
+    params = {"g": jnp.asarray(9.81), "L": jnp.asarray(1.0)}
+    integ = integrator_for(PEND.with_params(), 12)
+    plain = integ.run(params, z0, jnp.zeros(3), 0.0, t1, t_eval, 1e-10)
+    pad = integ.run(params, z0, jnp.zeros(3), 0.0, t1, padded, 1e-10)
+    assert int(pad["status"]) == status.SUCCESS and int(pad["steps"]) == int(plain["steps"])
+    for name in ("x", "y", "lam"):
+        np.testing.assert_array_equal(np.asarray(pad["values"][name])[:n], np.asarray(plain["values"][name]))
+        assert np.isnan(np.asarray(pad["values"][name])[n:]).all()
