@@ -311,16 +311,25 @@ def test_only_one_way_to_reach_a_scheduler(tmp_path):
                   cluster="c.yaml", progress=False)
 
 
-def test_configure_jax_sets_x64_and_the_cache_before_jax_is_imported(tmp_path):
-    code = ("from sweep.run import configure_jax; import sys; configure_jax(sys.argv[1]);"
-            "import jax, jax.numpy as jnp;"
+@pytest.mark.parametrize("jax_first", [False, True])
+def test_configure_jax_sets_x64_and_a_cache_of_every_program(tmp_path, jax_first):
+    # Before JAX is imported (the environment) or after (jax.config); every
+    # program is cached, however fast it compiled: a small one lands in the cache.
+    code = ("import sys; jax_first = sys.argv[2] == 'True'\n"
+            "if jax_first: import jax\n"
+            "from sweep.run import configure_jax; configure_jax(sys.argv[1])\n"
+            "import jax, jax.numpy as jnp\n"
+            "jax.jit(lambda x: x * 2.0)(jnp.ones(3)).block_until_ready()\n"
             "print(jax.config.jax_enable_x64, jax.config.jax_compilation_cache_dir,"
-            " jnp.ones(1).dtype)")
+            " jax.config.jax_persistent_cache_min_compile_time_secs, jnp.ones(1).dtype)")
     env = child_env()
-    env.pop("JAX_ENABLE_X64", None)
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "cache")], env=env,
+    for name in ("JAX_ENABLE_X64", "JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"):
+        env.pop(name, None)
+    cache = tmp_path / "cache"
+    out = subprocess.run([sys.executable, "-c", code, str(cache), str(jax_first)], env=env,
                          capture_output=True, text=True, timeout=120, check=True).stdout
-    assert out.split() == ["True", str(tmp_path / "cache"), "float64"]
+    assert out.split() == ["True", str(cache), "0.0", "float64"]
+    assert any(p.name.startswith("jit__lambda") for p in cache.iterdir())
 
 
 def test_pin_to_core_keeps_a_process_on_one_allowed_core():
