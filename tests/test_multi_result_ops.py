@@ -33,27 +33,8 @@ SolverParams:
   Integration: {tol: 1.0e-10}
 """
 
-ROTATIONS = """\
-Title: Pendulum through a product of rotation matrices
-Kind: Lagrangian
-PhysicalParams: {m: 1.0, g: 9.81, L: 1.0, a: 0.0}
-Coordinates: {th: 1}
-Let:
-  Rz: [[cos(th), -sin(th), 0], [sin(th), cos(th), 0], [0, 0, 1]]
-  Rx: [[1, 0, 0], [0, cos(a), -sin(a)], [0, sin(a), cos(a)]]
-  Ry: [[cos(a), 0, sin(a)], [0, 1, 0], [-sin(a), 0, cos(a)]]
-  r: dot(dot(dot(Rz, Rx), Ry), [0, -L, 0])
-  v: r'
-KineticEnergy: m/2*dot(v, v)
-PotentialEnergy: m*g*r[1]
-ProblemData:
-  tend: 1
-  positions: {th: 0.5}
-  velocities: {th: 0}
-  samples: 11
-SolverParams:
-  Integration: {tol: 1.0e-10}
-"""
+# Also the model of workflows/benchmarks/results/compile_size.txt.
+ROTATIONS = (Path(__file__).parent / "data" / "rotation_product_pendulum.yaml").read_text()
 
 
 def load(tmp_path, name, text):
