@@ -118,43 +118,43 @@ def _integrate(comp: Compiled, params_b: dict, z0, u0, t0, t1, t_eval, tol, max_
     tangents) the run goes through :meth:`Integrator.run_tangents`; the
     result then has ``tangents``: variable -> (k, B, n_out, L, *shape).
     """
-    integ = comp.integrator
-    B = z0.shape[0]
-    one = lambda tree: {k: jnp.asarray(v[0]) for k, v in tree.items()}
     # One compiled program for a range of output counts; the padding rows go.
-    t_eval, n_out = pad_output_times(t_eval)
-    res = _integrate_padded(integ, one, B, params_b, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, slots,
-                            names, dz0)
+    t_rows, n_out = pad_output_times(t_eval)
+    res = _integrate_rows(comp.integrator, params_b, z0, u0, t0, t1, t_rows, tol, max_steps, h_max, slots,
+                          names, dz0)
     res["values"] = {k: v[:, :n_out] for k, v in res["values"].items()}
     if "tangents" in res:
         res["tangents"] = {k: v[:, :, :n_out] for k, v in res["tangents"].items()}
     return res
 
 
-def _integrate_padded(integ, one, B, params_b, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0):
+def _integrate_rows(integ: Integrator, params_b, z0, u0, t0, t1, t_rows, tol, max_steps, h_max, slots, names, dz0):
+    """:func:`_integrate` on the padded output times ``t_rows``: every output row, as numpy arrays."""
+    B = z0.shape[0]
+    one = lambda tree: {k: jnp.asarray(v[0]) for k, v in tree.items()}
     if names:
         dparams = parameter_directions(params_b, names)  # name -> (k, B, ...)
         if B == 1:
             res, tan = integ.run_tangents(one(params_b), jnp.asarray(z0[0]), jnp.asarray(u0[0]),
                                           {k: v[:, 0] for k, v in dparams.items()}, jnp.asarray(dz0[0]),
-                                          t0, t1, t_eval, tol, max_steps=max_steps, h_max=h_max)
+                                          t0, t1, t_rows, tol, max_steps=max_steps, h_max=h_max)
             res = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], res)
             tan = {k: np.asarray(v)[:, None] for k, v in tan.items()}
         else:
             res, tan = integ.run_tangents({k: jnp.asarray(v) for k, v in params_b.items()}, jnp.asarray(z0),
                                           jnp.asarray(u0), dparams, jnp.asarray(np.moveaxis(dz0, 1, 0)),
-                                          t0, t1, t_eval, tol, max_steps=max_steps, h_max=h_max, slots=slots)
+                                          t0, t1, t_rows, tol, max_steps=max_steps, h_max=h_max, slots=slots)
             res = jax.tree_util.tree_map(np.asarray, res)
             tan = {k: np.asarray(v) for k, v in tan.items()}
         res["tangents"] = tan
         return res
     if B == 1:
         res = integ.run(one(params_b), jnp.asarray(z0[0]),
-                        jnp.asarray(u0[0]), t0, t1, t_eval, tol, max_steps=max_steps, h_max=h_max)
+                        jnp.asarray(u0[0]), t0, t1, t_rows, tol, max_steps=max_steps, h_max=h_max)
         res = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], res)
     else:
         res = integ.run_batch({k: jnp.asarray(v) for k, v in params_b.items()}, jnp.asarray(z0), jnp.asarray(u0),
-                              t0, t1, t_eval, tol, max_steps=max_steps, h_max=h_max, slots=slots)
+                              t0, t1, t_rows, tol, max_steps=max_steps, h_max=h_max, slots=slots)
         res = jax.tree_util.tree_map(np.asarray, res)
     return res
 

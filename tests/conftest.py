@@ -10,9 +10,9 @@ import os
 import jax
 import pytest
 
-from sweep.run import configure_jax  # noqa: E402
+from sweep.run import configure_jax
 
-jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_enable_x64", True)  # also where the cache cannot be set up
 _cache = os.environ.get("MECHSWEEP_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "mechsweep", "jax-tests"))
 try:
     configure_jax(_cache)  # the CLI's and the workers' settings, small programs cached too
