@@ -540,6 +540,8 @@ class Integrator:
         u, solve, singular, J = self._stage0(g0, X, u_guess, t0, consts, newton_iters)
         XL = up.set_stage(XL, 0, u)
         up.stage(nodes, aux, XL, 0, t0, consts)
+        fenced = {}
+        up.fence_new(nodes, aux, XL, fenced, t0)
         c, d = prog.c, prog.d
         for k in range(1, self.p + 1):
             # Residual pass (stage k's unknowns at zero), solve, commit pass.
@@ -551,6 +553,7 @@ class Integrator:
             y = solve(jnp.asarray(rc) * r)
             XL = up.set_stage(XL, k, -y / jnp.asarray(rd))
             up.stage(nodes, aux, XL, k, t0, consts)
+            up.fence_new(nodes, aux, XL, fenced, t0)
         X = up.arrays(XL)
         return X, u, self._series_status(X, u, singular), J
 

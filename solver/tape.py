@@ -29,12 +29,13 @@ import numpy as np
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from .ddt import ddt_p
 from .primitives import UnsupportedPrimitiveError
 from .taylor import _BILINEAR, _LINEAR, _NONLINEAR, _PIECEWISE, TaylorProgram, _aux_tags, _is_float, _Lit
 
-__all__ = ["UnrolledProgram"]
+__all__ = ["UnrolledProgram", "fence"]
 
 Coef = Any  # a jnp array, or None for a coefficient known to be zero
 
@@ -45,6 +46,42 @@ def _add(*xs):
         if x is not None:
             out = x if out is None else out + x
     return out
+
+
+def fence(values: list, anchor) -> list:
+    """``values`` unchanged, computed once however many kernels read them.
+
+    XLA:CPU's fusion copies a cheap elementwise operation into every fused
+    kernel that reads it, so a coefficient read by all later orders is
+    recomputed with its whole cone of earlier operations in each: the
+    rotation-product pendulum's step copied every operation 22-33 times and
+    compiled for 139 s (``workflows/benchmarks/results/compile_size.txt``).
+    Optimization barriers are expanded before fusion on this backend, and
+    dots or custom calls would keep the step loop from being compiled whole
+    (``solver.xla_setup``), so the values pass through a while loop of one
+    trip that XLA cannot see through: its start comes from a run-time value
+    (``isnan(anchor)``, 0) and the body multiplies by its counter plus one
+    (exactly 1.0), so the loop is neither removed nor forwarded around.
+
+    Args:
+        values: floating arrays (tracers) of any shapes.
+        anchor: a floating scalar known only at run time (the step's time);
+            a NaN anchor skips the loop, which returns ``values`` as they are.
+
+    Returns:
+        A list of arrays equal to ``values`` (subnormal numbers flushed to
+        zero, as by every arithmetic operation of XLA:CPU).
+    """
+    if not values:
+        return []
+    start = jnp.isnan(anchor).astype(jnp.int32)
+
+    def body(carry):
+        i, vs = carry
+        one = (i + 1).astype(jnp.float64)
+        return i + 1, [v * one.astype(v.dtype) for v in vs]
+
+    return lax.while_loop(lambda c: c[0] < 1, body, (start, list(values)))[1]
 
 
 def _mul(a, b):
@@ -83,6 +120,26 @@ class UnrolledProgram:
     def copy(nodes, aux):
         """A shallow copy (the lists; coefficients are immutable arrays)."""
         return {k: list(v) for k, v in nodes.items()}, {k: list(v) for k, v in aux.items()}
+
+    @staticmethod
+    def fence_new(nodes, aux, XL, fenced: dict, anchor):
+        """Pass every floating coefficient not fenced yet through :func:`fence`, in place.
+
+        Called after each stage's commit pass, it bounds what XLA's fusion
+        recomputes to one stage's operations.  ``fenced`` maps ``id`` to the
+        fenced arrays (kept alive so that their ids stay theirs).
+        """
+        slots, vals = [], []
+        for table in (nodes, aux, XL):
+            for key, L in table.items():
+                for m, v in enumerate(L):
+                    if (v is not None and id(v) not in fenced and isinstance(v, jax.Array)
+                            and jnp.issubdtype(v.dtype, jnp.floating)):
+                        slots.append((L, m))
+                        vals.append(v)
+        for (L, m), v in zip(slots, fence(vals, anchor)):
+            L[m] = v
+            fenced[id(v)] = v
 
     def lists_from_state(self, integ, z):
         """Variable coefficient rows with the state ``z`` filled in (rows ≥ d_j unknown)."""

@@ -1,0 +1,98 @@
+"""``solver.tape.fence``: values computed once for all the kernels that read them.
+
+XLA:CPU's fusion recomputes a cheap shared operation inside every fused
+kernel that reads it; the unrolled Taylor engine passes each stage's new
+coefficients through a fence so that later orders read them instead of
+recomputing their cones (``workflows/benchmarks/results/compile_size.txt``).
+The fence must change no value, under ``jit`` and ``vmap``, and it must
+still stop the copying after XLA's own simplifications.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+
+import solver
+from solver.tape import UnrolledProgram, fence
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The literal-zero bead of test_multi_result_ops: a one-degree-of-freedom Lagrangian whose
+# unrolled step XLA copied 8.6x (multiplies after fusion / before) without fences.
+BEAD = """\
+Title: Pendulum written with a literal 0 in a coordinate-dependent vector
+Kind: Lagrangian
+PhysicalParams: {m: 1.0, g: 9.81, R: 1.0}
+Coordinates: {th: 1}
+Let:
+  v: R*th'*[cos(th), sin(th), 0]
+KineticEnergy: m/2*dot(v, v)
+PotentialEnergy: m*g*R*(1 - cos(th))
+ProblemData:
+  tend: 1
+  positions: {th: 0.5}
+  velocities: {th: 0}
+  samples: 11
+SolverParams:
+  Integration: {tol: 1.0e-10}
+"""
+
+
+def _bench_compile_size():
+    spec = importlib.util.spec_from_file_location(
+        "bench_compile_size", ROOT / "workflows" / "benchmarks" / "bench_compile_size.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_fence_returns_its_values_bit_for_bit():
+    rng = np.random.default_rng(0)
+    values = [jnp.asarray(rng.normal(size=s)) for s in [(), (3,), (2, 3)]]
+    values.append(jnp.asarray([np.inf, -0.0, -1e300, np.nan]))
+    for anchor in (0.25, np.nan, -3.0):
+        out = jax.jit(lambda vs, a: fence(vs, a))(values, anchor)
+        assert len(out) == len(values)
+        for v, w in zip(values, out):
+            assert w.shape == v.shape and w.dtype == v.dtype
+            np.testing.assert_array_equal(np.asarray(w), np.asarray(v))
+    assert fence([], 0.0) == []
+
+
+def test_fence_under_vmap_with_a_batched_anchor():
+    x = jnp.linspace(-1.0, 1.0, 7)
+    anchors = jnp.asarray([0.0, 1.0, np.nan, 2.0, -1.0, 5.0, np.nan])
+    out = jax.jit(jax.vmap(lambda v, a: fence([jnp.sin(v), v * v], a)))(x, anchors)
+    np.testing.assert_array_equal(np.asarray(out[0]), np.sin(np.asarray(x)))
+    np.testing.assert_array_equal(np.asarray(out[1]), np.asarray(x) ** 2)
+
+
+def test_a_fenced_unrolled_step_copies_each_multiply_less_than_twice(tmp_path):
+    """XLA's optimised program against the one it started from (8.6x without fences)."""
+    bench = _bench_compile_size()
+    path = tmp_path / "bead.yaml"
+    path.write_text(BEAD)
+    model = solver.load(path)
+    fn, args, kwargs, integ = bench.capture_call(model, "unrolled", 0)
+    assert integ.mode == "unrolled"
+    lowered = fn.lower(*args, **kwargs)
+    before = bench.count(lowered.compiler_ir("hlo").as_hlo_text())
+    after = bench.count(lowered.compile().as_text())
+    assert after["multiply"] < 2 * before["multiply"], (before, after)
+
+
+def test_fence_new_fences_each_coefficient_once():
+    nodes = {"a": [jnp.ones(()), None, jnp.full((2,), 2.0)]}
+    aux = {("k", "cos"): [jnp.zeros(())]}
+    XL = {"x": [jnp.arange(3.0), None]}
+    fenced = {}
+    UnrolledProgram.fence_new(nodes, aux, XL, fenced, jnp.zeros(()))
+    first = [nodes["a"][0], nodes["a"][2], aux[("k", "cos")][0], XL["x"][0]]
+    assert len(fenced) == 4 and all(id(v) in fenced for v in first)
+    nodes["a"][1] = jnp.full((), 3.0)
+    UnrolledProgram.fence_new(nodes, aux, XL, fenced, jnp.zeros(()))
+    assert len(fenced) == 5 and nodes["a"][0] is first[0] and float(nodes["a"][1]) == 3.0
