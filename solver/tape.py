@@ -14,7 +14,9 @@ and constants' higher coefficients cost nothing), Cauchy products are sums
 of static terms, and the whole series of a step is one straight-line
 program that XLA fuses into a few kernels and ``vmap`` turns into vector
 operations over a batch.  The recurrences are those of ``taylor.py`` (same
-rules, same window logic), written for static orders.
+rules, same window logic), written for static orders.  Each stage's new
+coefficients pass a :func:`fence`, so that XLA's fusion does not recompute
+them, with all the orders below, inside every kernel that reads them.
 
 Its program grows with the order and the model (heyoka's default mode); the
 integrator chooses it for small and medium models (``mode="auto"``).
