@@ -61,9 +61,10 @@ def fence(values: list, anchor) -> list:
     Optimization barriers are expanded before fusion on this backend, and
     dots or custom calls would keep the step loop from being compiled whole
     (``solver.xla_setup``), so the values pass through a while loop of one
-    trip that XLA cannot see through: its start comes from a run-time value
-    (``isnan(anchor)``, 0) and the body multiplies by its counter plus one
-    (exactly 1.0), so the loop is neither removed nor forwarded around.
+    trip that XLA cannot see through: it runs while a flag known only at run
+    time (``not isnan(anchor)``) is set, and its body clears the flag and
+    multiplies the values by it (exactly 1.0), so the loop is neither
+    removed nor forwarded around.
 
     Args:
         values: floating arrays (tracers) of any shapes.
@@ -76,14 +77,14 @@ def fence(values: list, anchor) -> list:
     """
     if not values:
         return []
-    start = jnp.isnan(anchor).astype(jnp.int32)
+    go = ~jnp.isnan(anchor)
 
     def body(carry):
-        i, vs = carry
-        one = (i + 1).astype(jnp.float64)
-        return i + 1, [v * one.astype(v.dtype) for v in vs]
+        again, vs = carry
+        one = again.astype(jnp.float64)
+        return jnp.zeros_like(again), [v * one.astype(v.dtype) for v in vs]
 
-    return lax.while_loop(lambda c: c[0] < 1, body, (start, list(values)))[1]
+    return lax.while_loop(lambda c: c[0], body, (go, list(values)))[1]
 
 
 def _mul(a, b):
