@@ -23,23 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The literal-zero bead of test_multi_result_ops: a one-degree-of-freedom Lagrangian whose
 # unrolled step XLA copied 8.6x (multiplies after fusion / before) without fences.
-BEAD = """\
-Title: Pendulum written with a literal 0 in a coordinate-dependent vector
-Kind: Lagrangian
-PhysicalParams: {m: 1.0, g: 9.81, R: 1.0}
-Coordinates: {th: 1}
-Let:
-  v: R*th'*[cos(th), sin(th), 0]
-KineticEnergy: m/2*dot(v, v)
-PotentialEnergy: m*g*R*(1 - cos(th))
-ProblemData:
-  tend: 1
-  positions: {th: 0.5}
-  velocities: {th: 0}
-  samples: 11
-SolverParams:
-  Integration: {tol: 1.0e-10}
-"""
+BEAD = ROOT / "tests" / "data" / "literal_zero_bead.yaml"
 
 
 def _bench_compile_size():
@@ -71,12 +55,10 @@ def test_fence_under_vmap_with_a_batched_anchor():
     np.testing.assert_array_equal(np.asarray(out[1]), np.asarray(x) ** 2)
 
 
-def test_a_fenced_unrolled_step_copies_each_multiply_less_than_twice(tmp_path):
+def test_a_fenced_unrolled_step_copies_each_multiply_less_than_twice():
     """XLA's optimised program against the one it started from (8.6x without fences)."""
     bench = _bench_compile_size()
-    path = tmp_path / "bead.yaml"
-    path.write_text(BEAD)
-    model = solver.load(path)
+    model = solver.load(BEAD)
     fn, args, kwargs, integ = bench.capture_call(model, "unrolled", 0)
     assert integ.mode == "unrolled"
     lowered = fn.lower(*args, **kwargs)

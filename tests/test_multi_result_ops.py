@@ -15,25 +15,9 @@ from scipy.integrate import solve_ivp
 
 import solver
 
-BEAD = """\
-Title: Pendulum written with a literal 0 in a coordinate-dependent vector
-Kind: Lagrangian
-PhysicalParams: {m: 1.0, g: 9.81, R: 1.0}
-Coordinates: {th: 1}
-Let:
-  v: R*th'*[cos(th), sin(th), 0]
-KineticEnergy: m/2*dot(v, v)
-PotentialEnergy: m*g*R*(1 - cos(th))
-ProblemData:
-  tend: 1
-  positions: {th: 0.5}
-  velocities: {th: 0}
-  samples: 11
-SolverParams:
-  Integration: {tol: 1.0e-10}
-"""
+# The two models also serve tests/test_fence.py and workflows/benchmarks/results/compile_size.txt.
+BEAD = (Path(__file__).parent / "data" / "literal_zero_bead.yaml").read_text()
 
-# Also the model of workflows/benchmarks/results/compile_size.txt.
 ROTATIONS = (Path(__file__).parent / "data" / "rotation_product_pendulum.yaml").read_text()
 
 
