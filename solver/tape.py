@@ -134,7 +134,7 @@ class UnrolledProgram:
         """
         slots, vals = [], []
         for table in (nodes, aux, XL):
-            for key, L in table.items():
+            for L in table.values():
                 for m, v in enumerate(L):
                     if (v is not None and id(v) not in fenced and isinstance(v, jax.Array)
                             and jnp.issubdtype(v.dtype, jnp.floating)):
