@@ -415,11 +415,10 @@ class Compiled:
         integ = self.integrator
 
         def one(params, t0, z, u_guess):
-            # series() runs stage 0's Newton and returns the (scaled) system
-            # Jacobian of its last iteration: at the converged leading
-            # derivatives, or at the last finite iterate when J is singular.
-            _, u, status, J = integ.series(z, u_guess, t0, integ.prog.constants(params))
-            return J, u, status
+            # Stage 0's Newton alone, with the (scaled) system Jacobian of its
+            # last iteration: at the converged leading derivatives, or at the
+            # last finite iterate when J is singular.
+            return integ.stage0_system(z, u_guess, t0, integ.prog.constants(params))
 
         return jax.jit(one)
 
@@ -427,8 +426,9 @@ class Compiled:
         """The system Jacobian of stage 0 at a consistent point (one compiled call).
 
         A diagnosis for ``mechsweep check``, separate from the integration
-        code: it uses :meth:`~solver.integrate.Integrator.series` of this
-        compiled model, so its order should be small (2) to keep it cheap.
+        code: the stage-0 Newton of this compiled model
+        (:meth:`~solver.integrate.Integrator.stage0_system`), without the
+        later stages, so its order does not matter.
 
         Args:
             params: parameter dict (no batch axis).

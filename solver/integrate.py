@@ -481,24 +481,88 @@ class Integrator:
             the scaled system Jacobian of stage 0 (dense path; None on the
             structured KKT path, which never forms it).
         """
+        g0, X, start = self._stage0_residual(z, t0, consts)
+        u, solve, singular, J = self._stage0(g0, X, u_guess, t0, consts, newton_iters)
         if self._unrolled is not None:
-            return self._series_unrolled(z, u_guess, t0, consts, newton_iters)
-        if self._compact is not None:
-            return self._series_compact(z, u_guess, t0, consts, newton_iters)
+            X = self._stages_unrolled(start, u, solve, t0, consts)
+        elif self._compact is not None:
+            X = self._stages_compact(start, u, solve)
+        else:
+            X = self._stages_looped(start, u, solve, t0, consts)
+        return X, u, self._series_status(X, u, singular), J
+
+    def stage0_system(self, z, u_guess, t0, consts, newton_iters: int = 8):
+        """Stage 0 alone: the leading derivatives at z and the system Jacobian there.
+
+        The Newton iteration of :meth:`series` without the later stages: a
+        diagnosis (``mechsweep check``) needs only this, and the stages of a
+        large model cost most of the compile (the car at order 2: 30 s for
+        the series, 9 s for stage 0).
+
+        Args:
+            z: flat consistent state.
+            u_guess: guess of the leading derivatives (flat, n).
+            t0: time of the point.
+            consts: from ``program.constants(params)``.
+            newton_iters: most Newton iterations.
+
+        Returns:
+            (J, u, status): the scaled system Jacobian of the last Newton
+            iteration (``A[i, j] = J_ij d_j!/c_i!``; None on the structured
+            KKT path, which never forms it), the leading derivatives, and
+            SUCCESS / SINGULAR_JACOBIAN / NONFINITE for them.
+        """
+        g0, X, _ = self._stage0_residual(z, t0, consts)
+        u, _, singular, J = self._stage0(g0, X, u_guess, t0, consts, newton_iters)
+        finite = jnp.all(jnp.isfinite(u))
+        status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
+        return J, u, status.astype(jnp.int8)
+
+    def _stage0_residual(self, z, t0, consts):
+        """(g0, X, start): stage 0's residual as a function of the leading derivatives u,
+        the coefficient arrays at z (stage 0 unset), and what the engine's
+        later stages (``_stages_*``) go on from."""
         prog = self.prog
+        const_res = prog.constant_residual(consts)
+        if self._unrolled is not None:
+            up = self._unrolled
+            XL = up.lists_from_state(self, z)
+            nodes, aux = up.empty()
+            for k in range(prog.k_start, 0):
+                up.stage(nodes, aux, XL, k, t0, consts)
+
+            def g0(u):
+                XL0 = up.set_stage(XL, 0, u)
+                n0, a0 = up.copy(nodes, aux)
+                up.stage(n0, a0, XL0, 0, t0, consts)
+                return up.residual(n0, 0) + const_res
+
+            return g0, up.arrays(XL), (XL, nodes, aux)
+        if self._compact is not None:
+            cp = self._compact
+            Xf = cp.xf_from_state(self, z)
+            C = cp.negative_stages(cp.init(t0, consts), Xf)
+
+            def g0(u):
+                return cp.stage0_residual(C, Xf, u) + const_res
+
+            return g0, cp.arrays(Xf), (Xf, C)
         X = self.X_from_state(z)
         state = self._negative_stages(X, t0, consts)
-        const_res = prog.constant_residual(consts)
 
         def g0(u):
             X0 = self.set_stage(X, 0, u)
             s0 = prog.stage(state, X0, 0, t0, consts)
             return prog.residual(s0, 0) + const_res
 
-        u, solve, singular, J = self._stage0(g0, X, u_guess, t0, consts, newton_iters)
+        return g0, X, (X, state)
+
+    def _stages_looped(self, start, u, solve, t0, consts):
+        """Stages 1..p of the looped engine (a ``fori_loop`` over the order)."""
+        prog = self.prog
+        X, state = start
         X = self.set_stage(X, 0, u)
         state = prog.stage(state, X, 0, t0, consts)
-
         c = prog.c
         d = prog.d
 
@@ -519,25 +583,12 @@ class Integrator:
             return X, prog.stage(s1, X, k, t0, consts)
 
         X, state = lax.fori_loop(1, self.p + 1, stage_k, (X, state))
-        return X, u, self._series_status(X, u, singular), J
+        return X
 
-    def _series_unrolled(self, z, u_guess, t0, consts, newton_iters):
-        """:meth:`series` with the stages as straight-line code (:mod:`solver.tape`)."""
+    def _stages_unrolled(self, start, u, solve, t0, consts):
+        """Stages 1..p as straight-line code (:mod:`solver.tape`)."""
         up, prog = self._unrolled, self.prog
-        XL = up.lists_from_state(self, z)
-        nodes, aux = up.empty()
-        for k in range(prog.k_start, 0):
-            up.stage(nodes, aux, XL, k, t0, consts)
-        const_res = prog.constant_residual(consts)
-
-        def g0(u):
-            XL0 = up.set_stage(XL, 0, u)
-            n0, a0 = up.copy(nodes, aux)
-            up.stage(n0, a0, XL0, 0, t0, consts)
-            return up.residual(n0, 0) + const_res
-
-        X = up.arrays(XL)
-        u, solve, singular, J = self._stage0(g0, X, u_guess, t0, consts, newton_iters)
+        XL, nodes, aux = start
         XL = up.set_stage(XL, 0, u)
         up.stage(nodes, aux, XL, 0, t0, consts)
         fenced = {}
@@ -554,23 +605,14 @@ class Integrator:
             XL = up.set_stage(XL, k, -y / jnp.asarray(rd))
             up.stage(nodes, aux, XL, k, t0, consts)
             up.fence_new(nodes, aux, XL, fenced, t0)
-        X = up.arrays(XL)
-        return X, u, self._series_status(X, u, singular), J
+        return up.arrays(XL)
 
-    def _series_compact(self, z, u_guess, t0, consts, newton_iters):
-        """:meth:`series` on the grouped scalar tape (:mod:`solver.compact`)."""
-        cp, prog = self._compact, self.prog
-        Xf = cp.xf_from_state(self, z)
-        C = cp.negative_stages(cp.init(t0, consts), Xf)
-        const_res = prog.constant_residual(consts)
-
-        def g0(u):
-            return cp.stage0_residual(C, Xf, u) + const_res
-
-        u, solve, singular, J = self._stage0(g0, cp.arrays(Xf), u_guess, t0, consts, newton_iters)
+    def _stages_compact(self, start, u, solve):
+        """Stages 1..p on the grouped scalar tape (:mod:`solver.compact`)."""
+        cp = self._compact
+        Xf, C = start
         Xf = cp.positive_stages(C, cp.set_stage(Xf, 0, u), solve.args[0], solve.func)
-        X = cp.arrays(Xf)
-        return X, u, self._series_status(X, u, singular), J
+        return cp.arrays(Xf)
 
     def _stage0(self, g0, X, u_guess, t0, consts, newton_iters):
         """Newton on stage 0 by the chosen stage solver: (u, solve, singular, J or None)."""

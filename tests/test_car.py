@@ -24,8 +24,9 @@ tests only read the file's parameter values.
 The sympy derivation (5-9 s) is done once per module; the config is
 compiled once (the compact Taylor engine: about 45 s with an empty
 compilation cache on 2 shared cores) and its other runs, and the command
-line's ``simulate``, reuse that program; ``check`` compiles its own order-2
-programs (about 35 s with an empty cache).  With a warm cache the module
+line's ``simulate``, reuse that program; ``check`` compiles its own stage-0
+Newton (about 8 s with an empty cache; 31 s while it compiled the whole
+order-2 series).  With a warm cache the module
 takes about 50 s.
 """
 

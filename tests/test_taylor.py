@@ -245,3 +245,38 @@ def test_both_engines_give_the_same_series_on_shipped_models(model):
         for other in ("unrolled", "compact"):
             a = out[other][name]
             np.testing.assert_allclose(a[: p + 1], b[: p + 1], rtol=1e-10, atol=1e-10 * (1 + np.abs(b[: p + 1]).max()))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_stage0_alone_is_the_series_stage0(mode):
+    """``stage0_system`` (what ``mechsweep check`` compiles) is the Newton of
+    :meth:`series` without the later stages: the same leading derivatives and
+    system Jacobian, bit for bit, in every engine; a singular Jacobian is a
+    status."""
+    from pathlib import Path
+
+    from solver.initialize import parse_values
+
+    m = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "double_pendulum.yaml")
+    params = {k: jnp.asarray(v) for k, v in m.dae.params.items()}
+    comp = solver.compiled_model(m.dae, 2, "dense", mode=mode)
+    integ = comp.integrator
+    spec = parse_values(integ, m.initial_values(), m.fixed)
+    z0 = jnp.asarray(comp.consistent_point(params, m.t0, spec))
+    u_guess = jnp.asarray(spec.u_guess)
+
+    def both(z):
+        consts = integ.prog.constants(params)
+        return integ.series(z, u_guess, m.t0, consts), integ.stage0_system(z, u_guess, m.t0, consts)
+
+    (X, u, status, J), (J0, u0, status0) = jax.jit(both)(z0)
+    assert int(status) == int(status0) == 0
+    np.testing.assert_array_equal(np.asarray(u0), np.asarray(u))
+    np.testing.assert_array_equal(np.asarray(J0), np.asarray(J))
+    assert np.linalg.cond(np.asarray(J0)) < 1e6
+
+    # x'^2 + x^2 - 1 = 0 at x = 1 forces x' = 0, where J = 2 x' vanishes.
+    dae = solver.DAE(lambda t, v, p: [v["x"][1] ** 2 + v["x"][0] ** 2 - 1.0], ["x"])
+    integ = solver.compiled_model(dae, 2, "dense", mode=mode).integrator
+    _, _, status = integ.stage0_system(jnp.array([1.0]), jnp.zeros(1), 0.0, integ.prog.constants({}))
+    assert int(status) == solver.status.SINGULAR_JACOBIAN
