@@ -523,13 +523,13 @@ class Integrator:
         the coefficient arrays at z (stage 0 unset), and what the engine's
         later stages (``_stages_*``) go on from."""
         prog = self.prog
-        const_res = prog.constant_residual(consts)
         if self._unrolled is not None:
             up = self._unrolled
             XL = up.lists_from_state(self, z)
             nodes, aux = up.empty()
             for k in range(prog.k_start, 0):
                 up.stage(nodes, aux, XL, k, t0, consts)
+            const_res = prog.constant_residual(consts)
 
             def g0(u):
                 XL0 = up.set_stage(XL, 0, u)
@@ -542,6 +542,7 @@ class Integrator:
             cp = self._compact
             Xf = cp.xf_from_state(self, z)
             C = cp.negative_stages(cp.init(t0, consts), Xf)
+            const_res = prog.constant_residual(consts)
 
             def g0(u):
                 return cp.stage0_residual(C, Xf, u) + const_res
@@ -549,6 +550,7 @@ class Integrator:
             return g0, cp.arrays(Xf), (Xf, C)
         X = self.X_from_state(z)
         state = self._negative_stages(X, t0, consts)
+        const_res = prog.constant_residual(consts)
 
         def g0(u):
             X0 = self.set_stage(X, 0, u)
