@@ -1,0 +1,103 @@
+"""Where the test suite's time goes: a pytest plugin that records every XLA compile, and its summary.
+
+The suite is compile-bound (issue 11): this measures by how much, and which
+programs.  As a plugin (``-p suite_compile_profile`` with this folder on
+``PYTHONPATH``) it records, per test, JAX's compile-phase durations (tracing,
+lowering, XLA) and every persistent-cache miss (program name, seconds) and
+hit, and each pytest worker writes them to ``$SUITE_PROFILE_DIR``
+(default ``/tmp/suite_profile``).  Run as a script it summarises those files.
+
+Command (from an empty compile cache, as workflows/benchmarks/results/suite_compile.txt)::
+
+    rm -rf /tmp/suite_profile /tmp/emptycache
+    PYTHONPATH=workflows/benchmarks MECHSWEEP_JAX_CACHE=/tmp/emptycache \\
+        .venv/bin/python -m pytest -q -n auto --dist loadfile -p suite_compile_profile tests
+    .venv/bin/python workflows/benchmarks/suite_compile_profile.py
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import json
+import os
+import time
+
+OUT_DIR = os.environ.get("SUITE_PROFILE_DIR", "/tmp/suite_profile")
+
+_current = {"test": "<collection>"}
+_phases: dict = collections.defaultdict(lambda: collections.defaultdict(float))
+_programs: list = []
+
+
+def _install():
+    """Listen to JAX's duration events and wrap its compile-and-cache-write step."""
+    import jax.monitoring
+    from jax._src import compiler
+
+    def on_duration(event, duration, **_):
+        _phases[_current["test"]][event] += duration
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    real_compile = compiler._compile_and_write_cache
+    real_hit = compiler.log_persistent_cache_hit
+
+    def compile_and_write(backend, computation, devices, options, callbacks, module_name, cache_key):
+        start = time.monotonic()
+        out = real_compile(backend, computation, devices, options, callbacks, module_name, cache_key)
+        _programs.append(("miss", _current["test"], module_name, time.monotonic() - start))
+        return out
+
+    def hit(module_name, cache_key):
+        _programs.append(("hit", _current["test"], module_name, 0.0))
+        return real_hit(module_name, cache_key)
+
+    compiler._compile_and_write_cache = compile_and_write
+    compiler.log_persistent_cache_hit = hit
+
+
+def pytest_configure(config):
+    _install()
+
+
+def pytest_runtest_setup(item):
+    _current["test"] = item.nodeid
+
+
+def pytest_sessionfinish(session):
+    os.makedirs(OUT_DIR, exist_ok=True)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(os.path.join(OUT_DIR, f"{worker}.json"), "w") as f:
+        json.dump({"phases": _phases, "programs": _programs}, f)
+
+
+def summarise(folder: str = OUT_DIR, top: int = 25) -> str:
+    """The recorded workers' totals, programs by name and the slowest compiles, as text."""
+    phases, programs = collections.defaultdict(float), []
+    for path in sorted(glob.glob(os.path.join(folder, "gw*.json")) or glob.glob(os.path.join(folder, "*.json"))):
+        data = json.load(open(path))
+        for per_test in data["phases"].values():
+            for event, seconds in per_test.items():
+                phases[event] += seconds
+        programs += data["programs"]
+    misses = [p for p in programs if p[0] == "miss"]
+    lines = ["JAX compile phases, all workers (seconds):"]
+    lines += [f"  {seconds:8.1f}  {event}" for event, seconds in sorted(phases.items(), key=lambda kv: -kv[1])]
+    lines.append(f"programs compiled: {len(misses)} ({sum(p[3] for p in misses):.1f} s); "
+                 f"loaded from the cache: {sum(p[0] == 'hit' for p in programs)}")
+    for low, high in ((0, 1), (1, 5), (5, 15), (15, 1e9)):
+        sel = [p[3] for p in misses if low <= p[3] < high]
+        lines.append(f"  compiles of {low}-{high if high < 1e9 else 'inf'} s: {len(sel):5d}, {sum(sel):7.1f} s")
+    by_name = collections.defaultdict(lambda: [0, 0.0])
+    for p in misses:
+        by_name[p[2]][0] += 1
+        by_name[p[2]][1] += p[3]
+    lines.append("by program name (count, seconds):")
+    lines += [f"  {n:5d} {s:7.1f}  {name}" for name, (n, s) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:12]]
+    lines.append(f"the {top} slowest compiles:")
+    lines += [f"  {p[3]:6.1f} s  {p[2]:20s} {p[1]}" for p in sorted(misses, key=lambda p: -p[3])[:top]]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(summarise())
