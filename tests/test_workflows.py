@@ -312,3 +312,25 @@ def test_benchmark_grid_sizes_multiply_to_the_point_count():
     for n in (1, 7, 45, 100, 360, 2000, 2003):
         sizes = bench.grid_sizes(n)
         assert int(np.prod(sizes)) == n and min(sizes) >= 1
+
+
+def test_suite_compile_profile_sums_the_workers_files(tmp_path):
+    """The suite profiler's summary adds up every worker's phases and compiles,
+    and lists the slowest compiles with their tests."""
+    import json
+
+    prof = load_script("workflows/benchmarks/suite_compile_profile.py", "suite_compile_profile")
+    phase = "/jax/core/compile/backend_compile_duration"
+    (tmp_path / "gw0.json").write_text(json.dumps({
+        "phases": {"t::a": {phase: 2.0}, "t::b": {phase: 20.0}},
+        "programs": [["miss", "t::a", "jit_small", 0.5], ["miss", "t::b", "jit__run", 20.0],
+                     ["hit", "t::a", "jit_small", 0.0]]}))
+    (tmp_path / "gw1.json").write_text(json.dumps({
+        "phases": {"t::c": {phase: 6.0}}, "programs": [["miss", "t::c", "jit__run", 6.0]]}))
+    text = prof.summarise(str(tmp_path), top=2)
+    assert f"      28.0  {phase}" in text
+    assert "programs compiled: 3 (26.5 s); loaded from the cache: 1" in text
+    assert "  compiles of 15-inf s:     1,    20.0 s" in text
+    assert "      2    26.0  jit__run" in text
+    assert text.endswith("the 2 slowest compiles:\n    20.0 s  jit__run             t::b\n"
+                         "     6.0 s  jit__run             t::c")
