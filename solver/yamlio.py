@@ -65,6 +65,8 @@ MAX_YAML_BYTES = 64 * 2 ** 20
 MAX_YAML_DEPTH = 100
 """Deepest nesting of lists and mappings; models need fewer than 10 levels.
 Values above a few hundred may exceed Python's recursion limit."""
+# libyaml's own nesting limit: PyYAML 6.0.4 and later refuse deeper files while scanning.
+LIBYAML_MAX_DEPTH = 1000
 MAX_YAML_NODES = 1_000_000
 """Most values and collections in a file with its aliases expanded."""
 
@@ -362,11 +364,7 @@ def _check_size(text: str, file: str | None) -> None:
                 stack.append((expanded, event.anchor))
                 expanded += 1
                 if len(stack) > max_depth:
-                    raise InputError(
-                        f"lists and mappings are nested more than {max_depth} levels deep here; "
-                        f"the limit is {max_depth} (MAX_YAML_DEPTH) and model and sweep files "
-                        f"need fewer than 10; {how_to_raise('MAX_YAML_DEPTH')}",
-                        file=file, line=event.start_mark.line + 1)
+                    raise _too_deep(max_depth, file, event.start_mark.line + 1)
             elif isinstance(event, CollectionEndEvent):
                 start, anchor = stack.pop()
                 if anchor:
@@ -379,8 +377,26 @@ def _check_size(text: str, file: str | None) -> None:
                     f"too many values once the aliases are expanded: {what}; the limit is "
                     f"{max_nodes} (MAX_YAML_NODES); {how_to_raise('MAX_YAML_NODES')}",
                     file=file, line=event.start_mark.line + 1)
+    except yaml.YAMLError as exc:
+        # libyaml (bundled with PyYAML from 6.0.4) stops at its own limit,
+        # 1,000 levels, scanning ahead of the events counted above.
+        if "maximum nesting depth" not in (getattr(exc, "problem", None) or ""):
+            raise
+        mark = getattr(exc, "problem_mark", None)
+        raise _too_deep(min(max_depth, LIBYAML_MAX_DEPTH), file, mark.line + 1 if mark else None) from None
     finally:
         parser.dispose()
+
+
+def _too_deep(max_depth: int, file: str | None, line: int | None) -> InputError:
+    """The message for lists and mappings nested deeper than ``max_depth``."""
+    if max_depth >= LIBYAML_MAX_DEPTH:
+        return InputError(f"lists and mappings are nested more than {LIBYAML_MAX_DEPTH} levels deep here, "
+                          f"the YAML parser's own limit; model and sweep files need fewer than 10",
+                          file=file, line=line)
+    return InputError(f"lists and mappings are nested more than {max_depth} levels deep here; "
+                      f"the limit is {max_depth} (MAX_YAML_DEPTH) and model and sweep files "
+                      f"need fewer than 10; {how_to_raise('MAX_YAML_DEPTH')}", file=file, line=line)
 
 
 def _build(loader: _Loader, node, path: Path_, loc: Locator, active: set) -> Any:

@@ -104,6 +104,15 @@ def test_flow_nesting_10000_deep_is_refused_without_recursion_error(tmp, capsys)
         "environment variable MECHSWEEP_MAX_YAML_DEPTH to raise it")
 
 
+def test_nesting_past_the_parsers_own_limit_names_that_limit(tmp, capsys, monkeypatch):
+    """libyaml refuses more than 1,000 levels itself; a raised MAX_YAML_DEPTH cannot lift that."""
+    monkeypatch.setenv("MECHSWEEP_MAX_YAML_DEPTH", "5000")
+    (tmp / "deep.yaml").write_text("Title: " + "[" * 2_000 + "]" * 2_000 + "\n")
+    assert message(tmp, capsys, "check", tmp / "deep.yaml") == (
+        "TMP/deep.yaml:1: lists and mappings are nested more than 1000 levels deep here, the YAML "
+        "parser's own limit; model and sweep files need fewer than 10")
+
+
 def test_block_mapping_3000_deep_is_refused_at_the_line_where_it_crosses(tmp, capsys):
     text = "".join(" " * i + f"k{i}:\n" for i in range(3000)) + " " * 3000 + "v\n"
     (tmp / "deep.yaml").write_text(text)
