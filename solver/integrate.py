@@ -514,9 +514,7 @@ class Integrator:
         """
         g0, X, _ = self._stage0_residual(z, t0, consts)
         u, _, singular, J = self._stage0(g0, X, u_guess, t0, consts, newton_iters)
-        finite = jnp.all(jnp.isfinite(u))
-        status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
-        return J, u, status.astype(jnp.int8)
+        return J, u, self._series_status({}, u, singular)
 
     def _stage0_residual(self, z, t0, consts):
         """(g0, X, start): stage 0's residual as a function of the leading derivatives u,
@@ -625,8 +623,12 @@ class Integrator:
 
     @staticmethod
     def _series_status(X, u, singular):
-        """SUCCESS, SINGULAR_JACOBIAN or NONFINITE for a computed series."""
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & jnp.all(jnp.isfinite(u))
+        """SUCCESS, SINGULAR_JACOBIAN or NONFINITE for a computed series (X may be empty: stage 0 alone)."""
+        finite_u = lambda: jnp.all(jnp.isfinite(u))
+        if X:
+            finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & finite_u()
+        else:
+            finite = finite_u()
         status = jnp.where(singular, st.SINGULAR_JACOBIAN, jnp.where(finite, st.SUCCESS, st.NONFINITE))
         return status.astype(jnp.int8)
 
