@@ -624,6 +624,8 @@ class Integrator:
     @staticmethod
     def _series_status(X, u, singular):
         """SUCCESS, SINGULAR_JACOBIAN or NONFINITE for a computed series (X may be empty: stage 0 alone)."""
+        # u is checked after X, as before stage 0 had a caller of its own:
+        # the step programs (and their compile-cache keys) stay as they were.
         finite_u = lambda: jnp.all(jnp.isfinite(u))
         if X:
             finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in X.values()])) & finite_u()

@@ -383,13 +383,13 @@ def _check_size(text: str, file: str | None) -> None:
         if "maximum nesting depth" not in (getattr(exc, "problem", None) or ""):
             raise
         mark = getattr(exc, "problem_mark", None)
-        raise _too_deep(min(max_depth, LIBYAML_MAX_DEPTH), file, mark.line + 1 if mark else None) from None
+        raise _too_deep(max_depth, file, mark.line + 1 if mark else None) from None
     finally:
         parser.dispose()
 
 
 def _too_deep(max_depth: int, file: str | None, line: int | None) -> InputError:
-    """The message for lists and mappings nested deeper than ``max_depth``."""
+    """The message for lists and mappings nested deeper than ``max_depth`` (or libyaml's limit, when lower)."""
     if max_depth >= LIBYAML_MAX_DEPTH:
         return InputError(f"lists and mappings are nested more than {LIBYAML_MAX_DEPTH} levels deep here, "
                           f"the YAML parser's own limit; model and sweep files need fewer than 10",
