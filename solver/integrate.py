@@ -213,6 +213,43 @@ def order_for_tol(tol: float) -> int:
     return int(math.ceil(-math.log(tol) / 2.0)) + 1
 
 
+def in_one_trip_loop(fn, *args):
+    """``fn(*args)`` computed in the body of a loop of one trip that XLA keeps.
+
+    XLA:CPU's runtime runs a program's kernels one after another only when
+    there are at most 8 of them or every buffer they touch is at most 512
+    bytes; otherwise it runs them as a dataflow graph on its thread pool.
+    A single run's step loop is one kernel (:mod:`solver.xla_setup`), but
+    XLA hoists the set-up out of it (scalar conversions, output buffers,
+    copies of the inputs: 13 independent kernels for the pendulum), and from
+    33 output times on (a 528-byte buffer) the pendulum's run paid the
+    hand-offs: 0.19 -> 0.25 ms.  Inside this loop the set-up stays in the
+    one compiled function; outside it remain the loop and the initial
+    values of its results, and the run costs what it did with 32 outputs
+    (workflows/benchmarks/results/entry_kernels.txt).
+
+    Args:
+        fn: a traceable function of ``args`` returning a pytree of arrays.
+        *args: its arguments (pytrees of arrays).
+
+    Returns:
+        ``fn(*args)``, the same numbers.
+    """
+    leaves, tree = jax.tree.flatten(jax.eval_shape(fn, *args))
+    # Always true, but not a constant XLA folds: the loop is neither removed
+    # nor inlined (were it ever folded, the program would only be slower).
+    floats = [a for a in jax.tree.leaves(args) if jnp.issubdtype(jnp.result_type(a), jnp.floating) and jnp.size(a)]
+    x = jnp.ravel(floats[0])[0] if floats else jnp.zeros(())
+    go = jnp.isnan(x) | ~jnp.isnan(x)
+
+    def body(carry):
+        _, inputs, _ = carry
+        return jnp.zeros((), bool), inputs, jax.tree.leaves(fn(*inputs))
+
+    init = (go, args, [jnp.zeros(s.shape, s.dtype) for s in leaves])
+    return jax.tree.unflatten(tree, lax.while_loop(lambda c: c[0], body, init)[2])
+
+
 class Integrator:
     """Pure functions for one DAE at one Taylor order.
 
@@ -312,7 +349,7 @@ class Integrator:
             self._mass_structure = self._kkt.mass_structure
         else:
             self._kkt = self._mass_structure = None
-        self._run_jit = jax.jit(self._run)
+        self._run_jit = jax.jit(self._run_whole)
         # On a CPU the batch is faster without Eigen's threading of its many
         # small contractions (0.74 -> 0.54 ms per pendulum run on 2 cores;
         # a single run is slower without it, so run() keeps the default).
@@ -1121,6 +1158,19 @@ class Integrator:
         # XLA:CPU can compile the step loop as one function (linalg.native_loops).
         with linalg.native_loops(xla_setup.loops_compiled_whole()):
             return self._run_traced(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step)
+
+    def _run_whole(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step):
+        """:meth:`_run`, for the unrolled engine inside a loop of one trip (:func:`in_one_trip_loop`).
+
+        Only the unrolled engine's (small) models take it: a compact
+        model's run is milliseconds, which the thread pool's hand-offs do
+        not change, and its wrapped loop compiled about 1.5 s longer
+        (Andrews, RSCR; workflows/benchmarks/results/entry_kernels.txt).
+        """
+        args = (params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step)
+        if not xla_setup.loops_compiled_whole() or self.mode != "unrolled":
+            return self._run(*args)
+        return in_one_trip_loop(self._run, *args)
 
     def _run_traced(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step):
         consts = self.prog.constants(params)

@@ -1,6 +1,7 @@
 """The integrator against exact solutions, convergence order and batching."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -191,6 +192,56 @@ def test_outputs_in_chunks_equal_outputs_in_one_array(monkeypatch, n_out, t_last
     xe, ye = exact_pendulum(t_eval, theta0, 9.81, 1.0)
     assert np.max(np.abs(np.asarray(chunked["values"]["x"][:, 0, ...]).ravel() - xe)) <= 1e-9
     assert np.max(np.abs(np.asarray(chunked["values"]["y"][:, 0, ...]).ravel() - ye)) <= 1e-9
+
+
+# Instructions of an optimised HLO program that XLA:CPU runs no kernel for.
+_NO_KERNEL = ("parameter", "constant", "tuple", "get-tuple-element", "bitcast")
+
+
+def entry_kernels(compiled) -> list[str]:
+    """The operations of a compiled program's entry computation that XLA:CPU runs as kernels."""
+    text = compiled.as_text()
+    entry = text[text.index("\nENTRY"):]
+    entry = entry[entry.index("{") + 1: entry.index("\n}")]
+    ops = []
+    for line in entry.strip().splitlines():
+        op = re.search(r"\b([a-z][a-z0-9-]*)\(", line.split(" = ", 1)[1]).group(1)
+        if op not in _NO_KERNEL:
+            ops.append(op)
+    return ops
+
+
+def test_a_small_models_run_keeps_its_set_up_in_its_loop_with_the_unwrapped_runs_numbers():
+    # XLA:CPU hands a program's kernels to its thread pool when there are
+    # more than 8 and one buffer passes 512 bytes (here from 33 outputs on),
+    # and the 13 independent set-up kernels XLA hoists out of the pendulum's
+    # step loop cost its run a quarter of its time.  The unrolled engine's
+    # run is wrapped in a loop of one trip (Integrator._run_whole): outside
+    # it, only the loop and the initial values of its results (one kernel
+    # per result) and of its flag remain.  Same numbers as the unwrapped run.
+    from solver import xla_setup
+    from solver.integrate import _device_number
+
+    assert xla_setup.loops_compiled_whole()
+    theta0, t1 = 1.2, 3.0
+    t_eval = jnp.asarray(np.linspace(0.0, t1, 101))
+    z0 = jnp.asarray([math.sin(theta0), 0.0, math.cos(theta0), 0.0])
+    params = {"g": jnp.asarray(9.81), "L": jnp.asarray(1.0)}
+    integ = integrator_for(PEND, 12)
+    assert integ.mode == "unrolled"
+    args = (params, z0, jnp.zeros(3), *map(_device_number, (0.0, t1)), t_eval,
+            *map(_device_number, (1e-10, 100_000, jnp.inf, 0.0)))
+    wrapped = integ._run_jit.lower(*args).compile()
+    plain = jax.jit(integ._run).lower(*args).compile()
+    a, b = wrapped(*args), plain(*args)
+    results = len(jax.tree.leaves(a))
+    kernels = entry_kernels(wrapped)
+    assert kernels.count("call") + kernels.count("while") == 1 and len(kernels) <= results + 2, kernels
+    assert len(entry_kernels(plain)) > results + 2  # what the wrapper is for (else it has become useless)
+    assert int(a["status"]) == int(b["status"]) == status.SUCCESS and int(a["steps"]) == int(b["steps"])
+    for name in ("x", "y", "lam"):
+        np.testing.assert_array_equal(np.asarray(a["values"][name]), np.asarray(b["values"][name]))
+    np.testing.assert_array_equal(np.asarray(a["z_final"]), np.asarray(b["z_final"]))
 
 
 def test_vmapped_batch_equals_single_runs():
