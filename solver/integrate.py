@@ -27,6 +27,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend.core import jaxpr_as_fun
 
 from . import linalg, xla_setup
 from .jacobian import jacfwd
@@ -235,7 +236,10 @@ def in_one_trip_loop(fn, *args):
     Returns:
         ``fn(*args)``, the same numbers.
     """
-    leaves, tree = jax.tree.flatten(jax.eval_shape(fn, *args))
+    # Traced once (a large model's trace is most of a second); the loop's
+    # body evaluates the traced program.
+    closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
+    leaves, tree = jax.tree.flatten(shapes)
     # Always true, but not a constant XLA folds: the loop is neither removed
     # nor inlined (were it ever folded, the program would only be slower).
     floats = [a for a in jax.tree.leaves(args) if jnp.issubdtype(jnp.result_type(a), jnp.floating) and jnp.size(a)]
@@ -244,7 +248,7 @@ def in_one_trip_loop(fn, *args):
 
     def body(carry):
         _, inputs, _ = carry
-        return jnp.zeros((), bool), inputs, jax.tree.leaves(fn(*inputs))
+        return jnp.zeros((), bool), inputs, list(jaxpr_as_fun(closed)(*jax.tree.leaves(inputs)))
 
     init = (go, args, [jnp.zeros(s.shape, s.dtype) for s in leaves])
     return jax.tree.unflatten(tree, lax.while_loop(lambda c: c[0], body, init)[2])
