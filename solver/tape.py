@@ -42,11 +42,27 @@ __all__ = ["UnrolledProgram", "fence"]
 Coef = Any  # a jnp array, or None for a coefficient known to be zero
 
 
+def _exact_f64(x) -> bool:
+    return isinstance(x, float) or getattr(x, "dtype", None) == np.float64
+
+
+# The unrolled program is thousands of additions and multiplications of
+# float64 coefficients; lax's primitives trace about 4x faster than the
+# operators, which go through jnp's type promotion (same program: the
+# operators bind the same primitives).  Other operands keep the operators.
+def _times(a, b):
+    return lax.mul(a, b) if _exact_f64(a) and _exact_f64(b) else a * b
+
+
+def _plus(a, b):
+    return lax.add(a, b) if _exact_f64(a) and _exact_f64(b) else a + b
+
+
 def _add(*xs):
     out = None
     for x in xs:
         if x is not None:
-            out = x if out is None else out + x
+            out = x if out is None else _plus(out, x)
     return out
 
 
@@ -81,18 +97,24 @@ def fence(values: list, anchor) -> list:
 
     def body(carry):
         again, vs = carry
-        one = again.astype(jnp.float64)
-        return jnp.zeros_like(again), [v * one.astype(v.dtype) for v in vs]
+        ones = {}
+
+        def one(dtype):
+            if dtype not in ones:
+                ones[dtype] = again.astype(dtype)
+            return ones[dtype]
+
+        return jnp.zeros_like(again), [_times(v, one(v.dtype)) for v in vs]
 
     return lax.while_loop(lambda c: c[0], body, (go, list(values)))[1]
 
 
 def _mul(a, b):
-    return None if a is None or b is None else a * b
+    return None if a is None or b is None else _times(a, b)
 
 
 def _scale(s, a):
-    return None if a is None else s * a
+    return None if a is None else _times(s, a)
 
 
 class UnrolledProgram:
@@ -232,7 +254,7 @@ class UnrolledProgram:
                     continue
                 row = m + l
                 x = XL[name][row] if row < self.KX else None
-                nodes[i][m] = None if x is None else float(math.prod(range(m + 1, m + l + 1))) * x
+                nodes[i][m] = None if x is None else _times(float(math.prod(range(m + 1, m + l + 1))), x)
             if prog.t_id in prog.off:
                 m = k + prog.off[prog.t_id] - w
                 if m == 0:
@@ -327,7 +349,7 @@ class UnrolledProgram:
         elif name in _BILINEAR:
             a, b = e.invars
             if name == "mul":
-                f = lambda x, y: x * y
+                f = _times
             else:
                 dims = {k: v for k, v in e.params.items() if k in ("dimension_numbers", "precision")}
                 f = lambda x, y: jax.lax.dot_general(x, y, **dims)
@@ -373,8 +395,8 @@ class UnrolledProgram:
             terms = []
             for r in range(lo, m - top + 1):
                 if P[r] is not None and Q[m - r] is not None:
-                    t = P[r] * Q[m - r]
-                    terms.append(t if w is None else float(w(r)) * t)
+                    t = _times(P[r], Q[m - r])
+                    terms.append(t if w is None else _times(float(w(r)), t))
             return _add(*terms)
 
         def one(v):
