@@ -514,7 +514,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
               scheduler: str | None = None, scheduler_file=None, cluster=None,
               mode: str = "resume", progress: bool = True, *, schema: Schema | None = None,
               attrs: Mapping | None = None, jax_cache_dir: str | None = None,
-              verify: bool = True) -> SweepSummary:
+              verify: bool = True, client=None) -> SweepSummary:
     """Run (or resume) a sweep into a Zarr store.
 
     Args:
@@ -542,6 +542,11 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             its checksum with the batch's commit record (default); False
             checks only that the chunk files are there as committed
             (``quick``, see :func:`sweep.store.check_store`).
+        client: a running ``distributed.Client`` (:func:`dask_client`) to
+            submit the batches to, kept open afterwards, or a function
+            returning one, called only when there are batches to run;
+            instead of ``workers``, ``scheduler``, ``scheduler_file`` and
+            ``cluster`` (a structural sweep's groups share one).
 
     Returns:
         A :class:`SweepSummary`.
@@ -564,7 +569,9 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     cache_dir = jax_cache_dir or default_jax_cache_dir()
     store_path = str(store_path)
     cluster_file = None
-    if workers != 0:
+    if client is not None and (workers == 0 or scheduler or scheduler_file or cluster):
+        raise ValueError("run_sweep: give a client or workers/scheduler/scheduler_file/cluster, not both")
+    if workers != 0 and client is None:
         cluster, cluster_file = _check_target(scheduler, scheduler_file, cluster)
 
     n_points = len(next(iter(points.values())))
@@ -613,7 +620,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         else:
             summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
                 todo, slices, points, batch_fn, context, cache_dir, finish, summary,
-                workers, scheduler, scheduler_file, cluster, cluster_file, t_start)
+                workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client)
     finally:
         bar.close()
 
@@ -628,22 +635,29 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
 
 
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary,
-              workers, scheduler, scheduler_file, cluster, cluster_file, t_start):
-    """Submit the batches and write them as they complete; (startup, wall, threads)."""
+              workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client=None):
+    """Submit the batches and write them as they complete; (startup, wall, threads).
+
+    With a ``client``, the batches go to it and it stays open (its owner
+    registered :class:`JaxSetup`); else a client is made here and closed.
+    """
     from distributed import KilledWorker, as_completed
 
-    client, own = _client(workers, scheduler, scheduler_file, cluster, cluster_file)
+    shared = client is not None
+    own = None
+    if callable(client):
+        client = client()
+    if not shared:
+        client, own = _client(workers, scheduler, scheduler_file, cluster, cluster_file)
     futures = {}
     try:
-        try:
-            print(f"mechsweep: Dask dashboard at {client.dashboard_link}", file=sys.stderr)
-        except Exception:  # noqa: BLE001 - a missing dashboard must not stop a sweep
-            pass
-        from distributed import LocalCluster
+        if not shared:
+            _say_dashboard(client)
+            from distributed import LocalCluster
 
-        # The LocalCluster started here has one single-threaded worker per
-        # core: pin each to its own core.
-        client.register_plugin(JaxSetup(cache_dir, pin=isinstance(own, LocalCluster)))
+            # The LocalCluster started here has one single-threaded worker per
+            # core: pin each to its own core.
+            client.register_plugin(JaxSetup(cache_dir, pin=isinstance(own, LocalCluster)))
         startup = time.perf_counter() - t_start
         t0 = time.perf_counter()
         run_id = uuid.uuid4().hex[:8]
@@ -676,9 +690,17 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         client.cancel([fut for _, fut in futures.values()])
         raise
     finally:
-        client.close()
+        if not shared:
+            client.close()
         if own is not None:
             own.close()
+
+
+def _say_dashboard(client) -> None:
+    try:
+        print(f"mechsweep: Dask dashboard at {client.dashboard_link}", file=sys.stderr)
+    except Exception:  # noqa: BLE001 - a missing dashboard must not stop a sweep
+        pass
 
 
 def _threads(client) -> int:

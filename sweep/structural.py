@@ -41,6 +41,8 @@ Dataset.
 
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 import datetime
 import hashlib
@@ -463,11 +465,33 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
     Raises:
         InputError: see :func:`prepare_root` and :func:`sweep.run.run_sweep`.
     """
+    out = Path(out)
+    prepare_root(out, spec, names, groups, mode)
+    if workers == 0 or all(g.error for g in groups):
+        return _run_groups(spec, names, groups, out, None, mode, progress, note)
+    from sweep.run import _say_dashboard, dask_client
+
+    # One cluster for every group, started when the first group has batches
+    # to run: starting a LocalCluster's worker processes (and their imports)
+    # again for each structure cost seconds per group.
+    with contextlib.ExitStack() as stack:
+        started = []
+
+        def client():
+            if not started:
+                started.append(stack.enter_context(dask_client(workers, scheduler, scheduler_file, cluster)))
+                _say_dashboard(started[0])
+            return started[0]
+
+        return _run_groups(spec, names, groups, out, client, mode, progress, note)
+
+
+def _run_groups(spec, names, groups, out, client, mode, progress, note) -> StructuralSummary:
+    """:func:`run_groups` on a prepared root; ``client`` (see :func:`sweep.run.run_sweep`) None: in this process."""
     from sweep.pipeline import batch_fn, remember_model
     from sweep.run import run_sweep
 
-    out = Path(out)
-    prepare_root(out, spec, names, groups, mode)
+    workers = 0 if client is None else None
     group_mode = "retry-failed" if mode == "retry-failed" else "resume"
     summary = StructuralSummary(str(out), list(names))
     recreated = False
@@ -489,8 +513,7 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
                  f"once{per} for all its points")
             if g.model is not None:
                 remember_model(g.context.key, g.model)
-            s = run_sweep(g.spec, batch_fn, g.context, path, workers=workers, scheduler=scheduler,
-                          scheduler_file=scheduler_file, cluster=cluster, mode=group_mode,
+            s = run_sweep(g.spec, batch_fn, g.context, path, workers=workers, client=client, mode=group_mode,
                           progress=progress, schema=g.context.schema, attrs=g.context.attrs)
             g.model = None
         summary.groups[g.label] = s

@@ -395,3 +395,28 @@ def test_cli_runs_a_structural_sweep_end_to_end(tmp_path, capsys):
     assert main(["sweep", str(path), "--out", str(out), "--resume", "--workers", "1"]) == 1
     out = capsys.readouterr().out
     assert "  N=0: 2 points in 1 batch; this run wrote 0 batches (0 points); status: error 2" in out
+
+
+def test_the_groups_of_a_structural_sweep_share_one_cluster_started_only_for_work(tmp_path, monkeypatch):
+    # Two buildable structures on real Dask worker processes: one
+    # LocalCluster serves both groups (its workers started once), and a
+    # resume with nothing left to run starts none.
+    import distributed
+
+    started = []
+    real = distributed.LocalCluster
+
+    class CountingCluster(real):
+        def __init__(self, *args, **kwargs):
+            started.append(kwargs.get("n_workers"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(distributed, "LocalCluster", CountingCluster)
+    path = _sweep_file(tmp_path, "  product:\n    N: [1, 2]\n    th: [0.3]")
+    out = tmp_path / "s.zarr"
+    summary = run_sweep_file(path, str(out), workers=1, plot=False, progress=False)
+    assert started == [1]
+    assert {label: s.store_by_status for label, s in summary.groups.items()} == {
+        "N=1": {"success": 1}, "N=2": {"success": 1}}
+    again = run_sweep_file(path, str(out), workers=1, plot=False, progress=False)
+    assert started == [1] and all(not s.batches_run for s in again.groups.values())
