@@ -290,6 +290,31 @@ def test_slot_pool_batch_equals_the_vmapped_batch(slots):
                                    rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("slots", [2, 4])
+def test_the_slot_pool_in_rounds_and_refilled_every_step_give_the_same_runs(slots):
+    """On a CPU the slot pool runs in rounds (Integrator._run_batch_rounds);
+    elsewhere (a GPU) it refills after every step and scatters the outputs
+    (_run_batch_scatter).  Both must give every problem its own run, with a
+    failure (L = 0: a singular Jacobian) among them and problems of different
+    step counts finishing in different rounds."""
+    integ = integrator_for(PEND, 12)
+    lengths = np.array([0.5, 1.0, 0.0, 1.7, 0.8, 2.3, 0.3])
+    t_eval = np.linspace(0, 2, 21)
+    z0 = np.stack([lengths * np.sin(0.4), 0 * lengths, lengths * np.cos(0.4), 0 * lengths], axis=1)
+    params = {"g": np.full(lengths.size, 9.81), "L": lengths}
+    u0 = np.zeros((lengths.size, 3))
+    args = (params, z0, u0, 0.0, 2.0, t_eval, 1e-10, 500, jnp.inf, 0.0)
+    rounds = jax.jit(integ._run_batch_rounds, static_argnames=("slots",))(*args, slots=slots)
+    scatter = jax.jit(integ._run_batch_scatter, static_argnames=("slots",))(*args, slots=slots)
+    assert np.asarray(rounds["status"]).tolist() == np.asarray(scatter["status"]).tolist()
+    assert int(rounds["status"][2]) == status.SINGULAR_JACOBIAN
+    assert len(set(np.asarray(rounds["steps"]).tolist())) > 3
+    for key in ("steps", "t_final", "z_final", "u_final"):
+        np.testing.assert_array_equal(np.asarray(rounds[key]), np.asarray(scatter[key]))
+    for name in scatter["values"]:
+        np.testing.assert_array_equal(np.asarray(rounds["values"][name]), np.asarray(scatter["values"][name]))
+
+
 def test_slot_pool_batch_rejects_bad_arguments():
     integ = integrator_for(PEND, 8)
     z0, u0 = np.zeros((3, 4)), np.zeros((3, 3))
