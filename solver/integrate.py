@@ -950,11 +950,14 @@ class Integrator:
             first.
 
         Raises:
-            InputError: ``slots`` < 1 or a parameter without the batch axis.
+            InputError: ``slots`` < 1, no problems, or a parameter without
+                the batch axis.
         """
         if int(slots) < 1:
             raise InputError(f"slots must be at least 1; got {slots}")
         n = int(np.shape(z0)[0])
+        if n == 0:
+            raise InputError("run_batch: no problems (z0 has no rows); give at least one")
         for name, value in params.items():
             if np.ndim(value) == 0 or np.shape(value)[0] != n:
                 raise InputError(f"run_batch: parameter {name!r} needs the batch axis first (length {n}); "

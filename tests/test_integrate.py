@@ -317,6 +317,9 @@ def test_the_slot_pool_in_rounds_and_refilled_every_step_give_the_same_runs(slot
 
 def test_slot_pool_batch_rejects_bad_arguments():
     integ = integrator_for(PEND, 8)
+    with pytest.raises(solver.InputError, match=r"^run_batch: no problems \(z0 has no rows\); give at least one$"):
+        integ.run_batch({"g": np.zeros(0), "L": np.zeros(0)}, np.zeros((0, 4)), np.zeros((0, 3)), 0.0, 1.0,
+                        np.linspace(0, 1, 3), 1e-8)
     z0, u0 = np.zeros((3, 4)), np.zeros((3, 3))
     with pytest.raises(solver.InputError, match=r"^slots must be at least 1; got 0$"):
         integ.run_batch({"g": np.full(3, 9.81), "L": np.ones(3)}, z0, u0, 0.0, 1.0, [1.0], 1e-8, slots=0)
