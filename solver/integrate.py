@@ -1022,6 +1022,51 @@ class Integrator:
         run = self._run_batch_rounds if jax.default_backend() == "cpu" else self._run_batch_scatter
         return run(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
 
+    def _pool(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots) -> dict:
+        """What both slot-pool forms share: the inputs as float arrays, sizes, and the vmappable pieces.
+
+        Returns:
+            dict with ``t0, t1, tol, t_eval, z0, u0`` (float arrays), ``N``
+            (problems), ``n_out``, ``S`` (slots used), ``pick`` (problem
+            rows -> their parameters), ``step`` (one problem's step, to
+            vmap) and ``pending`` (vmapped :meth:`_outputs_pending`).
+        """
+        dt = jnp.result_type(float)
+        t0, t1, tol = (jnp.asarray(a, dt) for a in (t0, t1, tol))
+        z0, u0 = jnp.asarray(z0, dt), jnp.asarray(u0, dt)
+
+        def step(p, t, z, u, steps, live):
+            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
+
+        return {"t0": t0, "t1": t1, "tol": tol, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": u0,
+                "N": z0.shape[0], "n_out": jnp.shape(t_eval)[0], "S": min(slots, z0.shape[0]),
+                "pick": lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params),
+                "step": step, "pending": jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None))}
+
+    @staticmethod
+    def _pool_results(N, t0, z0, u0) -> dict:
+        """The per-problem results before any problem has finished."""
+        return {"status": jnp.full(N, -1, jnp.int8), "steps": jnp.zeros(N, jnp.int32),
+                "t_final": jnp.full(N, t0), "z_final": z0, "u_final": u0}
+
+    @staticmethod
+    def _pool_record(res, rows, status, steps, t, z, u) -> dict:
+        """``res`` with the slots' results written to their problems' ``rows`` (row N: dropped)."""
+        new = {"status": status, "steps": steps, "t_final": t, "z_final": z, "u_final": u}
+        return {k: res[k].at[rows].set(new[k], mode="drop") for k in res}
+
+    @staticmethod
+    def _pool_refill(e, done, next_problem, N):
+        """(each slot's problem, its row clipped to the last, the next unassigned problem).
+
+        The k-th finished slot (in slot order) takes problem next + k; a
+        slot left idle (problem N) computes on the last problem's row,
+        unrecorded.
+        """
+        new_e = jnp.where(done, next_problem + jnp.cumsum(done) - 1, e)
+        new_e = jnp.minimum(new_e, N).astype(e.dtype)
+        return new_e, jnp.minimum(new_e, N - 1), next_problem + jnp.sum(done).astype(jnp.int32)
+
     def _run_batch_rounds(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
         """The slot pool in rounds (on a CPU): steps until some slots finish, then those are refilled.
 
@@ -1038,20 +1083,11 @@ class Integrator:
         ends when :data:`_ROUND_FINISHED` of the slots (at least one) have
         finished or none is running.
         """
-        dt = jnp.result_type(float)
-        t0, t1, tol = (jnp.asarray(a, dt) for a in (t0, t1, tol))
-        t_eval = jnp.asarray(t_eval, dt)
-        z0, u0 = jnp.asarray(z0, dt), jnp.asarray(u0, dt)
-        N, n_out = z0.shape[0], t_eval.shape[0]
-        S = min(slots, N)
+        pool = self._pool(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
+        t0, t1, t_eval, z0, u0, N, n_out, S, pick, step, pending = (pool[k] for k in (
+            "t0", "t1", "t_eval", "z0", "u0", "N", "n_out", "S", "pick", "step", "pending"))
         enough = max(1, int(S * _ROUND_FINISHED))
-        pick = lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params)
         empty = self._empty_outputs((S,), n_out)
-
-        def step(p, t, z, u, steps, live):
-            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
-
-        pending = jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None))
 
         def write_slots(go, ic, vals, buf):
             # One slot at a time: a dynamic update of one row is a few
@@ -1106,45 +1142,26 @@ class Integrator:
             done = active & (r["status"] >= 0)
             rows = jnp.where(done, e, N)  # out of range: dropped
             outs = {k: c["outs"][k].at[rows].set(r["buf"][k], mode="drop") for k in c["outs"]}
-            res = {"status": c["res"]["status"].at[rows].set(r["status"], mode="drop"),
-                   "steps": c["res"]["steps"].at[rows].set(r["steps"], mode="drop"),
-                   "t_final": c["res"]["t_final"].at[rows].set(r["t"], mode="drop"),
-                   "z_final": c["res"]["z_final"].at[rows].set(r["z"], mode="drop"),
-                   "u_final": c["res"]["u_final"].at[rows].set(r["u"], mode="drop")}
-            # The k-th finished slot (in slot order) takes problem next + k.
-            new_e = jnp.where(done, c["next"] + jnp.cumsum(done) - 1, e)
-            new_e = jnp.minimum(new_e, N).astype(e.dtype)
-            nc = jnp.minimum(new_e, N - 1)
+            res = self._pool_record(c["res"], rows, r["status"], r["steps"], r["t"], r["z"], r["u"])
+            new_e, nc, next_problem = self._pool_refill(e, done, c["next"], N)
             fresh = lambda new, old: jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), new, old)
             return {"e": new_e, "t": fresh(t0, r["t"]), "z": fresh(z0[nc], r["z"]), "u": fresh(u0[nc], r["u"]),
                     "steps": fresh(0, r["steps"]), "status": fresh(jnp.int8(-1), r["status"]),
                     "i_out": fresh(0, r["i_out"]), "buf": {k: fresh(empty[k], r["buf"][k]) for k in empty},
-                    "next": c["next"] + jnp.sum(done).astype(jnp.int32), "outs": outs, "res": res}
+                    "next": next_problem, "outs": outs, "res": res}
 
-        first = jnp.arange(S, dtype=jnp.int32)
-        carry = {"e": first, "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
+        carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
                  "steps": jnp.zeros(S, jnp.int32), "status": jnp.full(S, -1, jnp.int8),
-                 "i_out": jnp.zeros(S, jnp.int32), "buf": empty,
-                 "next": jnp.int32(S), "outs": self._empty_outputs((N,), n_out),
-                 "res": {"status": jnp.full(N, -1, jnp.int8), "steps": jnp.zeros(N, jnp.int32),
-                         "t_final": jnp.full(N, t0), "z_final": z0, "u_final": u0}}
+                 "i_out": jnp.zeros(S, jnp.int32), "buf": empty, "next": jnp.int32(S),
+                 "outs": self._empty_outputs((N,), n_out), "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
 
     def _run_batch_scatter(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
         """The slot pool with a refill after every step, outputs scattered to their rows (GPU)."""
-        dt = jnp.result_type(float)
-        t0, t1, tol = (jnp.asarray(a, dt) for a in (t0, t1, tol))
-        t_eval = jnp.asarray(t_eval, dt)
-        z0, u0 = jnp.asarray(z0, dt), jnp.asarray(u0, dt)
-        N, n_out = z0.shape[0], t_eval.shape[0]
-        S = min(slots, N)
-        pick = lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params)
-
-        def step(p, t, z, u, steps, live):
-            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
-
-        pending = jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None))
+        pool = self._pool(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
+        t0, t1, t_eval, z0, u0, N, n_out, S, pick, step, pending = (pool[k] for k in (
+            "t0", "t1", "t_eval", "z0", "u0", "N", "n_out", "S", "pick", "step", "pending"))
 
         def cond(c):
             return jnp.any(c["e"] < N)
@@ -1172,28 +1189,18 @@ class Integrator:
             steps = c["steps"] + 1
             done = active & (status >= 0)
             rows = jnp.where(done, e, N)
-            res = {"status": c["res"]["status"].at[rows].set(status, mode="drop"),
-                   "steps": c["res"]["steps"].at[rows].set(steps, mode="drop"),
-                   "t_final": c["res"]["t_final"].at[rows].set(t_new, mode="drop"),
-                   "z_final": c["res"]["z_final"].at[rows].set(z, mode="drop"),
-                   "u_final": c["res"]["u_final"].at[rows].set(u, mode="drop")}
-            # The k-th finished slot (in slot order) takes problem next + k.
-            new_e = jnp.where(done, c["next"] + jnp.cumsum(done) - 1, e)
-            new_e = jnp.minimum(new_e, N).astype(e.dtype)
+            res = self._pool_record(c["res"], rows, status, steps, t_new, z, u)
             # A slot left idle restarts the last problem too (unrecorded):
             # its stale state may be a failed one.
-            nc = jnp.minimum(new_e, N - 1)
+            new_e, nc, next_problem = self._pool_refill(e, done, c["next"], N)
             return {"e": new_e, "t": jnp.where(done, t0, t_new),
                     "z": jnp.where(done[:, None], z0[nc], z), "u": jnp.where(done[:, None], u0[nc], u),
                     "steps": jnp.where(done, 0, steps), "i_out": jnp.where(done, 0, i_out),
-                    "next": c["next"] + jnp.sum(done).astype(jnp.int32), "outs": outs, "res": res}
+                    "next": next_problem, "outs": outs, "res": res}
 
-        first = jnp.arange(S, dtype=jnp.int32)
-        carry = {"e": first, "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
-                 "steps": jnp.zeros(S, jnp.int32), "i_out": jnp.zeros(S, jnp.int32),
-                 "next": jnp.int32(S), "outs": self._empty_outputs((N,), n_out),
-                 "res": {"status": jnp.full(N, -1, jnp.int8), "steps": jnp.zeros(N, jnp.int32),
-                         "t_final": jnp.full(N, t0), "z_final": z0, "u_final": u0}}
+        carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
+                 "steps": jnp.zeros(S, jnp.int32), "i_out": jnp.zeros(S, jnp.int32), "next": jnp.int32(S),
+                 "outs": self._empty_outputs((N,), n_out), "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
 
