@@ -1026,7 +1026,7 @@ class Integrator:
         """What both slot-pool forms share: the inputs as float arrays, sizes, and the vmappable pieces.
 
         Returns:
-            dict with ``t0, t1, tol, t_eval, z0, u0`` (float arrays), ``N``
+            dict with ``t0, t1, t_eval, z0, u0`` (float arrays), ``N``
             (problems), ``n_out``, ``S`` (slots used), ``pick`` (problem
             rows -> their parameters), ``step`` (one problem's step, to
             vmap) and ``pending`` (vmapped :meth:`_outputs_pending`).
@@ -1038,10 +1038,37 @@ class Integrator:
         def step(p, t, z, u, steps, live):
             return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
 
-        return {"t0": t0, "t1": t1, "tol": tol, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": u0,
+        return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": u0,
                 "N": z0.shape[0], "n_out": jnp.shape(t_eval)[0], "S": min(slots, z0.shape[0]),
                 "pick": lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params),
                 "step": step, "pending": jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None))}
+
+    def _pool_outputs(self, pool, X, good, t, h, i_out, buf, write):
+        """Dense output of every slot's due output times after its step of h from t (a loop).
+
+        Args:
+            pool: :meth:`_pool`'s dict.
+            X, good, t, h: the slots' series, step flags, times and steps.
+            i_out: each slot's next output row; buf: where outputs go.
+            write: ``write(go, rows, values, buf) -> buf`` stores the slots'
+                values (``go``: which are due) at their output rows.
+
+        Returns:
+            (i_out, buf) after every due output is written.
+        """
+        pending, t_eval, t1, n_out = pool["pending"], pool["t_eval"], pool["t1"], pool["n_out"]
+
+        def out_cond(oc):
+            return jnp.any(pending(oc[0], good, t, h, t_eval, t1))
+
+        def out_body(oc):
+            i, b = oc
+            go = pending(i, good, t, h, t_eval, t1)
+            ic = jnp.minimum(i, n_out - 1)
+            vals = jax.vmap(self.dense)(X, t_eval[ic] - t)
+            return i + go.astype(i.dtype), write(go, ic, vals, b)
+
+        return lax.while_loop(out_cond, out_body, (i_out, buf))
 
     @staticmethod
     def _pool_results(N, t0, z0, u0) -> dict:
@@ -1084,8 +1111,7 @@ class Integrator:
         finished or none is running.
         """
         pool = self._pool(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
-        t0, t1, t_eval, z0, u0, N, n_out, S, pick, step, pending = (pool[k] for k in (
-            "t0", "t1", "t_eval", "z0", "u0", "N", "n_out", "S", "pick", "step", "pending"))
+        t0, z0, u0, N, n_out, S, pick, step = (pool[k] for k in ("t0", "z0", "u0", "N", "n_out", "S", "pick", "step"))
         enough = max(1, int(S * _ROUND_FINISHED))
         empty = self._empty_outputs((S,), n_out)
 
@@ -1114,17 +1140,7 @@ class Integrator:
             X, h, good, t_new, z, u, status = jax.vmap(step)(r["p"], t, r["z"], r["u"], r["steps"], live)
             good = good & live
 
-            def out_cond(oc):
-                return jnp.any(pending(oc[0], good, t, h, t_eval, t1))
-
-            def out_body(oc):
-                i, buf = oc
-                go = pending(i, good, t, h, t_eval, t1)
-                ic = jnp.minimum(i, n_out - 1)
-                vals = jax.vmap(self.dense)(X, t_eval[ic] - t)
-                return i + go.astype(i.dtype), write_slots(go, ic, vals, buf)
-
-            i_out, buf = lax.while_loop(out_cond, out_body, (r["i_out"], r["buf"]))
+            i_out, buf = self._pool_outputs(pool, X, good, t, h, r["i_out"], r["buf"], write_slots)
             keep = lambda new, old: jnp.where(live.reshape(live.shape + (1,) * (new.ndim - 1)), new, old)
             return {**r, "t": keep(t_new, t), "z": keep(z, r["z"]), "u": keep(u, r["u"]),
                     "steps": keep(r["steps"] + 1, r["steps"]), "status": keep(status, r["status"]),
@@ -1160,8 +1176,7 @@ class Integrator:
     def _run_batch_scatter(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
         """The slot pool with a refill after every step, outputs scattered to their rows (GPU)."""
         pool = self._pool(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
-        t0, t1, t_eval, z0, u0, N, n_out, S, pick, step, pending = (pool[k] for k in (
-            "t0", "t1", "t_eval", "z0", "u0", "N", "n_out", "S", "pick", "step", "pending"))
+        t0, z0, u0, N, n_out, S, pick, step = (pool[k] for k in ("t0", "z0", "u0", "N", "n_out", "S", "pick", "step"))
 
         def cond(c):
             return jnp.any(c["e"] < N)
@@ -1173,19 +1188,11 @@ class Integrator:
             X, h, good, t_new, z, u, status = jax.vmap(step)(pick(ec), t, c["z"], c["u"], c["steps"], active)
             good = good & active
 
-            def out_cond(oc):
-                return jnp.any(pending(oc[0], good, t, h, t_eval, t1))
-
-            def out_body(oc):
-                i, outs = oc
-                go = pending(i, good, t, h, t_eval, t1)
-                ic = jnp.minimum(i, n_out - 1)
-                vals = jax.vmap(self.dense)(X, t_eval[ic] - t)
+            def scatter(go, ic, vals, outs):
                 rows = jnp.where(go, e, N)  # out of range: dropped
-                outs = {k: outs[k].at[rows, ic].set(vals[k], mode="drop") for k in outs}
-                return i + go.astype(i.dtype), outs
+                return {k: outs[k].at[rows, ic].set(vals[k], mode="drop") for k in outs}
 
-            i_out, outs = lax.while_loop(out_cond, out_body, (c["i_out"], c["outs"]))
+            i_out, outs = self._pool_outputs(pool, X, good, t, h, c["i_out"], c["outs"], scatter)
             steps = c["steps"] + 1
             done = active & (status >= 0)
             rows = jnp.where(done, e, N)
