@@ -20,6 +20,7 @@ which the structural analysis (Σ) and the Taylor engine interpret.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -58,7 +59,7 @@ class Variable:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=int))
+        return int(math.prod(self.shape))
 
     def component_names(self) -> list[str]:
         """Flat component labels: ``x`` for scalars, ``q[0]``… for vectors."""

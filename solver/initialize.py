@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+import weakref
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -75,7 +76,20 @@ class StateSpec:
         self.weights, self.given = weights, given
 
 
+# Parsed initial-value names per integrator: a batch parses the same names
+# for every point (1,000 pendulums: parse_values was most of solve_batch's
+# time outside the run).
+_PARSED_KEYS: "weakref.WeakKeyDictionary[Integrator, dict]" = weakref.WeakKeyDictionary()
+
+
 def _parse_key(key: str, integ: Integrator):
+    cache = _PARSED_KEYS.setdefault(integ, {})
+    if key not in cache:
+        cache[key] = _parse_key_uncached(key, integ)
+    return cache[key]
+
+
+def _parse_key_uncached(key: str, integ: Integrator):
     m = _KEY.match(str(key))
     dae = integ.dae
     if not m:
@@ -122,15 +136,11 @@ def parse_values(integ: Integrator, values: Mapping | None, fixed: Sequence[str]
     z_hat = np.zeros(integ.n_state)
     free = np.ones(integ.n_state, dtype=bool)
     u_guess = np.zeros(dae.n)
-    pos = {}
-    for v in dae.variables:
-        a, _ = integ.state_slices[v.name]
-        for k, (r, c) in enumerate(zip(integ.state_rows[v.name], integ.state_cols[v.name])):
-            pos[(v.name, int(c), int(r))] = a + k
+    pos = integ.state_position
     given = set()
     for key, val in (values or {}).items():
         var, elems, l = _parse_key(key, integ)
-        arr = np.asarray(val, dtype=float).ravel()
+        arr = np.array([float(val)]) if isinstance(val, (int, float)) else np.asarray(val, dtype=float).ravel()
         if arr.size == 1:
             arr = np.full(len(elems), float(arr[0]))
         if arr.size != len(elems):

@@ -312,6 +312,12 @@ class Integrator:
         self.n_state = pos
         self.state_rows = {v.name: np.array([r for r, o in zip(rows, owners) if o == v.name], dtype=int) for v in dae.variables}
         self.state_cols = {v.name: np.array([c for c, o in zip(cols, owners) if o == v.name], dtype=int) for v in dae.variables}
+        # (variable, element, derivative order) -> index in the state z.
+        self.state_position = {}
+        for v in dae.variables:
+            a, _ = self.state_slices[v.name]
+            for k, (r, c) in enumerate(zip(self.state_rows[v.name], self.state_cols[v.name])):
+                self.state_position[(v.name, int(c), int(r))] = a + k
         self.state_labels = []
         for v in dae.variables:
             names = v.component_names()
