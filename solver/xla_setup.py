@@ -15,9 +15,13 @@ RSCR and Mechanism0 are compiled whole (runs 1.75-5x faster; RSCR needs the
 while the 90x90 cloth, whose loop touches more and gains from XLA's
 threads, keeps the kernel-by-kernel runtime (hoisted, at a 1 GB threshold,
 its step was 1.7x slower) (``workflows/benchmarks/results/small_loops.txt``).
-XLA hoists no loop that holds a custom call, dot or scatter; where the
-option is in effect (:func:`loops_compiled_whole`) a single run's loop is
-written without them (``solver.linalg.native_loops``).  A loop compiled
+XLA hoists no loop that holds a custom call (LAPACK), a scatter, a sort
+or a library fusion (XLA:CPU makes YNNPACK fusions of some dots and, under
+``vmap``, of some multiply-and-reduce patterns; a small plain dot is
+hoisted); where the option is in effect (:func:`loops_compiled_whole`) a
+single run's loop is written without them (``solver.linalg.native_loops``),
+and a batch's slots step in rounds without scatters
+(``Integrator._run_batch_rounds``).  A loop compiled
 whole takes longer to compile (Andrews 9.8 -> 14.3 s, RSCR 8.3 -> 13.9 s).
 
 XLA reads ``XLA_FLAGS`` once, when JAX starts its backend (the first
