@@ -241,11 +241,8 @@ def hidden_jacobian_pattern(integ: Integrator) -> sp.csr_array:
     by_row = {}
     for i, j, o in zip(sig.rows.tolist(), sig.cols.tolist(), sig.orders.tolist()):
         by_row.setdefault(i, []).append((j, o))
-    state_pos = {}
-    for v in dae.variables:
-        a, _ = integ.state_slices[v.name]
-        for k, (r, c) in enumerate(zip(integ.state_rows[v.name], integ.state_cols[v.name])):
-            state_pos[(v.offset + int(c), int(r))] = a + k
+    # (flat unknown, derivative order) -> index in the state z.
+    state_pos = {(dae.var_index[name].offset + c, r): k for (name, c, r), k in integ.state_position.items()}
     rows, cols = [], []
     for h, (b, r, e) in enumerate(integ.hidden_index):
         i = dae.equation_blocks[b][0] + e
