@@ -259,6 +259,33 @@ def in_one_trip_loop(fn, *args):
     return jax.tree.unflatten(tree, lax.while_loop(lambda c: c[0], body, init)[2])
 
 
+def step_loop_condition(going, counter):
+    """``going`` as a step loop's condition that also reads ``counter``, a carry element never negative.
+
+    XLA's loop passes (invariant code motion and the loop simplifier, both
+    run to a fixed point) look for an induction variable in every while
+    loop.  When the condition reads one element of the carry, they copy the
+    whole computation of that element's update in the body, every call and
+    fusion inlined, to test whether it is a scalar counter
+    (``GetUniqueGTEDependenceIndex`` in XLA's while_loop_analysis.cc).  A
+    step loop's status depends on the whole step, so that copy, repeated per
+    pass and loop, was a third of the pendulum's compile.  A condition that
+    reads two elements is rejected before anything is copied: pendulum
+    3.5-4.1 -> 2.0-2.1 s, Mechanism0 6.6-10.9 -> 3.8-5.6 s, Andrews 15-16 ->
+    11-13.5 s, RSCR 18-23 -> 14-15 s, runs unchanged
+    (workflows/benchmarks/results/loop_condition.txt).
+
+    Args:
+        going: the loop's boolean condition (scalar).
+        counter: an integer element of the carry that is never negative
+            (a step count, the next problem's index).
+
+    Returns:
+        ``going`` (``counter >= 0`` always holds).
+    """
+    return going & (counter >= 0)
+
+
 class Integrator:
     """Pure functions for one DAE at one Taylor order.
 
@@ -1153,7 +1180,7 @@ class Integrator:
                     "i_out": i_out, "buf": buf}
 
         def cond(c):
-            return jnp.any(c["e"] < N)
+            return step_loop_condition(jnp.any(c["e"] < N), c["next"])
 
         def body(c):
             e = c["e"]
@@ -1185,7 +1212,7 @@ class Integrator:
         t0, z0, u0, N, n_out, S, pick, step = (pool[k] for k in ("t0", "z0", "u0", "N", "n_out", "S", "pick", "step"))
 
         def cond(c):
-            return jnp.any(c["e"] < N)
+            return step_loop_condition(jnp.any(c["e"] < N), c["next"])
 
         def body(c):
             e, t = c["e"], c["t"]
@@ -1362,7 +1389,7 @@ class Integrator:
             # keep_last the last step's series stays in the carry, for the
             # outputs past `limit`.
             def step_cond(s):
-                going = s["status"] < 0
+                going = step_loop_condition(s["status"] < 0, s["steps"])
                 return going if limit is None else going & (s["i_out"] < limit)
 
             def step_body(s):

@@ -244,6 +244,95 @@ def test_a_small_models_run_keeps_its_set_up_in_its_loop_with_the_unwrapped_runs
     np.testing.assert_array_equal(np.asarray(a["z_final"]), np.asarray(b["z_final"]))
 
 
+def _hlo_computations(text: str) -> dict:
+    """HLO text -> {computation: {instruction: (text after '=', is_root)}}."""
+    comps, cur = {}, None
+    for line in text.splitlines():
+        head = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if head:
+            cur = comps[head.group(1)] = {}
+        elif line.startswith("}"):
+            cur = None
+        elif cur is not None and (m := re.match(r"\s*(ROOT )?%?([\w.\-]+) = (.*)$", line)):
+            cur[m.group(2)] = (m.group(3), bool(m.group(1)))
+    return comps
+
+
+def _hlo_operands(expr: str) -> list[str]:
+    body = expr.split(") ", 1)[1] if expr.startswith("(") else expr  # past a tuple's shape
+    m = re.search(r"[a-z\-]+\(([^()]*)\)", body)
+    return [x.strip().lstrip("%") for x in m.group(1).split(",")] if m and m.group(1).strip() else []
+
+
+def _carry_elements_read(comp: dict, start: str) -> set[int]:
+    """Tuple indices of the computation's parameter that ``start`` depends on."""
+    seen, todo, read = set(), [start], set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in comp:
+            continue
+        seen.add(name)
+        expr = comp[name][0]
+        gte = re.search(r"get-tuple-element\(%?([\w.\-]+)\), index=(\d+)", expr)
+        if gte and "parameter(" in comp.get(gte.group(1), ("",))[0]:
+            read.add(int(gte.group(2)))
+        todo.extend(_hlo_operands(expr))
+    return read
+
+
+def loops_xla_copies_to_find_a_counter(hlo_text: str) -> list[tuple]:
+    """Loops whose condition reads one carry element that the body computes from others.
+
+    XLA's loop passes copy the whole computation of such an element's
+    update to test whether it is a counter (solver.integrate.step_loop_condition).
+    Returns (condition, element, other elements its update reads) per loop.
+    """
+    comps = _hlo_computations(hlo_text)
+    found = []
+    for comp in comps.values():
+        for expr, _ in comp.values():
+            loop = re.search(r" while\(.*\), condition=%?([\w.\-]+), body=%?([\w.\-]+)", expr)
+            if not loop:
+                continue
+            cond, body = comps[loop.group(1)], comps[loop.group(2)]
+            read = _carry_elements_read(cond, next(n for n, (_, root) in cond.items() if root))
+            if len(read) != 1:
+                continue
+            (i,) = read
+            update = _hlo_operands(next(e for e, root in body.values() if root))[i]
+            others = _carry_elements_read(body, update) - {i}
+            if others:
+                found.append((loop.group(1), i, sorted(others)))
+    return found
+
+
+def test_no_loop_of_a_run_makes_xla_copy_the_step_to_look_for_a_counter():
+    # A step loop's condition that read only its status made XLA copy the
+    # whole step, every pass, to test the status for a counter: a third of
+    # the pendulum's compile.  Single runs, both slot-pool forms and the
+    # forward-mode sensitivities are checked on their lowered programs.
+    integ = integrator_for(PEND, 12)
+    lengths = np.array([0.5, 1.0, 1.7])
+    t_eval = np.linspace(0, 2, 21)
+    z0 = np.stack([lengths * np.sin(0.4), 0 * lengths, lengths * np.cos(0.4), 0 * lengths], axis=1)
+    params = {"g": np.full(3, 9.81), "L": lengths}
+    u0 = np.zeros((3, 3))
+    single = (jax.tree.map(lambda a: a[0], params), z0[0], u0[0], 0.0, 2.0, t_eval, 1e-10, 500, jnp.inf, 0.0)
+    batch = (params, z0, u0, 0.0, 2.0, t_eval, 1e-10, 500, jnp.inf, 0.0)
+    programs = {
+        "run": jax.jit(integ._run_whole).lower(*single),
+        "rounds": jax.jit(integ._run_batch_rounds, static_argnames=("slots",)).lower(*batch, slots=2),
+        "scatter": jax.jit(integ._run_batch_scatter, static_argnames=("slots",)).lower(*batch, slots=2),
+        "tangents": jax.jit(integ._run_tangents, static_argnames=("slots",)).lower(
+            single[0], z0[0], u0[0], {"g": np.zeros(1), "L": np.ones(1)}, np.zeros((1, 4)), 0.0, 2.0, t_eval,
+            1e-10, 500, jnp.inf, slots=None),
+    }
+    for name, lowered in programs.items():
+        text = lowered.compiler_ir("hlo").as_hlo_text()
+        assert " while(" in text
+        assert loops_xla_copies_to_find_a_counter(text) == [], name
+
+
 def test_vmapped_batch_equals_single_runs():
     integ = integrator_for(PEND, 12)
     lengths = np.array([0.5, 1.0, 1.7])
