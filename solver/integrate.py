@@ -36,7 +36,7 @@ from .errors import InputError
 from .kkt import KKTBlocks, kkt_factor, kkt_solve
 from .pointwise import levels_from_coefficients, residual_at
 from .compact import CompactProgram, CompactUnsupportedError
-from .tape import UnrolledProgram
+from .tape import UnrolledProgram, _plus, _times
 from .taylor import _LINEAR as _LINEAR_NAMES
 from .taylor import TaylorProgram, order_sum, write_row
 
@@ -844,11 +844,14 @@ class Integrator:
                 out[name] = jnp.stack(rows)
             return out
         A = jnp.concatenate([X[n].reshape(K, -1) for n in names], axis=1)
+        # lax's primitives trace in half the time of jnp's operators and
+        # indexing (the pendulum's shift: 30-40 -> 14-17 ms a call), same numbers.
+        a_rows = [lax.index_in_dim(A, r, keepdims=False) for r in range(K)]
         rows = []
         for l in range(max(orders.values())):
-            y = math.comb(K - 1, l) * A[K - 1]
+            y = _times(float(math.comb(K - 1, l)), a_rows[K - 1])
             for r in range(K - 2, l - 1, -1):
-                y = y * h + math.comb(r, l) * A[r]
+                y = _plus(_times(y, h), _times(float(math.comb(r, l)), a_rows[r]))
             rows.append(y)
         Y = jnp.stack(rows)
         out, a = {}, 0
