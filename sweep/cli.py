@@ -33,6 +33,7 @@ import numpy as np
 from solver import status as st
 from solver.errors import InputError
 from sweep.runner_cli import main_default, main_sweep
+from sweep.store import zarr_ready
 
 __all__ = ["main", "build_parser", "summary"]
 
@@ -422,7 +423,7 @@ def write_result(ds, path: str) -> None:
             # it is an extension of format 3, which concerns the writer only.
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
-                ds.to_zarr(path, mode="w", consolidated=True)
+                zarr_ready(ds).to_zarr(path, mode="w", consolidated=True)
         else:
             ds.copy(deep=False).assign_attrs().pipe(_netcdf_safe).to_netcdf(path)
     except OSError as exc:

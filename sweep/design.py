@@ -56,6 +56,7 @@ from solver.expr import evaluate_constant, parse
 from solver.sensitivity import metric_tangent, sensitivity_name
 from sweep import pipeline
 from sweep.design_spec import DesignSpec, load_design
+from sweep.store import zarr_ready
 
 __all__ = ["DesignContext", "Evaluation", "StartResult", "DesignResult", "build_problem",
            "evaluate", "run_start", "start_task", "rank_store", "run_design", "history_dataset",
@@ -1125,7 +1126,7 @@ def write_history(result: DesignResult, out: str, overwrite: bool = False) -> No
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
-            ds.to_zarr(out, mode="w", consolidated=True)
+            zarr_ready(ds).to_zarr(out, mode="w", consolidated=True)
     except OSError as exc:
         raise InputError(f"--out {out}: cannot write it ({exc.strerror or exc})") from None
 

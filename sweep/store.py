@@ -245,6 +245,33 @@ def _is_store(path: Path) -> bool:
     return (path / "zarr.json").is_file()
 
 
+def variable_length_text(values: np.ndarray) -> np.ndarray:
+    """Fixed-width numpy text (``<U``) as variable-length strings; other arrays unchanged.
+
+    The fixed-width form has no Zarr v3 specification yet: zarr warns that
+    such arrays may become unreadable, by other libraries or its own later
+    versions.  Variable-length strings have one.
+    """
+    return values.astype(object) if values.dtype.kind == "U" else values
+
+
+def zarr_ready(ds):
+    """``ds`` (an xarray Dataset) with every text coordinate and variable as :func:`variable_length_text`.
+
+    Args:
+        ds: the Dataset to be written to Zarr.
+
+    Returns:
+        A shallow copy; numeric arrays are shared, not copied.
+    """
+    text = {name: v.copy(data=variable_length_text(v.values)) for name, v in ds.variables.items()
+            if v.dtype.kind == "U"}
+    if not text:
+        return ds
+    return (ds.assign_coords({n: v for n, v in text.items() if n in ds.coords})
+            .assign({n: v for n, v in text.items() if n not in ds.coords}))
+
+
 def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
               attrs: Mapping, batch: int) -> tuple[xr.Dataset, dict]:
     """The template dataset and its encoding (chunking: one batch per chunk)."""
@@ -264,9 +291,7 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     coords["time"] = ("time", np.asarray(schema.time, dtype=np.float64))
     for dim, values in schema.coords.items():
         values = np.asarray(values)
-        # Text components (axis names) go in as variable-length strings: the
-        # fixed-width numpy form has no Zarr v3 specification yet.
-        coords[dim] = (dim, values.astype(object) if values.dtype.kind == "U" else values)
+        coords[dim] = (dim, variable_length_text(values))
 
     data_vars, encoding = {}, {}
     for name, dims in schema.variables.items():

@@ -143,6 +143,27 @@ def test_simulate_store_opens_quietly_and_records_the_order_used(pendulum_run):
     assert ds.attrs["solver_order"] == order_for_tol(1e-10) > 0
 
 
+def test_text_coordinates_are_stored_as_variable_length_strings_without_a_zarr_warning(tmp_path):
+    """A rigid body's ``axis`` coordinate ('x', 'y', 'z') was written in numpy's
+    fixed-width text form, which has no Zarr v3 specification: zarr warned that
+    the store might become unreadable.  Results, design histories and sweep
+    stores write text as variable-length strings, which read back equal."""
+    import warnings
+
+    from sweep.cli import open_result, write_result
+
+    ds = xr.Dataset({"w": (("time", "axis"), np.arange(6.0).reshape(2, 3)), "note": ("time", np.array(["a", "bc"]))},
+                    coords={"time": [0.0, 1.0], "axis": np.array(["x", "y", "z"])})
+    path = str(tmp_path / "run.zarr")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        write_result(ds, path)
+    back = open_result(path)
+    assert [str(a) for a in back.axis.values] == ["x", "y", "z"]
+    assert [str(a) for a in back.note.values] == ["a", "bc"]
+    np.testing.assert_array_equal(back.w.sel(axis="y").values, [1.0, 4.0])
+
+
 def test_json_final_over_1000_values_goes_to_a_file(tmp_path, capsys):
     import argparse
 
