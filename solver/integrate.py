@@ -270,9 +270,10 @@ def step_loop_condition(going, counter):
     (``GetUniqueGTEDependenceIndex`` in XLA's while_loop_analysis.cc).  A
     step loop's status depends on the whole step, so that copy, repeated per
     pass and loop, was a third of the pendulum's compile.  A condition that
-    reads two elements is rejected before anything is copied: pendulum
-    3.5-4.1 -> 2.0-2.1 s, Mechanism0 6.6-10.9 -> 3.8-5.6 s, Andrews 15-16 ->
-    11-13.5 s, RSCR 18-23 -> 14-15 s, runs unchanged
+    reads two elements is rejected before anything is copied.  XLA's
+    compile: pendulum 3.6-4.6 -> 2.2-2.5 s, Mechanism0 6.3-7.3 -> 4.5-4.7 s,
+    Andrews 15-16 -> 11-13.5 s, the car 21-22 -> 14-16 s, RSCR (whose
+    compile is LLVM's) 18-19 -> 17.5 s; runs unchanged
     (workflows/benchmarks/results/loop_condition.txt).
 
     Args:
