@@ -1,4 +1,6 @@
-"""The one XLA:CPU option mechsweep sets: whole small loops compiled as one kernel.
+"""The two XLA:CPU settings mechsweep makes: whole small loops, run on the caller's thread.
+
+**Whole small loops.**
 
 XLA:CPU runs a program as a sequence of kernels ("thunks"), one per fusion,
 copy or loop, and pays about 35 ns of runtime per kernel on this machine,
@@ -30,6 +32,22 @@ imported, before any of its modules computes.  A value the user set in
 ``XLA_FLAGS`` is kept (``...threshold=0`` turns the hoisting off).  When the
 backend was started before ``solver`` was imported, the option cannot take
 effect any more: :func:`apply` warns once, naming the fix.
+
+**Synchronous dispatch.** JAX hands every CPU computation of more than
+1,000 flops to a worker thread and the Python thread waits for it
+(``jax_cpu_enable_async_dispatch``); XLA runs cheaper ones inline.  Each of
+our runs is above that line and takes a fraction of a millisecond, so the
+hand-over and the waking of the waiting thread were a fixed 40-80 us a
+call: a fifth to a third of the pendulum's run (0.20-0.27 -> 0.17-0.18 ms
+best, and 0.26-0.30 -> 0.17-0.18 ms when other Python work runs between
+calls, as in ``solve``; 1,000-pendulum batches unchanged,
+``workflows/benchmarks/results/dispatch.txt``).  The computation still
+releases the GIL and still uses XLA's thread pool inside, so Dask's worker
+threads and progress reporting keep running.  JAX reads the setting when
+it starts its CPU backend, like ``XLA_FLAGS``: :func:`apply` sets it then.
+To get asynchronous dispatch back, set
+``jax.config.update("jax_cpu_enable_async_dispatch", True)`` after importing
+``solver`` and before the first computation.
 """
 
 from __future__ import annotations
@@ -39,6 +57,7 @@ import re
 import warnings
 
 OPTION = "xla_cpu_small_while_loop_byte_threshold"
+DISPATCH_OPTION = "jax_cpu_enable_async_dispatch"
 SMALL_LOOP_BYTES = 10_000_000
 XLA_DEFAULT_LOOP_BYTES = 1024
 
@@ -105,7 +124,11 @@ def backend_started() -> bool:
 
 
 def apply() -> str:
-    """Set the small-loop option in ``XLA_FLAGS`` for this process and its children.
+    """Set the small-loop option in ``XLA_FLAGS`` (for this process and its children) and synchronous dispatch.
+
+    Synchronous dispatch (``jax_cpu_enable_async_dispatch`` off) is set
+    whenever JAX's backend has not started yet; like the loop option it
+    cannot reach a backend already running.
 
     Returns:
         ``"set"`` (added now), ``"user"`` (``XLA_FLAGS`` names it already:
@@ -114,13 +137,19 @@ def apply() -> str:
         :class:`PerformanceWarning` says how to get it in this one).
     """
     flags = os.environ.get("XLA_FLAGS", "")
+    started = backend_started()
+    if not started:
+        import jax
+
+        jax.config.update(DISPATCH_OPTION, False)
     if OPTION in flags:
         return "user"
     os.environ["XLA_FLAGS"] = with_small_loop_option(flags)
-    if backend_started():
+    if started:
         warnings.warn(
             "JAX started its backend before mechsweep was imported, so XLA compiles small models' step "
-            "loops kernel by kernel (up to 5x slower runs, same results). Import solver (or sweep) before "
+            "loops kernel by kernel and hands each run to another thread (up to 5x slower runs, same "
+            "results). Import solver (or sweep) before "
             f"the first JAX computation, or start Python with XLA_FLAGS='{_EXTRA}={OPTION}={SMALL_LOOP_BYTES}'.",
             PerformanceWarning, stacklevel=3)
         return "late"

@@ -1,10 +1,11 @@
-"""The XLA option mechsweep sets: small step loops compiled whole (solver/xla_setup.py).
+"""The XLA:CPU settings mechsweep makes (solver/xla_setup.py): small step loops compiled whole, synchronous dispatch.
 
 The flag text is checked as text; its effect is checked in child processes
 (XLA reads ``XLA_FLAGS`` once per process, when JAX starts its backend):
 importing ``solver`` first makes XLA compile the pendulum's whole step loop as
-one kernel (a "small call" in the optimised program), a user's own threshold
-wins, and importing ``solver`` after JAX started warns and names the fix.
+one kernel (a "small call" in the optimised program) and turns JAX's
+asynchronous CPU dispatch off, a user's own threshold wins, and importing
+``solver`` after JAX started warns and names the fix.
 """
 
 import json
@@ -85,6 +86,7 @@ text = integ._run_jit.lower(*args).compile().as_text()
 entry = text[text.index("\nENTRY"):]
 entry = entry[:entry.index("\n}")]
 print("PROBE " + json.dumps({"state": solver.xla_setup.STATE, "small_calls": text.count("xla_cpu_small_call"),
+                             "async_dispatch": jax.config.read("jax_cpu_enable_async_dispatch"),
                              "entry_loops": entry.count(" while("),
                              "warnings": [str(w.message) for w in caught
                                           if w.category.__name__ == "PerformanceWarning"]}))
@@ -107,14 +109,19 @@ def test_importing_solver_first_compiles_the_pendulums_step_loop_as_one_kernel()
     assert hoisted["state"] == "set" and not hoisted["warnings"]
     # The step loop is no longer a loop of the entry program but one kernel ("small call").
     assert hoisted["small_calls"] >= 1 and hoisted["entry_loops"] == 0
-    # The user's own threshold wins: 0 turns the hoisting off.
+    # Runs execute on the calling thread (no hand-over to JAX's dispatch thread).
+    assert hoisted["async_dispatch"] is False
+    # The user's own threshold wins: 0 turns the hoisting off; dispatch is still synchronous.
     off = _probe("solver-first", f"--xla_backend_extra_options={OPTION}=0")
     assert off["state"] == "user" and off["small_calls"] == 0 and off["entry_loops"] >= 1
+    assert off["async_dispatch"] is False
 
 
 def test_importing_solver_after_jax_started_warns_and_names_the_fix():
     late = _probe("jax-first")
     assert late["state"] == "late" and late["entry_loops"] >= 1
+    # A backend already running keeps JAX's dispatch as it was started.
+    assert late["async_dispatch"] is True
     assert len(late["warnings"]) == 1
     assert "Import solver (or sweep) before the first JAX computation" in late["warnings"][0]
     assert f"XLA_FLAGS='--xla_backend_extra_options={ENTRY}'" in late["warnings"][0]

@@ -1,18 +1,26 @@
-"""XLA's small-loop hoisting on and off: run and compile times per problem.
+"""The XLA:CPU settings mechsweep makes, each on and off: run and compile times per problem.
 
-mechsweep sets ``xla_cpu_small_while_loop_byte_threshold`` (``solver/xla_setup.py``)
-so that XLA:CPU compiles a small model's whole step loop as one kernel.  XLA
-reads the option once per process, so each setting runs in child processes of
-its own, the settings alternating round after round (the shared machine's
-speed drifts by up to 2x within minutes); each figure is the best over rounds
-of the best of ``--repeat`` calls.  XLA's default threshold is 1024 bytes.
-The same child also times diffrax on the pendulum and Andrews' squeezer: the
-option is process-wide, and it speeds diffrax's loops as well, which
-``bench_peers`` (one process, one setting) therefore includes on both sides.
+``--setting loops`` (default): mechsweep sets
+``xla_cpu_small_while_loop_byte_threshold`` (``solver/xla_setup.py``) so that
+XLA:CPU compiles a small model's whole step loop as one kernel; XLA's default
+threshold is 1024 bytes.  ``--setting dispatch``: mechsweep turns JAX's
+asynchronous CPU dispatch off (``jax_cpu_enable_async_dispatch``), so a run
+executes on the calling thread instead of being handed to another.
+
+Both are read once per process, when JAX starts its backend, so each setting
+runs in child processes of its own, the settings alternating round after
+round (the shared machine's speed drifts by up to 2x within minutes); each
+figure is the best over rounds of the best of ``--repeat`` calls.  The
+"between other work" row times each call after half a millisecond of Python
+work, as a call inside ``solve`` or a sweep meets it; back-to-back calls find
+the dispatch thread still awake.  The same child also times diffrax on the
+pendulum and Andrews' squeezer: both settings are process-wide, and they
+apply to diffrax as well, which ``bench_peers`` (one process, one setting)
+therefore includes on both sides.
 
 Usage:
-    .venv/bin/python workflows/benchmarks/bench_small_loops.py [--rounds 2] [--repeat 20]
-        [--out workflows/benchmarks/results/small_loops.txt]
+    .venv/bin/python workflows/benchmarks/bench_small_loops.py [--setting loops|dispatch] [--rounds 2]
+        [--repeat 20] [--out workflows/benchmarks/results/small_loops.txt]
 """
 
 from __future__ import annotations
@@ -29,6 +37,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 XLA_DEFAULT = 1024
+SETTINGS = ("loops", "dispatch")
+# The child turns JAX's asynchronous dispatch back on when this is set.
+ASYNC_ENV = "BENCH_ASYNC_DISPATCH"
+
+
+def _python_work():
+    """About half a millisecond of interpreter work between two timed calls."""
+    return sum(range(20_000))
 
 
 def child(repeat: int) -> dict:
@@ -36,11 +52,15 @@ def child(repeat: int) -> dict:
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(ROOT))
     import numpy as np
+    import jax
     import jax.numpy as jnp
     import bench_peers as bp
     import solver
     from solver.integrate import order_for_tol
 
+    if os.environ.get(ASYNC_ENV):
+        # Before the first computation: JAX reads it when it starts the CPU backend.
+        jax.config.update("jax_cpu_enable_async_dispatch", True)
     bp.empty_caches()
     out = {}
 
@@ -48,6 +68,16 @@ def child(repeat: int) -> dict:
         tc, best, r = bp.compile_and_run(fn, n)
         out[name] = [tc, best]
         return r
+
+    def measure_between_work(name, fn, n=repeat):
+        fn()
+        times = []
+        for _ in range(n):
+            _python_work()
+            t = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t)
+        out[name] = [None, min(times)]
 
     # Pendulum, one run and 1,000 lengths (as bench_peers' section 1).
     tol, t1 = 1e-10, 10.0
@@ -57,10 +87,16 @@ def child(repeat: int) -> dict:
     params = {"g": jnp.asarray(bp.G), "L": jnp.asarray(1.0)}
     comp, z0, u0 = bp.mechsweep_state(dae, order, params, 0.0, bp.pendulum_values({"L": 1.0}), bp.PENDULUM_FIXED)
     integ = comp.integrator
-    measure("pendulum, one run: mechsweep", lambda: bp.block(integ.run(params, z0, u0, 0.0, t1, t_eval, tol)))
+    run_one = lambda: bp.block(integ.run(params, z0, u0, 0.0, t1, t_eval, tol))
+    measure("pendulum, one run: mechsweep", run_one)
+    measure_between_work("pendulum, one run between other work: mechsweep", run_one)
+    measure_between_work("pendulum, solve() between other work: mechsweep",
+                         lambda: solver.solve(dae, (0.0, t1), bp.pendulum_values({"L": 1.0}), bp.PENDULUM_FIXED,
+                                              tol=tol, t_eval=t_eval), max(3, repeat // 2))
     if bp.diffrax is not None:
         one, _ = bp.diffrax_pendulum(t1, t_eval)
         measure("pendulum, one run: diffrax (rtol 1e-10)", lambda: bp.block(one(1.0, 1e-10)))
+        measure_between_work("pendulum, one run between other work: diffrax", lambda: bp.block(one(1.0, 1e-10)))
     B = 1000
     Ls = np.linspace(0.5, 2.0, B)
     params_b = {"g": np.full(B, bp.G), "L": Ls}
@@ -104,8 +140,16 @@ def child(repeat: int) -> dict:
     return out
 
 
+def _least(a, b):
+    """The smaller of two compile times, either of which may be None (not measured)."""
+    return b if a is None else a if b is None else min(a, b)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--setting", choices=SETTINGS, default="loops",
+                    help="loops: XLA's small-loop threshold, default against mechsweep's; "
+                         "dispatch: JAX's asynchronous CPU dispatch against mechsweep's synchronous one")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of child processes per setting")
     ap.add_argument("--repeat", type=int, default=20, help="timed calls per measurement in a child")
     ap.add_argument("--out", default=None, help="also write the table to this file")
@@ -117,34 +161,46 @@ def main():
     sys.path.insert(0, str(ROOT))
     from solver.xla_setup import SMALL_LOOP_BYTES, with_small_loop_option
 
-    settings = (XLA_DEFAULT, SMALL_LOOP_BYTES)
-    best: dict[int, dict[str, list]] = {s: {} for s in settings}
+    if args.setting == "loops":
+        settings = (XLA_DEFAULT, SMALL_LOOP_BYTES)
+        envs = {s: dict(os.environ, XLA_FLAGS=with_small_loop_option("", s)) for s in settings}
+        names = ("default", "hoisted")
+        title = (f"# XLA small-loop hoisting: threshold {XLA_DEFAULT} bytes (XLA's default) vs {SMALL_LOOP_BYTES} "
+                 f"(mechsweep's, solver/xla_setup.py)")
+    else:
+        settings = ("async", "sync")
+        base = {k: v for k, v in os.environ.items() if k != ASYNC_ENV}
+        envs = {"async": dict(base, **{ASYNC_ENV: "1"}), "sync": base}
+        names = ("async", "sync")
+        title = ("# JAX's CPU dispatch: asynchronous (JAX's default) vs synchronous (mechsweep's, "
+                 "solver/xla_setup.py); both with mechsweep's small-loop threshold")
+    best: dict = {s: {} for s in settings}
     for rnd in range(args.rounds):
         for s in settings:
-            env = dict(os.environ, XLA_FLAGS=with_small_loop_option("", s))
+            env = envs[s]
             t = time.perf_counter()
             proc = subprocess.run([sys.executable, __file__, "--child", "--repeat", str(args.repeat)], env=env,
                                   capture_output=True, text=True)
             line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
             if proc.returncode or not line:
-                sys.exit(f"child with threshold {s} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-            print(f"round {rnd + 1}, threshold {s}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+                sys.exit(f"child with setting {s} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            print(f"round {rnd + 1}, setting {s}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
             for row, (tc, run) in json.loads(line[0][7:]).items():
                 old = best[s].get(row)
-                best[s][row] = [tc if old is None else min(old[0], tc), run if old is None else min(old[1], run)]
-    lines = [f"# XLA small-loop hoisting: threshold {XLA_DEFAULT} bytes (XLA's default) vs {SMALL_LOOP_BYTES} "
-             f"(mechsweep's, solver/xla_setup.py)",
+                best[s][row] = [tc if old is None else _least(old[0], tc), min(old[1], run) if old else run]
+    lines = [title,
              f"# {platform.machine()} {platform.system()}, python {platform.python_version()}, "
              f"{time.strftime('%Y-%m-%d %H:%M')}; {args.rounds} alternating rounds of one child process per "
              f"setting, best of {args.repeat} calls (fewer for the long runs) per round; compile = first call - second",
-             f"# command: .venv/bin/python workflows/benchmarks/bench_small_loops.py --rounds {args.rounds} "
-             f"--repeat {args.repeat}",
-             f"{'work':<42} {'run, default':>13} {'run, hoisted':>13} {'speed-up':>9} {'compile, default':>17} "
-             f"{'compile, hoisted':>17}"]
+             f"# command: .venv/bin/python workflows/benchmarks/bench_small_loops.py --setting {args.setting} "
+             f"--rounds {args.rounds} --repeat {args.repeat}",
+             f"{'work':<50} {'run, ' + names[0]:>13} {'run, ' + names[1]:>13} {'speed-up':>9} "
+             f"{'compile, ' + names[0]:>17} {'compile, ' + names[1]:>17}"]
+    seconds = lambda c: f"{c:>15.2f} s" if c is not None else f"{'-':>17}"
     for row in best[settings[0]]:
         (c0, r0), (c1, r1) = best[settings[0]][row], best[settings[1]][row]
-        lines.append(f"{row:<42} {r0 * 1e3:>10.2f} ms {r1 * 1e3:>10.2f} ms {r0 / r1:>8.2f}x {c0:>15.2f} s "
-                     f"{c1:>15.2f} s")
+        lines.append(f"{row:<50} {r0 * 1e3:>10.3f} ms {r1 * 1e3:>10.3f} ms {r0 / r1:>8.2f}x {seconds(c0)} "
+                     f"{seconds(c1)}")
     text = "\n".join(lines)
     print(text)
     if args.out:
