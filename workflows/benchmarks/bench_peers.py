@@ -1048,6 +1048,8 @@ def main():
     say(caches)
     say(f"XLA_FLAGS ({solver.xla_setup.STATE} by solver/xla_setup.py): {os.environ.get('XLA_FLAGS', '')}; the flag is "
         "process-wide: diffrax's loops below are compiled whole as well")
+    say(f"JAX's CPU dispatch: {'asynchronous' if jax.config.read('jax_cpu_enable_async_dispatch') else 'synchronous'} "
+        "(solver/xla_setup.py; process-wide: diffrax's runs execute on the calling thread too)")
     if hy is None:
         say("heyoka: import failed, its rows are n/a")
     if "pendulum" in only:
