@@ -244,6 +244,31 @@ def test_a_small_models_run_keeps_its_set_up_in_its_loop_with_the_unwrapped_runs
     np.testing.assert_array_equal(np.asarray(a["z_final"]), np.asarray(b["z_final"]))
 
 
+def test_output_times_are_copied_to_the_device_once_per_content():
+    # Integrator.run keeps a numpy array of output times on the device: the
+    # same content (a new array each call, as solve() pads it) is not copied
+    # again, a different content is, and what is not a 1-D float64 numpy
+    # array (lists, device arrays, tracers, very long arrays) passes as given.
+    from solver.integrate import CACHED_TIMES_MAX, _device_times
+
+    a = _device_times(np.linspace(0.0, 1.0, 11))
+    assert isinstance(a, jax.Array) and _device_times(np.linspace(0.0, 1.0, 11)) is a
+    np.testing.assert_array_equal(np.asarray(a), np.linspace(0.0, 1.0, 11))
+    other = _device_times(np.linspace(0.0, 2.0, 11))
+    assert other is not a and float(other[-1]) == 2.0
+    for given in ([0.0, 1.0], jnp.linspace(0.0, 1.0, 3), np.arange(3), np.zeros(CACHED_TIMES_MAX + 1)):
+        assert _device_times(given) is given
+    # The same numbers whichever way the times are given.
+    theta0, t1 = 0.5, 1.0
+    z0 = jnp.asarray([math.sin(theta0), 0.0, math.cos(theta0), 0.0])
+    params = {"g": jnp.asarray(9.81), "L": jnp.asarray(1.0)}
+    integ = integrator_for(PEND, 12)
+    runs = [integ.run(params, z0, jnp.zeros(3), 0.0, t1, t, 1e-10)
+            for t in (np.linspace(0.0, t1, 5), jnp.linspace(0.0, t1, 5), list(np.linspace(0.0, t1, 5)))]
+    for r in runs[1:]:
+        np.testing.assert_array_equal(np.asarray(r["values"]["x"]), np.asarray(runs[0]["values"]["x"]))
+
+
 def _hlo_computations(text: str) -> dict:
     """HLO text -> {computation: {instruction: (text after '=', is_root)}}."""
     comps, cur = {}, None
