@@ -33,7 +33,7 @@ from .initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, Stat
                          ipopt_point, state_scale)
 from .initialize import _residual_list  # the one wording of violated constraints
 from .balance import balance_kernels, balance_series, coordinate_levels
-from .integrate import MODES, Integrator
+from .integrate import MODES, Integrator, _device_number
 from .taylor import TaylorProgram
 from .sensitivity import consistent_tangents
 
@@ -251,8 +251,8 @@ class Compiled:
         Z = self.states_at_outputs(values)
         if self.integrator.n_hidden == 0:
             return np.zeros(Z.shape[:2])
-        return np.asarray(self._residual_series(jnp.asarray(Z), jnp.asarray(t_eval, dtype=float),
-                                                {k: jnp.asarray(v) for k, v in params.items()}))
+        return np.asarray(self._residual_series(np.asarray(Z), np.asarray(t_eval, dtype=float),
+                                                {k: np.asarray(v) for k, v in params.items()}))
 
     def energy_series(self, values, t_eval, params) -> np.ndarray | None:
         """Energy ``q'·∂L/∂q' − L`` at every output time, or None without one.
@@ -265,8 +265,8 @@ class Compiled:
         if not self.has_energy:
             return None
         q, qd = coordinate_levels(self.dae, values)
-        return np.asarray(self._energy_series(jnp.asarray(t_eval, dtype=float), q, qd,
-                                              {k: jnp.asarray(v) for k, v in params.items()}))
+        return np.asarray(self._energy_series(np.asarray(t_eval, dtype=float), q, qd,
+                                              {k: np.asarray(v) for k, v in params.items()}))
 
     def balance_series(self, values, t_eval, params, energy) -> dict:
         """The balance outputs (energy change, dissipated energy, momenta) of a batch of runs.
@@ -333,7 +333,7 @@ class Compiled:
             a = np.asarray(v, dtype=float)
             if a.ndim == 0 or a.shape[0] != nb:
                 raise InputError(f"parameter {k!r}: expected a leading batch axis of length {nb}, got shape {a.shape}")
-            params[k] = jnp.asarray(a)
+            params[k] = a
         scale = np.array([state_scale(z) for z in z_hat])
         z = z_hat.copy()
         ok = np.zeros(nb, dtype=bool)
@@ -355,8 +355,8 @@ class Compiled:
         return z, ok, messages
 
     def _newton(self, params, t0, z_hat, free, scale, iters):
-        zz, rr = self.newton_batch(params, float(t0), jnp.asarray(z_hat), jnp.asarray(free),
-                                   jnp.asarray(int(iters)))
+        zz, rr = self.newton_batch(params, float(t0), np.asarray(z_hat), np.asarray(free),
+                                   _device_number(int(iters)))
         z, res = np.array(zz), np.asarray(rr)
         return z, (res <= ASSEMBLY_TOL * scale) & np.all(np.isfinite(z), axis=1)
 
