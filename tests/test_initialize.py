@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import jax
 import jax.numpy as jnp
@@ -312,3 +314,52 @@ def test_one_point_is_the_batch_policy_with_a_batch_of_one(pend, monkeypatch):
                            np.asarray(bad.z_hat)[None], np.asarray(bad.free)[None], specs=[bad])
     assert not ok[0] and str(info.value) == messages[0]
     assert messages[0].startswith("the fixed initial values are inconsistent")
+
+
+def _vector_pendulum(t, v, p):
+    q, lam = v["q"], v["lam"]
+    return [q[2][0] + lam[0] * q[0][0], q[2][1] + lam[0] * q[0][1] - 9.81, q[1][2] + q[0][2],
+            q[0][0] ** 2 + q[0][1] ** 2 - 1.0]
+
+
+VEC = solver.DAE(_vector_pendulum, variables={"q": 3, "lam": None}, params={})
+
+
+@given(st.lists(st.tuples(st.sampled_from(["q", "q'", "q[0]", "q[1]'", "q[2]", "q[2]'", "q[1]''", "lam"]),
+                          st.floats(-3, 3, allow_nan=False)), max_size=5, unique_by=lambda kv: kv[0]),
+       st.lists(st.sampled_from(["q[0]", "q[1]", "q[0]'", "q[2]"]), max_size=2, unique=True))
+@settings(max_examples=60, deadline=None)
+def test_each_initial_value_lands_at_its_state_entry_or_leading_derivative_guess(items, fixed):
+    # Element by element: x^(l) below the leading order d goes to the state
+    # entry (x, e, l) divided by l!, at the leading order to the guess of
+    # x^(d) (over d!), later names overwrite earlier ones; a fixed name
+    # clears its entries' free flags.  The parsing is cached per name and
+    # per list of fixed names (solver/initialize.py), so the same names
+    # parsed twice in a row must give the same spec.
+    integ = integrator_for(VEC, ORDER)
+    d = integ.prog.d
+    values = dict(items)
+    z = np.zeros(integ.n_state)
+    u = np.zeros(VEC.n)
+    given_mask = np.zeros(integ.n_state, dtype=bool)
+    for key, x in values.items():
+        name, index, primes = key.rstrip("'"), None, len(key) - len(key.rstrip("'"))
+        if "[" in name:
+            name, index = name[:-3], int(name[-2])
+        var = VEC.var_index[name]
+        for e in ([index] if index is not None else range(var.size)):
+            if primes < d[var.offset + e]:
+                z[integ.state_position[(name, e, primes)]] = x / math.factorial(primes)
+                given_mask[integ.state_position[(name, e, primes)]] = True
+            else:
+                u[var.offset + e] = x / math.factorial(primes)
+    free = np.ones(integ.n_state, dtype=bool)
+    for key in fixed:
+        name, primes = key.rstrip("'")[:-3], len(key) - len(key.rstrip("'"))
+        free[integ.state_position[(name, int(key.rstrip("'")[-2]), primes)]] = False
+    for _ in range(2):
+        spec = parse_values(integ, values, fixed)
+        np.testing.assert_array_equal(spec.z_hat, z)
+        np.testing.assert_array_equal(spec.u_guess, u)
+        np.testing.assert_array_equal(spec.free, free)
+        np.testing.assert_array_equal(spec.given, given_mask)
