@@ -37,11 +37,11 @@ effect any more: :func:`apply` warns once, naming the fix.
 1,000 flops to a worker thread and the Python thread waits for it
 (``jax_cpu_enable_async_dispatch``); XLA runs cheaper ones inline.  Each of
 our runs is above that line and takes a fraction of a millisecond, so the
-hand-over and the waking of the waiting thread were a fixed 40-80 us a
-call: a fifth to a third of the pendulum's run (0.20-0.27 -> 0.17-0.18 ms
-best, and 0.26-0.30 -> 0.17-0.18 ms when other Python work runs between
-calls, as in ``solve``; 1,000-pendulum batches unchanged,
-``workflows/benchmarks/results/dispatch.txt``).  The computation still
+hand-over and the waking of the waiting thread cost every call tens of
+microseconds: the pendulum's run went from 0.216 to 0.184 ms back to back
+and from 0.247 to 0.183 ms with Python work between calls, while diffrax
+(whose step loop XLA counts under the line), batches and long runs are
+unchanged (``workflows/benchmarks/results/dispatch.txt``).  The computation still
 releases the GIL and still uses XLA's thread pool inside, so Dask's worker
 threads and progress reporting keep running.  JAX reads the setting when
 it starts its CPU backend, like ``XLA_FLAGS``: :func:`apply` sets it then.
