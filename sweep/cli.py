@@ -24,7 +24,6 @@ import json
 import math
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -33,7 +32,7 @@ import numpy as np
 from solver import status as st
 from solver.errors import InputError
 from sweep.runner_cli import main_default, main_sweep
-from sweep.store import zarr_ready
+from sweep.store import write_dataset
 
 __all__ = ["main", "build_parser", "summary"]
 
@@ -418,12 +417,7 @@ def write_result(ds, path: str) -> None:
         raise InputError(f"--out {path!r}: the result file must end in .zarr or .nc")
     try:
         if path.endswith(".zarr"):
-            # Consolidated metadata, as the sweep stores have, so that a plain
-            # xarray.open_zarr reads it without a warning; zarr warns that
-            # it is an extension of format 3, which concerns the writer only.
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
-                zarr_ready(ds).to_zarr(path, mode="w", consolidated=True)
+            write_dataset(ds, path)
         else:
             ds.copy(deep=False).assign_attrs().pipe(_netcdf_safe).to_netcdf(path)
     except OSError as exc:

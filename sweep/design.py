@@ -56,7 +56,7 @@ from solver.expr import evaluate_constant, parse
 from solver.sensitivity import metric_tangent, sensitivity_name
 from sweep import pipeline
 from sweep.design_spec import DesignSpec, load_design
-from sweep.store import zarr_ready
+from sweep.store import write_dataset
 
 __all__ = ["DesignContext", "Evaluation", "StartResult", "DesignResult", "build_problem",
            "evaluate", "run_start", "start_task", "rank_store", "run_design", "history_dataset",
@@ -1124,9 +1124,7 @@ def write_history(result: DesignResult, out: str, overwrite: bool = False) -> No
     _check_history_out(out, overwrite)
     ds = history_dataset(result)
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
-            zarr_ready(ds).to_zarr(out, mode="w", consolidated=True)
+        write_dataset(ds, out)
     except OSError as exc:
         raise InputError(f"--out {out}: cannot write it ({exc.strerror or exc})") from None
 

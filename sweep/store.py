@@ -272,6 +272,27 @@ def zarr_ready(ds):
             .assign({n: v for n, v in text.items() if n not in ds.coords}))
 
 
+def write_dataset(ds, path) -> None:
+    """Write a whole Dataset as a new Zarr store (``simulate --out``, design histories).
+
+    Text goes in as :func:`variable_length_text` and the metadata is
+    consolidated, as the sweep stores have it, so that a plain
+    ``xarray.open_zarr`` reads it without a warning; zarr's warning that
+    consolidated metadata is an extension of format 3 concerns the writer
+    only and is silenced.
+
+    Args:
+        ds: the Dataset.
+        path: the store's path (replaced if it exists).
+
+    Raises:
+        OSError: the path cannot be written.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
+        zarr_ready(ds).to_zarr(path, mode="w", consolidated=True)
+
+
 def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
               attrs: Mapping, batch: int) -> tuple[xr.Dataset, dict]:
     """The template dataset and its encoding (chunking: one batch per chunk)."""
