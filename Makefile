@@ -14,9 +14,11 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # One pytest worker per core (files kept whole: module fixtures share compiled
-# integrators); the suite is dominated by XLA compiles of the step loop.
+# integrators), the longest files first (tests/conftest.py orders them; xdist
+# keeps that order); the suite is dominated by compiling, which tests/conftest.py
+# makes cheaper by compiling without LLVM's optimisation.
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist loadfile tests
+	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder tests
 
 run: $(STAMP)
 	$(PY) -m sweep.runner_cli

@@ -23,11 +23,14 @@ import json
 import os
 import time
 
+import pytest
+
 OUT_DIR = os.environ.get("SUITE_PROFILE_DIR", "/tmp/suite_profile")
 
 _current = {"test": "<collection>"}
 _phases: dict = collections.defaultdict(lambda: collections.defaultdict(float))
 _programs: list = []
+_tests: list = []  # (node id, wall-clock start, end) of each test's setup, call and teardown
 
 
 def _install():
@@ -64,18 +67,26 @@ def pytest_runtest_setup(item):
     _current["test"] = item.nodeid
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = time.time()
+    yield
+    _tests.append((item.nodeid, start, time.time()))
+
+
 def pytest_sessionfinish(session):
     os.makedirs(OUT_DIR, exist_ok=True)
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     with open(os.path.join(OUT_DIR, f"{worker}.json"), "w") as f:
-        json.dump({"phases": _phases, "programs": _programs}, f)
+        json.dump({"phases": _phases, "programs": _programs, "tests": _tests}, f)
 
 
 def summarise(folder: str = OUT_DIR, top: int = 25) -> str:
     """The recorded workers' totals, programs by name and the slowest compiles, as text."""
-    phases, programs = collections.defaultdict(float), []
+    phases, programs, workers = collections.defaultdict(float), [], {}
     for path in sorted(glob.glob(os.path.join(folder, "gw*.json")) or glob.glob(os.path.join(folder, "*.json"))):
         data = json.load(open(path))
+        workers[os.path.basename(path)[:-5]] = data.get("tests", [])
         for per_test in data["phases"].values():
             for event, seconds in per_test.items():
                 phases[event] += seconds
@@ -96,8 +107,49 @@ def summarise(folder: str = OUT_DIR, top: int = 25) -> str:
     lines += [f"  {n:5d} {s:7.1f}  {name}" for name, (n, s) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[:12]]
     lines.append(f"the {top} slowest compiles:")
     lines += [f"  {p[3]:6.1f} s  {p[2]:20s} {p[1]}" for p in sorted(misses, key=lambda p: -p[3])[:top]]
+    lines += _schedule(workers, top)
     return "\n".join(lines)
 
 
+def _schedule(workers: dict, top: int) -> list[str]:
+    """Lines on how the test files shared the workers: each worker's busy time and idle tail, the longest files."""
+    runs = [t for tests in workers.values() for t in tests]
+    if not runs:
+        return []
+    first, last = min(t[1] for t in runs), max(t[2] for t in runs)
+    lines = [f"workers (tests' wall-clock span {last - first:.0f} s):"]
+    for name, tests in sorted(workers.items()):
+        if tests:
+            end = max(t[2] for t in tests)
+            lines.append(f"  {name}: busy {sum(t[2] - t[1] for t in tests):6.0f} s, "
+                         f"idle at the end {last - end:5.0f} s, last file {tests[-1][0].split('::')[0]}")
+    per_file = collections.defaultdict(float)
+    for nodeid, start, end in runs:
+        per_file[nodeid.split("::")[0]] += end - start
+    lines.append(f"the {top} longest test files (seconds):")
+    lines += [f"  {s:7.1f}  {f}" for f, s in sorted(per_file.items(), key=lambda kv: -kv[1])[:top]]
+    return lines
+
+
+def file_seconds(folder: str = OUT_DIR) -> dict[str, float]:
+    """{test file: seconds its tests took (setup, call, teardown)} from the recorded workers, largest first."""
+    per_file = collections.defaultdict(float)
+    for path in glob.glob(os.path.join(folder, "gw*.json")) or glob.glob(os.path.join(folder, "*.json")):
+        for nodeid, start, end in json.load(open(path)).get("tests", []):
+            per_file[nodeid.split("::")[0]] += end - start
+    return {f: round(s, 1) for f, s in sorted(per_file.items(), key=lambda kv: -kv[1])}
+
+
 if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--write-file-seconds", metavar="JSON",
+                        help="also write each test file's seconds here (tests/file_seconds.json: the order "
+                             "in which conftest.py hands files to pytest-xdist's workers)")
+    args = parser.parse_args()
     print(summarise())
+    if args.write_file_seconds:
+        with open(args.write_file_seconds, "w") as f:
+            json.dump(file_seconds(), f, indent=0)
+            f.write("\n")
