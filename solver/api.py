@@ -203,7 +203,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
           samples: int | None = None, max_steps: int = 100_000, h_max: float | None = None,
           init: str = "auto", ipopt_options: Mapping | None = None, title: str | None = None,
           extra_attrs: Mapping | None = None, linear: str = "auto", mode: str = "auto",
-          sensitivities: Sequence[str] | None = None):
+          sensitivities: Sequence[str] | None = None, optimize: bool = True):
     """Solve a DAE initial-value problem.
 
     Args:
@@ -233,6 +233,11 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             ``looped`` (a loop over the orders) or ``auto`` (for one run
             unrolled up to 5,000 operations, compact above: compiling is
             most of a single run; :func:`solver.integrate.choose_mode`).
+        optimize: compile with LLVM's optimisation (default).  ``False``
+            compiles up to 2x faster and runs several times slower (same
+            results up to rounding): for a first look at a large model,
+            or a run shorter than its compile
+            (``workflows/benchmarks/results/optimize.txt``).
         title: dataset title.
         extra_attrs: more dataset attrs.
         sensitivities: scalar parameter names P; the dataset then also
@@ -255,15 +260,15 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
     """
     with compile_clock() as clock:
         return _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_steps, h_max, init,
-                      ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities)
+                      ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities, optimize)
 
 
 def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_steps, h_max, init,
-           ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities):
+           ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities, optimize):
     wall0 = _time.perf_counter()
     t0, t1 = _time_span(t_span)
     tol, p = _check_settings(tol, order)
-    comp = compiled_model(dae, p, linear, mode, batch=False)
+    comp = compiled_model(dae, p, linear, mode, batch=False, optimize=optimize)
     integ = comp.integrator
     pvals = dae.param_values(params)
     names = check_names(dae, sensitivities)
@@ -281,7 +286,7 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     energy = comp.energy_series(res["values"], t_eval, params_b)
     balance = comp.balance_series(res["values"], t_eval, params_b, energy)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
-                "linear": integ.linear}
+                "linear": integ.linear, "optimize": integ.optimize}
     one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0],
            "steps": res["steps"][0]}
     ds = build_dataset(dae, one, t_eval, residual=residual, energy=None if energy is None else energy[0],
@@ -336,7 +341,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 samples: int | None = None, tol: float | None = None, order: int | None = None,
                 max_steps: int | None = None, h_max: float | None = None, init: str | None = None,
                 ipopt_options: Mapping | None = None, linear: str = "auto", mode: str | None = None,
-                slots: int = 256, sensitivities: Sequence[str] | None = None,
+                optimize: bool | None = None, slots: int = 256, sensitivities: Sequence[str] | None = None,
                 title: str | None = None, extra_attrs: Mapping | None = None):
     """Solve many designs of one model at once: one Dataset with a ``point`` dimension.
 
@@ -362,7 +367,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         t_span: (t0, t1); default the model's ``t0``/``tend`` (required for a DAE).
         t_eval, samples: output times, as for :func:`solve` (default the
             model's).
-        tol, order, max_steps, h_max, init, ipopt_options, linear, mode: as
+        tol, order, max_steps, h_max, init, ipopt_options, linear, mode, optimize: as
             for :func:`solve` (default the model's settings).
         slots: problems advanced together by ``run_batch`` (see there).
         sensitivities: scalar parameter names P; adds ``d{var}_d{P}(point,
@@ -400,6 +405,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         h_max = model.h_max if h_max is None else h_max
         init = model.init if init is None else init
         mode = getattr(model, "mode", "auto") if mode is None else mode
+        optimize = getattr(model, "optimize", True) if optimize is None else optimize
         fixed = model.fixed if fixed is None else fixed
         values = values if values is not None else model.initial_values
         title = title or model.title
@@ -418,7 +424,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     # above a small tape): the jvp of an unrolled step compiles for minutes
     # on a model the size of the RSCR (348 s against 89 s compact, measured
     # for one direction; workflows/benchmarks/results/sensitivity.txt).
-    comp = compiled_model(dae, p, linear, mode or "auto", batch=not names)
+    comp = compiled_model(dae, p, linear, mode or "auto", batch=not names,
+                          optimize=True if optimize is None else optimize)
     integ = comp.integrator
     B, swept, constants, full = _params_table(dae, params_table, params)
 
@@ -452,7 +459,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     energy = comp.energy_series(res["values"], t_eval, full)
     balance = comp.balance_series(res["values"], t_eval, full, energy)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
-                "linear": integ.linear}
+                "linear": integ.linear, "optimize": integ.optimize}
     ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
                              constants=constants, settings=settings, messages=messages, title=title,
                              extra_attrs=extra_attrs)

@@ -104,7 +104,8 @@ class compile_clock:
         return self._acc[0]
 
 
-def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", batch: bool = True) -> "Compiled":
+def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", batch: bool = True,
+                   optimize: bool = True) -> "Compiled":
     """The compiled model of a DAE at a Taylor order (built once, then reused).
 
     Args:
@@ -116,9 +117,11 @@ def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", ba
             :func:`solver.integrate.choose_mode`).
         batch: for ``mode="auto"``: an engine for batches (default) or for
             single runs (``solve``), which may differ.
+        optimize: compile the runs with LLVM's optimisation (default), or
+            quickly (see :class:`solver.integrate.Integrator`).
 
     Returns:
-        The :class:`Compiled` of ``(dae, order, linear, mode[, batch])``;
+        The :class:`Compiled` of ``(dae, order, linear, mode[, batch], optimize)``;
         the same object on every call while the DAE lives.
 
     Raises:
@@ -131,10 +134,13 @@ def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", ba
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     per_dae = _per_dae(dae)
-    key = (int(order), linear, mode) + ((bool(batch),) if mode == "auto" else ())
+    if not isinstance(optimize, (bool, np.bool_)):
+        raise InputError(f"optimize must be true or false, got {optimize!r}")
+    key = (int(order), linear, mode) + ((bool(batch),) if mode == "auto" else ()) + ((False,) if not optimize else ())
     if key not in per_dae:
         s = dae.structure
-        integ = Integrator(TaylorProgram(dae, s.c, s.d, int(order)), linear=linear, mode=mode, batch=batch)
+        integ = Integrator(TaylorProgram(dae, s.c, s.d, int(order)), linear=linear, mode=mode, batch=batch,
+                           optimize=bool(optimize))
         per_dae[key] = Compiled(dae=dae, order=int(order), linear=linear, integrator=integ)
     return per_dae[key]
 

@@ -45,10 +45,16 @@ from .taylor import TaylorProgram, order_sum, write_row
 # (1,000 pendulums: 67 ms, against 72 ms at 1/64 and 76 ms at 1/4).
 _ROUND_FINISHED = 1 / 16
 
-__all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE", "MODES", "UNROLL_MAX_OPS", "UNROLL_MAX_OPS_SINGLE",
-           "tape_ops", "choose_mode"]
+__all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE", "MODES", "QUICK_COMPILE", "UNROLL_MAX_OPS",
+           "UNROLL_MAX_OPS_SINGLE", "tape_ops", "choose_mode"]
 
 MODES = ("auto", "unrolled", "compact", "looped")
+
+# The XLA option of a run compiled quickly (Integrator(optimize=False)): LLVM
+# at -O0.  XLA's HLO passes do not read it, so the kernels are the same and
+# only their machine code is less optimised (RSCR's first solve 21.1 -> 10.5 s,
+# a second one 0.12 -> 0.87 s; workflows/benchmarks/results/optimize.txt).
+QUICK_COMPILE = {"xla_backend_optimization_level": 0}
 
 # Above this many elementary operations in one step's series (see
 # tape_ops) the unrolled program may take too long to trace and compile,
@@ -333,14 +339,22 @@ class Integrator:
             size does not depend on the order) or ``"auto"``.
         batch: what ``"auto"`` chooses for: batches (default) or single
             runs (:func:`choose_mode`).
+        optimize: compile the runs with LLVM's optimisation (default).
+            ``False`` compiles them at LLVM's -O0 (:data:`QUICK_COMPILE`):
+            same kernels and results up to rounding, compiles up to 2x faster,
+            runs several times slower; for a first look at a large model or
+            a run shorter than its compile
+            (``workflows/benchmarks/results/optimize.txt``).
 
     Raises:
         InputError: an unknown ``linear`` or ``mode``, or ``"kkt"`` for a DAE without the
             Lagrangian structure.
     """
 
-    def __init__(self, program: TaylorProgram, linear: str = "auto", mode: str = "auto", batch: bool = True):
+    def __init__(self, program: TaylorProgram, linear: str = "auto", mode: str = "auto", batch: bool = True,
+                 optimize: bool = True):
         self.prog = program
+        self.optimize = bool(optimize)
         dae = program.dae
         self.dae = dae
         self.p = program.p
@@ -416,13 +430,24 @@ class Integrator:
             self._mass_structure = self._kkt.mass_structure
         else:
             self._kkt = self._mass_structure = None
-        self._run_jit = jax.jit(self._run_whole)
+        self._run_jit = jax.jit(self._run_whole, compiler_options=self.compiler_options())
         # On a CPU the batch is faster without Eigen's threading of its many
         # small contractions (0.74 -> 0.54 ms per pendulum run on 2 cores;
         # a single run is slower without it, so run() keeps the default).
-        cpu_options = {"xla_cpu_multi_thread_eigen": False} if jax.default_backend() == "cpu" else None
-        self._run_batch_jit = jax.jit(self._run_batch, static_argnames=("slots",), compiler_options=cpu_options)
-        self._run_tangents_jit = jax.jit(self._run_tangents, static_argnames=("slots",))
+        cpu_options = {"xla_cpu_multi_thread_eigen": False} if jax.default_backend() == "cpu" else {}
+        self._run_batch_jit = jax.jit(self._run_batch, static_argnames=("slots",),
+                                      compiler_options=self.compiler_options(cpu_options))
+        self._run_tangents_jit = jax.jit(self._run_tangents, static_argnames=("slots",),
+                                         compiler_options=self.compiler_options())
+
+    def compiler_options(self, options: dict | None = None) -> dict | None:
+        """XLA options for this integrator's runs: ``options`` plus :data:`QUICK_COMPILE` unless it optimises.
+
+        Returns:
+            The dict for ``jax.jit(..., compiler_options=...)``, or None when empty.
+        """
+        merged = dict(options or {}) | ({} if self.optimize else QUICK_COMPILE)
+        return merged or None
 
     def _choose_linear(self, linear: str) -> str:
         choices = ("auto", "dense", "kkt")

@@ -654,6 +654,26 @@ def require_list(value: Any, path: Path_ = (), loc: Locator | None = None, *,
     return value
 
 
+def require_bool(value: Any, path: Path_ = (), loc: Locator | None = None) -> bool:
+    """Check that ``value`` is a YAML boolean (``true`` or ``false``).
+
+    Args:
+        value: the value read from the file.
+        path: its key path.
+        loc: the file's locator.
+
+    Returns:
+        The boolean.
+
+    Raises:
+        InputError: anything else (``yes``, ``1``, ``"true"``: YAML 1.2 reads them as
+            strings or numbers).
+    """
+    if not isinstance(value, bool):
+        raise _fail(loc, f"expected true or false, got {describe_value(value)}", tuple(path))
+    return value
+
+
 def require_str(value: Any, path: Path_ = (), loc: Locator | None = None, *,
                 choices: Iterable[str] | None = None) -> str:
     """Check that ``value`` is a non-empty string, optionally one of ``choices``.

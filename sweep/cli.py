@@ -66,6 +66,14 @@ _positive_int = _at_least(1)
 _whole_number = _at_least(0)
 
 
+def _add_quick_compile(parser: argparse.ArgumentParser) -> None:
+    """The ``--quick-compile`` flag of the commands that solve a model once."""
+    parser.add_argument("--quick-compile", action="store_true",
+                        help="when solving a model file: compile without LLVM's optimisation, up to 2x faster "
+                             "to compile and several times slower to run (as SolverParams.Integration.optimize: "
+                             "false)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     p = _Parser(prog="mechsweep", description="Mechanism simulation and design sweeps "
@@ -83,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the number of repeated parts) builds the model again")
     s.add_argument("--out", help="write the result (.zarr or .nc)")
     s.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
+    _add_quick_compile(s)
     eq = sub.add_parser("equilibrium", help="a stationary equilibrium of a model: configuration, "
                         "multipliers, stiffness eigenvalues, frequencies and stability (exit 2 "
                         "when none is found)")
@@ -100,12 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("source", help="RUN.zarr, RUN.nc or MODEL.yaml (simulated first)")
     pl.add_argument("--vars", nargs="+", help="variables to plot (default: all unknowns)")
     pl.add_argument("--out", required=True)
+    _add_quick_compile(pl)
     an = sub.add_parser("animate", help="animation of a run or model (GIF, MP4 or HTML)")
     an.add_argument("source", help="MODEL.yaml, or a run written by simulate --out")
     an.add_argument("--model", help="model file for a run (default: the one the run records)")
     an.add_argument("--out", required=True)
     an.add_argument("--frames", type=_positive_int,
                     help="number of frames (default: Animation.frames)")
+    _add_quick_compile(an)
     sw = sub.add_parser("sweep", help="run a design sweep into a Zarr store")
     sw.add_argument("sweep", metavar="SWEEP.yaml")
     sw.add_argument("--out")
@@ -524,11 +535,11 @@ def _check_out(out: str, *, folder: bool, overwrite: bool = False, what: str = "
         raise InputError(f"--out {out}: is not a regular file; give a file name")
 
 
-def _simulate(model, params=None):
-    _progress(f"solving '{model.title}' ({model.dae.n} unknowns, t = {model.t0:g} .. "
-              f"{model.tend:g}); compiling the first time takes a while")
+def _simulate(model, params=None, quick_compile: bool = False):
+    how = "; compiling quickly (--quick-compile)" if quick_compile else "; compiling the first time takes a while"
+    _progress(f"solving '{model.title}' ({model.dae.n} unknowns, t = {model.t0:g} .. {model.tend:g}){how}")
     t = time.perf_counter()
-    ds = model.solve(params)
+    ds = model.solve(params, **({"optimize": False} if quick_compile else {}))
     code = int(ds["status"].values)
     wall = time.perf_counter() - t
     compile_s = float(ds.attrs.get("compile_seconds", 0.0))
@@ -621,7 +632,7 @@ def cmd_simulate(args) -> int:
     if args.out:
         check_out(args.out, folder=args.out.endswith(".zarr"), what="a Zarr store")
     model, params = _apply_sets(args.set, load(_model_file(args.model)))
-    ds = _simulate(model, params)
+    ds = _simulate(model, params, args.quick_compile)
     if args.out:
         write_result(ds, args.out)
         _progress(f"wrote {args.out}")
@@ -674,7 +685,7 @@ def cmd_plot(args) -> int:
     if _is_model(args.source):
         from solver.models import load
 
-        ds = _simulate(load(_model_file(args.source)))
+        ds = _simulate(load(_model_file(args.source)), quick_compile=args.quick_compile)
     else:
         ds = open_result(args.source)
     plot_timeseries(ds, args.out, variables=args.vars)
@@ -692,7 +703,7 @@ def cmd_animate(args) -> int:
         from solver.models import load
 
         model = load(_model_file(args.source))
-        ds = _simulate(model)
+        ds = _simulate(model, quick_compile=args.quick_compile)
     else:
         ds = open_result(args.source)
         model = _model_for_run(ds, args.model)

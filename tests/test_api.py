@@ -141,6 +141,36 @@ def test_one_compiled_model_per_dae_and_order():
         solver.compiled_model(PEND, 6, linear="lu")
 
 
+def test_a_quick_compile_is_its_own_compiled_model_with_llvm_at_o0():
+    from solver.integrate import QUICK_COMPILE
+
+    quick = solver.compiled_model(PEND, 6, optimize=False)
+    assert quick is not solver.compiled_model(PEND, 6) and solver.compiled_model(PEND, 6, optimize=False) is quick
+    assert quick.integrator.compiler_options() == QUICK_COMPILE
+    assert solver.compiled_model(PEND, 6).integrator.optimize and not quick.integrator.optimize
+    assert solver.compiled_model(PEND, 6).integrator.compiler_options() is None
+    assert quick.integrator.compiler_options({"a": 1}) == {"a": 1} | QUICK_COMPILE
+    with pytest.raises(solver.InputError, match="optimize must be true or false, got 'no'"):
+        solver.compiled_model(PEND, 6, optimize="no")
+
+
+def test_a_quick_compile_gives_the_same_run_and_says_so(tmp_path):
+    path = tmp_path / "pendulum.yaml"
+    path.write_text("Kind: DAE\nPhysicalParams: {g: 9.81, L: 1.0}\nVariables: [x, y, lam]\n"
+                    "Equations: [\"x'' + lam*x\", \"y'' + lam*y - g\", \"x**2 + y**2 - L**2\"]\n"
+                    "ProblemData: {tend: 3, values: {x: 0.8*L, y: 0.5, x': 0, y': 0}, fixed: [x, x'], samples: 31}\n"
+                    "SolverParams: {Integration: {tol: 1.0e-10, optimize: false}}\n")
+    model = solver.load(path)
+    assert model.optimize is False
+    quick, batch = model.solve(), solver.solve_batch(model, {"L": [1.0, 2.0]})
+    full = solver.solve(PEND, (0.0, T_END), release({"L": 1.0}), ["x", "x'"], tol=1e-10, t_eval=TIMES)
+    assert quick.attrs["solver_optimize"] is False and batch.attrs["solver_optimize"] is False
+    assert full.attrs["solver_optimize"] is True
+    np.testing.assert_allclose(quick["x"].values, full["x"].values, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(batch["x"].values[0], full["x"].values, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(quick["x"].values, scipy_x(1.0), rtol=0, atol=1e-8)
+
+
 def test_output_counts_of_one_bucket_share_one_compiled_run_and_lose_nothing():
     # 21 and 24 output times both run on 24 rows (solver.integrate.output_rows).
     dae = solver.DAE(pendulum, variables=["x", "y", "lam"], params={"g": 9.81, "L": 1.0})

@@ -106,6 +106,19 @@ def test_simulate_json_summary(pendulum_run):
     assert re.search(r"\(\d+\.\d s compiling, \d+\.\d\d s solving\)", err)
 
 
+def test_simulate_quick_compile_gives_the_same_run_and_records_it(files, pendulum_run, tmp_path, capsys):
+    run = tmp_path / "quick.zarr"
+    assert main(["simulate", str(files / "pendulum.yaml"), "--json", "--quick-compile", "--out", str(run)]) == 0
+    captured = capsys.readouterr()
+    assert "compiling quickly (--quick-compile)" in captured.err
+    quick, full = json.loads(captured.out)["final"], json.loads(pendulum_run[1])["final"]
+    assert quick.keys() == full.keys()
+    for name, value in quick.items():
+        assert value == pytest.approx(full[name], abs=1e-12)
+    assert xr.open_zarr(run, consolidated=False).attrs["solver_optimize"] is False
+    assert xr.open_zarr(pendulum_run[3], consolidated=False).attrs["solver_optimize"] is True
+
+
 def test_simulate_out_zarr_reopens_with_the_same_final_state(pendulum_run):
     _, out, _, run = pendulum_run
     ds = xr.open_zarr(run, consolidated=False).load()

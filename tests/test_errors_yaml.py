@@ -66,6 +66,7 @@ CASES = {
  "samples_and_dt": sub(BASE, "  tend: 1", "  tend: 1\n  samples: 10\n  dt: 0.1"),
  "tol_not_number": BASE + "SolverParams: {Integration: {tol: small}}\n",
  "unknown_solver_key": BASE + "SolverParams: {Integration: {tolerance: 1e-8}}\n",
+ "optimize_not_boolean": BASE + "SolverParams: {Integration: {optimize: yes}}\n",
  "value_unknown_variable": sub(BASE, "{x: L, y: 0,", "{x: L, z: 0,"),
  "value_order_too_high": sub(BASE, "{x: L, y: 0,", "{x: L, y: 0, x''': 1,"),
  "fixed_not_state": sub(BASE, "fixed: [x, x']", "fixed: [x, lam]"),
@@ -189,7 +190,10 @@ EXPECTED = {
         "ing 'small'"),
     'unknown_solver_key': (
         "MODEL:13: SolverParams.Integration.tolerance: unknown key 'tolerance';"
-        ' valid keys: tol, order, max_steps, h_max, mode'),
+        ' valid keys: tol, order, max_steps, h_max, mode, optimize'),
+    'optimize_not_boolean': (
+        "MODEL:13: SolverParams.Integration.optimize: expected true or false, g"
+        "ot the string 'yes'"),
     'value_unknown_variable': (
         "MODEL:11: ProblemData.values.z: unknown variable 'z'; the variables ar"
         'e x, y, lam'),

@@ -25,7 +25,7 @@ from solver.errors import (MAX_OUTPUT_BYTES, InputError, format_bytes, how_to_ra
 from solver.expr import check_name, evaluate_constant, parse
 from solver.sparsity import UnsupportedPrimitiveError
 from solver.structure import StructurallySingularError
-from solver.yamlio import (Locator, check_keys, format_path, require_int, require_list,
+from solver.yamlio import (Locator, check_keys, format_path, require_bool, require_int, require_list,
                            require_mapping, require_number, require_str)
 
 __all__ = ["Model", "deep_merge", "read_times", "read_solver_params", "read_animation",
@@ -129,12 +129,13 @@ MAX_STEPS_LIMIT = 2**31 - 1
 
 
 def read_solver_params(data: Any, loc: Locator) -> dict:
-    """``SolverParams: {Integration: {tol, order, max_steps, h_max, mode},
+    """``SolverParams: {Integration: {tol, order, max_steps, h_max, mode, optimize},
     Initialization: {method}}``.
 
     Returns:
         dict with tol, order (None = from tol), max_steps, h_max, mode
-        (the Taylor engine: auto, unrolled, compact or looped), init.
+        (the Taylor engine: auto, unrolled, compact or looped), optimize
+        (compile with LLVM's optimisation, default true), init.
 
     Raises:
         InputError: unknown keys, tol outside (0, 1), order outside 2..60.
@@ -144,7 +145,7 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
     integ = require_mapping(sp.get("Integration"), ("SolverParams", "Integration"), loc,
                             allow_none=True)
     base = ("SolverParams", "Integration")
-    check_keys(integ, ("tol", "order", "max_steps", "h_max", "mode"), (), base, loc)
+    check_keys(integ, ("tol", "order", "max_steps", "h_max", "mode", "optimize"), (), base, loc)
     tol = require_number(integ.get("tol", DEFAULT_TOL), base + ("tol",), loc, positive=True)
     if not tol < 1:
         raise loc.error(f"tol must be below 1 (e.g. 1e-10), got {tol:g}", base + ("tol",))
@@ -162,13 +163,14 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
     if integ.get("h_max") is not None:
         h_max = require_number(integ["h_max"], base + ("h_max",), loc, positive=True)
     mode = require_str(integ.get("mode", "auto"), base + ("mode",), loc, choices=ENGINE_MODES)
+    optimize = require_bool(integ.get("optimize", True), base + ("optimize",), loc)
     ini = require_mapping(sp.get("Initialization"), ("SolverParams", "Initialization"), loc,
                           allow_none=True)
     check_keys(ini, ("method",), (), ("SolverParams", "Initialization"), loc)
     init = require_str(ini.get("method", "auto"), ("SolverParams", "Initialization", "method"),
                        loc, choices=INIT_METHODS)
     return {"tol": tol, "order": order, "max_steps": max_steps, "h_max": h_max, "init": init,
-            "mode": mode}
+            "mode": mode, "optimize": optimize}
 
 
 def read_animation(data: Any, loc: Locator, known: Callable[[str], bool]) -> dict:
@@ -316,6 +318,7 @@ class Model:
         self.max_steps, self.h_max = solver_params["max_steps"], solver_params["h_max"]
         self.init = solver_params["init"]
         self.mode = solver_params.get("mode", "auto")
+        self.optimize = solver_params.get("optimize", True)
         self.param_info = param_info
         self._values = values
         self.fixed = list(fixed)
@@ -460,7 +463,7 @@ class Model:
             args = dict(t_span=(self.t0, self.tend), values=self.initial_values,
                         fixed=self.fixed, tol=self.tol, order=self.order, t_eval=self.t_eval(),
                         params=pvals, max_steps=self.max_steps, h_max=self.h_max,
-                        init=self.init, title=self.title, mode=self.mode)
+                        init=self.init, title=self.title, mode=self.mode, optimize=self.optimize)
             args.update(kw)
             if "t_span" in kw and "t_eval" not in kw:
                 args["t_eval"] = np.linspace(float(kw["t_span"][0]), float(kw["t_span"][1]),
