@@ -32,6 +32,13 @@ def _runs_optimised() -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def test_the_suite_compiles_as_a_quick_compile_does():
+    """conftest.py's flag (set before JAX starts, for every program) is the per-program option of optimize=False."""
+    from solver.integrate import QUICK_COMPILE
+
+    assert [TEST_OPT_FLAG] == [f"--{key}={value}" for key, value in QUICK_COMPILE.items()]
+
+
 def test_an_optimised_build_gives_the_suites_numbers():
     child = _runs_optimised()
     # Unless the suite was asked for the optimised build (MECHSWEEP_TEST_XLA_OPT=full), this is -O0 against -O2.

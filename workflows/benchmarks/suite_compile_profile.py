@@ -81,12 +81,25 @@ def pytest_sessionfinish(session):
         json.dump({"phases": _phases, "programs": _programs, "tests": _tests}, f)
 
 
+def _recorded(folder: str) -> dict:
+    """{worker: its recorded data} of the files in ``folder`` (the pytest workers', or the one of a plain run)."""
+    paths = sorted(glob.glob(os.path.join(folder, "gw*.json")) or glob.glob(os.path.join(folder, "*.json")))
+    return {os.path.basename(path)[:-5]: json.load(open(path)) for path in paths}
+
+
+def _per_file(runs) -> dict[str, float]:
+    """{test file: seconds its tests took (setup, call, teardown)}, largest first."""
+    per_file = collections.defaultdict(float)
+    for nodeid, start, end in runs:
+        per_file[nodeid.split("::")[0]] += end - start
+    return dict(sorted(per_file.items(), key=lambda kv: -kv[1]))
+
+
 def summarise(folder: str = OUT_DIR, top: int = 25) -> str:
     """The recorded workers' totals, programs by name and the slowest compiles, as text."""
     phases, programs, workers = collections.defaultdict(float), [], {}
-    for path in sorted(glob.glob(os.path.join(folder, "gw*.json")) or glob.glob(os.path.join(folder, "*.json"))):
-        data = json.load(open(path))
-        workers[os.path.basename(path)[:-5]] = data.get("tests", [])
+    for worker, data in _recorded(folder).items():
+        workers[worker] = data.get("tests", [])
         for per_test in data["phases"].values():
             for event, seconds in per_test.items():
                 phases[event] += seconds
@@ -123,21 +136,15 @@ def _schedule(workers: dict, top: int) -> list[str]:
             end = max(t[2] for t in tests)
             lines.append(f"  {name}: busy {sum(t[2] - t[1] for t in tests):6.0f} s, "
                          f"idle at the end {last - end:5.0f} s, last file {tests[-1][0].split('::')[0]}")
-    per_file = collections.defaultdict(float)
-    for nodeid, start, end in runs:
-        per_file[nodeid.split("::")[0]] += end - start
     lines.append(f"the {top} longest test files (seconds):")
-    lines += [f"  {s:7.1f}  {f}" for f, s in sorted(per_file.items(), key=lambda kv: -kv[1])[:top]]
+    lines += [f"  {s:7.1f}  {f}" for f, s in list(_per_file(runs).items())[:top]]
     return lines
 
 
 def file_seconds(folder: str = OUT_DIR) -> dict[str, float]:
     """{test file: seconds its tests took (setup, call, teardown)} from the recorded workers, largest first."""
-    per_file = collections.defaultdict(float)
-    for path in glob.glob(os.path.join(folder, "gw*.json")) or glob.glob(os.path.join(folder, "*.json")):
-        for nodeid, start, end in json.load(open(path)).get("tests", []):
-            per_file[nodeid.split("::")[0]] += end - start
-    return {f: round(s, 1) for f, s in sorted(per_file.items(), key=lambda kv: -kv[1])}
+    runs = [t for data in _recorded(folder).values() for t in data.get("tests", [])]
+    return {f: round(s, 1) for f, s in _per_file(runs).items()}
 
 
 if __name__ == "__main__":
