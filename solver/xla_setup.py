@@ -1,4 +1,4 @@
-"""The two XLA:CPU settings mechsweep makes: whole small loops, run on the caller's thread.
+"""The XLA:CPU settings mechsweep makes: whole small loops, bounded full unrolling, the caller's thread.
 
 **Whole small loops.**
 
@@ -26,12 +26,26 @@ and a batch's slots step in rounds without scatters
 (``Integrator._run_batch_rounds``).  A loop compiled
 whole takes longer to compile (Andrews 9.8 -> 14.3 s, RSCR 8.3 -> 13.9 s).
 
+**Bounded full unrolling.**  A loop compiled whole is one large function,
+and LLVM's full unrolling of the small constant-trip loops XLA emits inside
+it (elementwise loops over a group's members, a batch's lanes, an order's
+coefficients) was most of its loop passes' time, which dominate the compile
+of the compact engine's step loop.  LLVM's ``-unroll-full-max-count``
+(:data:`UNROLL_OPTION`) at :data:`UNROLL_MAX_TRIPS` keeps loops of more trips
+rolled: XLA's compile of Andrews' squeezer went from 11.3-15.8 to 8.4-8.7 s,
+RSCR's from 11.4-13.0 to 8.7-9.8 s, and their runs were as fast or faster;
+small unrolled programs and batches are about even
+(``workflows/benchmarks/results/unroll.txt``).  Partial unrolling and
+vectorisation are untouched.
+
 XLA reads ``XLA_FLAGS`` once, when JAX starts its backend (the first
 computation or ``jax.devices()``), so :func:`apply` runs when ``solver`` is
 imported, before any of its modules computes.  A value the user set in
-``XLA_FLAGS`` is kept (``...threshold=0`` turns the hoisting off).  When the
-backend was started before ``solver`` was imported, the option cannot take
-effect any more: :func:`apply` warns once, naming the fix.
+``XLA_FLAGS`` is kept, option by option (``...threshold=0`` turns the
+hoisting off, ``-unroll-full-max-count=4294967295`` gives LLVM's own
+unrolling back).  When the backend was started before ``solver`` was
+imported, the options cannot take effect any more: :func:`apply` warns once,
+naming the fix.
 
 **Synchronous dispatch.** JAX hands every CPU computation of more than
 1,000 flops to a worker thread and the Python thread waits for it
@@ -57,15 +71,41 @@ import re
 import warnings
 
 OPTION = "xla_cpu_small_while_loop_byte_threshold"
+UNROLL_OPTION = "-unroll-full-max-count"
 DISPATCH_OPTION = "jax_cpu_enable_async_dispatch"
 SMALL_LOOP_BYTES = 10_000_000
 XLA_DEFAULT_LOOP_BYTES = 1024
+UNROLL_MAX_TRIPS = 8
 
 _EXTRA = "--xla_backend_extra_options"
 
 
 class PerformanceWarning(UserWarning):
     """A setting that leaves results unchanged but makes them slower to get."""
+
+
+def with_extra_options(flags: str, entries: dict) -> str:
+    """``XLA_FLAGS`` text with ``entries`` added to XLA's extra options, except those it names already.
+
+    Args:
+        flags: the current ``XLA_FLAGS`` value ('' when unset).
+        entries: option name -> value, in the order to add them.
+
+    Returns:
+        The new value.  The entries go into an existing
+        ``--xla_backend_extra_options=k=v,...`` list (XLA keeps only the last
+        such flag) or into a new one; an option whose name appears anywhere
+        in ``flags`` is the user's and is left as it is.
+    """
+    added = ",".join(f"{k}={v}" for k, v in entries.items() if k not in flags)
+    if not added:
+        return flags
+    lists = list(re.finditer(rf"{_EXTRA}=(\S*)", flags))
+    if not lists:
+        return f"{flags} {_EXTRA}={added}".strip()
+    last = lists[-1]
+    merged = f"{last.group(1)},{added}" if last.group(1) else added
+    return flags[:last.start(1)] + merged + flags[last.end(1):]
 
 
 def with_small_loop_option(flags: str, nbytes: int = SMALL_LOOP_BYTES) -> str:
@@ -76,19 +116,22 @@ def with_small_loop_option(flags: str, nbytes: int = SMALL_LOOP_BYTES) -> str:
         nbytes: the threshold to add.
 
     Returns:
-        The new value.  The option goes into an existing
-        ``--xla_backend_extra_options=k=v,...`` list (XLA keeps only the last
-        such flag) or into a new one.
+        The new value (see :func:`with_extra_options`).
     """
-    if OPTION in flags:
-        return flags
-    entry = f"{OPTION}={nbytes}"
-    lists = list(re.finditer(rf"{_EXTRA}=(\S*)", flags))
-    if not lists:
-        return f"{flags} {_EXTRA}={entry}".strip()
-    last = lists[-1]
-    merged = f"{last.group(1)},{entry}" if last.group(1) else entry
-    return flags[:last.start(1)] + merged + flags[last.end(1):]
+    return with_extra_options(flags, {OPTION: nbytes})
+
+
+def with_mechsweep_options(flags: str) -> str:
+    """``XLA_FLAGS`` text with both of mechsweep's XLA:CPU options, each unless the user named it.
+
+    Args:
+        flags: the current ``XLA_FLAGS`` value ('' when unset).
+
+    Returns:
+        The new value: the small-loop threshold (:data:`SMALL_LOOP_BYTES`)
+        and LLVM's full-unroll bound (:data:`UNROLL_MAX_TRIPS`).
+    """
+    return with_extra_options(flags, {OPTION: SMALL_LOOP_BYTES, UNROLL_OPTION: UNROLL_MAX_TRIPS})
 
 
 def loop_byte_threshold() -> int:
@@ -124,17 +167,19 @@ def backend_started() -> bool:
 
 
 def apply() -> str:
-    """Set the small-loop option in ``XLA_FLAGS`` (for this process and its children) and synchronous dispatch.
+    """Set mechsweep's XLA options in ``XLA_FLAGS`` (for this process and its children) and synchronous dispatch.
 
     Synchronous dispatch (``jax_cpu_enable_async_dispatch`` off) is set
     whenever JAX's backend has not started yet; like the loop option it
     cannot reach a backend already running.
 
     Returns:
-        ``"set"`` (added now), ``"user"`` (``XLA_FLAGS`` names it already:
-        kept), or ``"late"`` (JAX's backend had started without it: the
-        option is added for child processes only, and a
-        :class:`PerformanceWarning` says how to get it in this one).
+        The small-loop threshold's state: ``"set"`` (added now), ``"user"``
+        (``XLA_FLAGS`` names it already: kept), or ``"late"`` (JAX's backend
+        had started without it: the options are added for child processes
+        only, and a :class:`PerformanceWarning` says how to get them in this
+        one).  The unroll bound is added alongside unless ``XLA_FLAGS`` names
+        it.
     """
     flags = os.environ.get("XLA_FLAGS", "")
     started = backend_started()
@@ -142,15 +187,15 @@ def apply() -> str:
         import jax
 
         jax.config.update(DISPATCH_OPTION, False)
+    os.environ["XLA_FLAGS"] = with_mechsweep_options(flags)
     if OPTION in flags:
         return "user"
-    os.environ["XLA_FLAGS"] = with_small_loop_option(flags)
     if started:
         warnings.warn(
             "JAX started its backend before mechsweep was imported, so XLA compiles small models' step "
             "loops kernel by kernel and hands each run to another thread (up to 5x slower runs, same "
             "results). Import solver (or sweep) before "
-            f"the first JAX computation, or start Python with XLA_FLAGS='{_EXTRA}={OPTION}={SMALL_LOOP_BYTES}'.",
+            f"the first JAX computation, or start Python with XLA_FLAGS='{with_mechsweep_options('')}'.",
             PerformanceWarning, stacklevel=3)
         return "late"
     return "set"

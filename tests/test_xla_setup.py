@@ -1,10 +1,12 @@
-"""The XLA:CPU settings mechsweep makes (solver/xla_setup.py): small step loops compiled whole, synchronous dispatch.
+"""The XLA:CPU settings mechsweep makes (solver/xla_setup.py): small step loops compiled whole, full unrolling
+bounded, synchronous dispatch.
 
 The flag text is checked as text; its effect is checked in child processes
 (XLA reads ``XLA_FLAGS`` once per process, when JAX starts its backend):
 importing ``solver`` first makes XLA compile the pendulum's whole step loop as
 one kernel (a "small call" in the optimised program) and turns JAX's
-asynchronous CPU dispatch off, a user's own threshold wins, and importing
+asynchronous CPU dispatch off, LLVM accepts the unroll bound (an option it
+did not know would end the process), a user's own values win, and importing
 ``solver`` after JAX started warns and names the fix.
 """
 
@@ -16,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from solver.xla_setup import OPTION, SMALL_LOOP_BYTES, with_small_loop_option
+from solver.xla_setup import (OPTION, SMALL_LOOP_BYTES, UNROLL_MAX_TRIPS, UNROLL_OPTION, with_mechsweep_options,
+                              with_small_loop_option)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = f"{OPTION}={SMALL_LOOP_BYTES}"
+UNROLL = f"{UNROLL_OPTION}={UNROLL_MAX_TRIPS}"
 
 
 @pytest.mark.parametrize("flags, expected", [
@@ -52,6 +56,18 @@ def test_the_threshold_in_effect_decides_the_loop_shapes(monkeypatch, state, fla
     assert xla_setup.loops_compiled_whole() is whole
 
 
+@pytest.mark.parametrize("flags, expected", [
+    ("", f"--xla_backend_extra_options={ENTRY},{UNROLL}"),
+    ("--xla_dump_to=/tmp/d --xla_backend_extra_options=a=1", f"--xla_dump_to=/tmp/d --xla_backend_extra_options=a=1,{ENTRY},{UNROLL}"),
+    (f"--xla_backend_extra_options={OPTION}=0", f"--xla_backend_extra_options={OPTION}=0,{UNROLL}"),
+    (f"--xla_backend_extra_options={UNROLL_OPTION}=4294967295",
+     f"--xla_backend_extra_options={UNROLL_OPTION}=4294967295,{ENTRY}"),
+    (f"--xla_backend_extra_options={UNROLL_OPTION}=2,{OPTION}=5", f"--xla_backend_extra_options={UNROLL_OPTION}=2,{OPTION}=5"),
+])
+def test_both_options_are_added_and_each_one_the_user_set_is_kept(flags, expected):
+    assert with_mechsweep_options(flags) == expected
+
+
 def test_only_the_last_extra_options_flag_is_extended():
     # XLA keeps the last --xla_backend_extra_options; an entry added to an earlier one would be lost.
     flags = "--xla_backend_extra_options=a=1 --xla_backend_extra_options=b=2"
@@ -59,7 +75,7 @@ def test_only_the_last_extra_options_flag_is_extended():
 
 
 _PROBE = r"""
-import json, sys, warnings
+import json, os, sys, warnings
 warnings.simplefilter("always")
 with warnings.catch_warnings(record=True) as caught:
     if sys.argv[1] == "jax-first":
@@ -86,6 +102,7 @@ text = integ._run_jit.lower(*args).compile().as_text()
 entry = text[text.index("\nENTRY"):]
 entry = entry[:entry.index("\n}")]
 print("PROBE " + json.dumps({"state": solver.xla_setup.STATE, "small_calls": text.count("xla_cpu_small_call"),
+                             "flags": os.environ["XLA_FLAGS"],
                              "async_dispatch": jax.config.read("jax_cpu_enable_async_dispatch"),
                              "entry_loops": entry.count(" while("),
                              "warnings": [str(w.message) for w in caught
@@ -107,6 +124,8 @@ def _probe(mode: str, xla_flags: str | None = None) -> dict:
 def test_importing_solver_first_compiles_the_pendulums_step_loop_as_one_kernel():
     hoisted = _probe("solver-first")
     assert hoisted["state"] == "set" and not hoisted["warnings"]
+    # LLVM read the unroll bound and compiled with it (an unknown option ends the process).
+    assert hoisted["flags"].endswith(f"{ENTRY},{UNROLL}")
     # The step loop is no longer a loop of the entry program but one kernel ("small call").
     assert hoisted["small_calls"] >= 1 and hoisted["entry_loops"] == 0
     # Runs execute on the calling thread (no hand-over to JAX's dispatch thread).
@@ -114,6 +133,7 @@ def test_importing_solver_first_compiles_the_pendulums_step_loop_as_one_kernel()
     # The user's own threshold wins: 0 turns the hoisting off; dispatch is still synchronous.
     off = _probe("solver-first", f"--xla_backend_extra_options={OPTION}=0")
     assert off["state"] == "user" and off["small_calls"] == 0 and off["entry_loops"] >= 1
+    assert off["flags"] == f"--xla_backend_extra_options={OPTION}=0,{UNROLL}"
     assert off["async_dispatch"] is False
 
 
@@ -124,4 +144,4 @@ def test_importing_solver_after_jax_started_warns_and_names_the_fix():
     assert late["async_dispatch"] is True
     assert len(late["warnings"]) == 1
     assert "Import solver (or sweep) before the first JAX computation" in late["warnings"][0]
-    assert f"XLA_FLAGS='--xla_backend_extra_options={ENTRY}'" in late["warnings"][0]
+    assert f"XLA_FLAGS='--xla_backend_extra_options={ENTRY},{UNROLL}'" in late["warnings"][0]

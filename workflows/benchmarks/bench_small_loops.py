@@ -6,6 +6,9 @@ XLA:CPU compiles a small model's whole step loop as one kernel; XLA's default
 threshold is 1024 bytes.  ``--setting dispatch``: mechsweep turns JAX's
 asynchronous CPU dispatch off (``jax_cpu_enable_async_dispatch``), so a run
 executes on the calling thread instead of being handed to another.
+``--setting unroll``: mechsweep bounds LLVM's full unrolling
+(``-unroll-full-max-count``) to loops of at most 8 trips; LLVM's own default
+has no bound (4294967295).
 
 Both are read once per process, when JAX starts its backend, so each setting
 runs in child processes of its own, the settings alternating round after
@@ -21,6 +24,8 @@ therefore includes on both sides.
 Usage:
     .venv/bin/python workflows/benchmarks/bench_small_loops.py [--setting loops|dispatch] [--rounds 2]
         [--repeat 20] [--out workflows/benchmarks/results/small_loops.txt]
+    .venv/bin/python workflows/benchmarks/bench_small_loops.py --setting unroll --rounds 2 --repeat 20 \
+        --out workflows/benchmarks/results/unroll.txt
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 XLA_DEFAULT = 1024
-SETTINGS = ("loops", "dispatch")
+SETTINGS = ("loops", "dispatch", "unroll")
+LLVM_UNROLL_DEFAULT = 4294967295  # LLVM's FullUnrollMaxCount when the option is not given
 # The child turns JAX's asynchronous dispatch back on when this is set.
 ASYNC_ENV = "BENCH_ASYNC_DISPATCH"
 
@@ -149,7 +155,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", choices=SETTINGS, default="loops",
                     help="loops: XLA's small-loop threshold, default against mechsweep's; "
-                         "dispatch: JAX's asynchronous CPU dispatch against mechsweep's synchronous one")
+                         "dispatch: JAX's asynchronous CPU dispatch against mechsweep's synchronous one; "
+                         "unroll: LLVM's unbounded full unrolling against mechsweep's bound")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of child processes per setting")
     ap.add_argument("--repeat", type=int, default=20, help="timed calls per measurement in a child")
     ap.add_argument("--out", default=None, help="also write the table to this file")
@@ -159,7 +166,8 @@ def main():
         print("RESULT " + json.dumps(child(args.repeat)), flush=True)
         return
     sys.path.insert(0, str(ROOT))
-    from solver.xla_setup import SMALL_LOOP_BYTES, with_small_loop_option
+    from solver.xla_setup import (SMALL_LOOP_BYTES, UNROLL_MAX_TRIPS, UNROLL_OPTION, with_extra_options,
+                                  with_small_loop_option)
 
     if args.setting == "loops":
         settings = (XLA_DEFAULT, SMALL_LOOP_BYTES)
@@ -167,6 +175,13 @@ def main():
         names = ("default", "hoisted")
         title = (f"# XLA small-loop hoisting: threshold {XLA_DEFAULT} bytes (XLA's default) vs {SMALL_LOOP_BYTES} "
                  f"(mechsweep's, solver/xla_setup.py)")
+    elif args.setting == "unroll":
+        settings = (LLVM_UNROLL_DEFAULT, UNROLL_MAX_TRIPS)
+        # solver.xla_setup adds its own bound only where XLA_FLAGS names none.
+        envs = {s: dict(os.environ, XLA_FLAGS=with_extra_options("", {UNROLL_OPTION: s})) for s in settings}
+        names = ("LLVM", "bounded")
+        title = (f"# LLVM's full unrolling: {UNROLL_OPTION}={LLVM_UNROLL_DEFAULT} (LLVM's default, no bound) vs "
+                 f"{UNROLL_MAX_TRIPS} (mechsweep's, solver/xla_setup.py); both with mechsweep's small-loop threshold")
     else:
         settings = ("async", "sync")
         base = {k: v for k, v in os.environ.items() if k != ASYNC_ENV}
