@@ -594,7 +594,7 @@ class Integrator:
                 vals.append(jnp.ravel(jnp.asarray(consts[o]))[e] if r == 0 else jnp.zeros(()))
         return jnp.stack(vals)
 
-    def series(self, z, u_guess, t0, consts, newton_iters: int = 8):
+    def series(self, z, u_guess, t0, consts, newton_iters: int = 8, fence_anchor=None):
         """Taylor coefficients of the solution through the consistent state z.
 
         Args:
@@ -603,6 +603,11 @@ class Integrator:
             t0: expansion time.
             consts: from ``program.constants(params)``.
             newton_iters: most Newton iterations on stage 0.
+            fence_anchor: the run-time scalar of the unrolled engine's
+                fences (:func:`solver.tape.fence`); None: ``t0``.  Under
+                ``vmap`` it should be a value shared by the whole batch: a
+                per-element anchor makes every fence a loop with a batched
+                condition, which JAX writes as a select of every value.
 
         Returns:
             (X, u, status, J): coefficient arrays up to order ``p + d_j``, the
@@ -613,7 +618,7 @@ class Integrator:
         g0, X, start = self._stage0_residual(z, t0, consts)
         u, solve, singular, J = self._stage0(g0, X, u_guess, t0, consts, newton_iters)
         if self._unrolled is not None:
-            X = self._stages_unrolled(start, u, solve, t0, consts)
+            X = self._stages_unrolled(start, u, solve, t0, consts, t0 if fence_anchor is None else fence_anchor)
         elif self._compact is not None:
             X = self._stages_compact(start, u, solve)
         else:
@@ -714,14 +719,14 @@ class Integrator:
         X, state = lax.fori_loop(1, self.p + 1, stage_k, (X, state))
         return X
 
-    def _stages_unrolled(self, start, u, solve, t0, consts):
-        """Stages 1..p as straight-line code (:mod:`solver.tape`)."""
+    def _stages_unrolled(self, start, u, solve, t0, consts, anchor):
+        """Stages 1..p as straight-line code (:mod:`solver.tape`), fenced on the run-time scalar ``anchor``."""
         up, prog = self._unrolled, self.prog
         XL, nodes, aux = start
         XL = up.set_stage(XL, 0, u)
         up.stage(nodes, aux, XL, 0, t0, consts)
         fenced = {}
-        up.fence_new(nodes, aux, XL, fenced, t0)
+        up.fence_new(nodes, aux, XL, fenced, anchor)
         c, d = prog.c, prog.d
         for k in range(1, self.p + 1):
             # Residual pass (stage k's unknowns at zero), solve, commit pass.
@@ -733,7 +738,7 @@ class Integrator:
             y = solve(jnp.asarray(rc) * r)
             XL = up.set_stage(XL, k, -y / jnp.asarray(rd))
             up.stage(nodes, aux, XL, k, t0, consts)
-            up.fence_new(nodes, aux, XL, fenced, t0)
+            up.fence_new(nodes, aux, XL, fenced, anchor)
         return up.arrays(XL)
 
     def _stages_compact(self, start, u, solve):
@@ -1122,7 +1127,9 @@ class Integrator:
         z0, u0 = jnp.asarray(z0, dt), jnp.asarray(u0, dt)
 
         def step(p, t, z, u, steps, live):
-            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
+            # Fenced on t1, which the whole batch shares (see series).
+            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live,
+                              fence_anchor=t1)
 
         return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": u0,
                 "N": z0.shape[0], "n_out": jnp.shape(t_eval)[0], "S": min(slots, z0.shape[0]),
@@ -1297,13 +1304,13 @@ class Integrator:
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
 
-    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True):
+    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True, fence_anchor=None):
         """One accepted (or failed) step from a consistent state at t.
 
         ``live`` is False for a batch element that has already finished: a
         vmapped loop still runs its body, and without the flag a failed
         element (non-finite state) would make every step of the whole batch
-        try all twelve step halvings.
+        try all twelve step halvings.  ``fence_anchor``: see :meth:`series`.
 
         Returns:
             (X, h, good, t_new, z_new, u_new, status): the Taylor coefficients
@@ -1311,7 +1318,7 @@ class Integrator:
             ``good``), the new state, and the status after the step (-1 while
             running).
         """
-        X, u_new, sstat, _ = self.series(z, u, t, consts)
+        X, u_new, sstat, _ = self.series(z, u, t, consts, fence_anchor=fence_anchor)
         fixed = fixed_step > 0
         # The step sequence is not differentiated: forward-mode sensitivities
         # (solver.sensitivity) are those of the computed solution at its steps.

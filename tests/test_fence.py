@@ -78,3 +78,47 @@ def test_fence_new_fences_each_coefficient_once():
     nodes["a"][1] = jnp.full((), 3.0)
     UnrolledProgram.fence_new(nodes, aux, XL, fenced, jnp.zeros(()))
     assert len(fenced) == 5 and nodes["a"][0] is first[0] and float(nodes["a"][1]) == 3.0
+
+
+def _batched_conditions(jaxpr) -> int:
+    """While loops, in a jaxpr and every jaxpr nested in it, whose condition is an array (one per batch element)."""
+    n = 0
+    for e in jaxpr.eqns:
+        if e.primitive.name == "while":
+            n += e.params["cond_jaxpr"].out_avals[0].shape != ()
+        for p in e.params.values():
+            for sub in (p if isinstance(p, (list, tuple)) else [p]):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    n += _batched_conditions(inner)
+    return n
+
+
+def test_a_batch_fences_on_a_value_the_whole_batch_shares():
+    # Fenced on each element's own time, every fence is a loop with a batched
+    # condition, which XLA runs with a select of every fenced value per trip;
+    # a batch's step is fenced on its end time t1, which all elements share.
+    from solver.integrate import order_for_tol
+
+    def residual(t, v, p):
+        x, y, lam = v["x"], v["y"], v["lam"]
+        return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], x[0] ** 2 + y[0] ** 2 - p["L"] ** 2]
+
+    dae = solver.DAE(residual, ["x", "y", "lam"], {"g": 9.81, "L": 1.0})
+    integ = solver.compiled_model(dae, order_for_tol(1e-10), mode="unrolled").integrator
+    consts = integ.prog.constants({"g": jnp.asarray(9.81), "L": jnp.asarray(1.0)})
+    z = jnp.asarray(np.random.default_rng(1).uniform(0.1, 0.9, (3, integ.n_state)))
+    t = jnp.asarray([0.0, 0.1, 0.2])
+
+    def batch(shared: bool):
+        def one(zi, ti, t1):
+            return integ.series(zi, jnp.zeros(dae.n), ti, consts, fence_anchor=t1 if shared else ti)[0]
+        return jax.vmap(one, in_axes=(0, 0, None))
+
+    batched = {flag: _batched_conditions(jax.make_jaxpr(batch(flag))(z, t, 10.0).jaxpr) for flag in (True, False)}
+    assert batched[False] - batched[True] >= 14, batched  # one per fence (stages 0..13)
+    a, b = jax.jit(batch(True))(z, t, 10.0), jax.jit(batch(False))(z, t, 10.0)
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]))
+
