@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import xarray as xr
 
 import solver
 from solver import status as st
@@ -109,6 +110,25 @@ def test_single_run_dataset_has_no_point_dim_and_keeps_a_failed_runs_partial_ser
     assert int(ds["status"]) == st.STEP_TOO_SMALL and ds.attrs["status_meaning"] == "step_too_small"
     np.testing.assert_array_equal(ds["y"].values, np.arange(T) / 100.0)   # not masked
     assert json.loads(ds.attrs["parameters"]) == {"g": 9.81, "L": 1.0}
+
+
+@pytest.mark.parametrize("dae", [PEND, VEC], ids=["scalars", "vector"])
+def test_a_single_runs_dataset_is_the_one_point_batch_without_its_point_dim(dae):
+    # build_dataset builds the run's rows directly (solve()'s Python time): the
+    # same Dataset as the batch of one point, selected, variables, coordinates
+    # and attributes alike.
+    T = 4
+    res = fake_result(dae, 1, T, [st.SUCCESS])
+    one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0], "steps": res["steps"][0]}
+    kw = dict(settings={"tol": 1e-10, "order": 13}, title="t", extra_attrs={"model_yaml": "a: 1"})
+    params = {k: 1.5 for k in dae.param_names}
+    energy = np.linspace(1.0, 2.0, T)
+    ds = build_dataset(dae, one, np.linspace(0, 1, T), residual=np.full(T, 1e-15), energy=energy, params=params, **kw)
+    batch = build_batch_dataset(dae, res, np.linspace(0, 1, T), residual=np.full((1, T), 1e-15),
+                                energy=energy[None], constants=params, mask_failed=False, **kw)
+    expected = batch.isel(point=0, drop=True)
+    expected.attrs["status_meaning"] = "success"
+    xr.testing.assert_identical(ds, expected)
 
 
 def test_package_versions_name_python_and_the_numerical_stack():
