@@ -76,17 +76,102 @@ class StateSpec:
         self.weights, self.given = weights, given
 
 
-# Parsed initial-value names per integrator: a batch parses the same names
-# for every point (1,000 pendulums: parse_values was most of solve_batch's
-# time outside the run).
-_PARSED_KEYS: "weakref.WeakKeyDictionary[Integrator, dict]" = weakref.WeakKeyDictionary()
+# A batch gives the same names for every point (1,000 pendulums: parsing them
+# point by point was two thirds of solve_batch's time outside the run), so
+# what each name means is worked out once per integrator and set of names
+# (a :class:`_Plan`), and each point only fills arrays.
+_PLANS: "weakref.WeakKeyDictionary[Integrator, dict]" = weakref.WeakKeyDictionary()
 
 
-def _parse_key(key: str, integ: Integrator):
-    cache = _PARSED_KEYS.setdefault(integ, {})
-    if key not in cache:
-        cache[key] = _parse_key_uncached(key, integ)
-    return cache[key]
+class _Entry:
+    """What one initial-value name sets: state entries, leading-derivative guesses, or an error to raise."""
+
+    def __init__(self, key, integ: Integrator):
+        self.key, self.error, self.order_error = key, None, None
+        try:
+            var, elems, l = _parse_key_uncached(key, integ)
+        except InputError as exc:
+            self.error = exc
+            return
+        d, pos = integ.prog.d, integ.state_position
+        self.size = len(elems)
+        self.divisor = float(math.factorial(l))
+        z_sel, z_pos, u_sel, u_pos, given = [], [], [], [], []
+        for i, e in enumerate(elems):
+            dj = int(d[var.offset + e])
+            if l < dj:
+                z_sel.append(i)
+                z_pos.append(pos[(var.name, e, l)])
+                given.append(pos[(var.name, e, l)])
+            elif l == dj:
+                u_sel.append(i)
+                u_pos.append(var.offset + e)
+            else:
+                self.order_error = (f"{key!r}: derivative order {l} of {var.name} is above its leading order {dj}; "
+                                    f"only orders below {dj} are state (and {dj} a guess)")
+                break
+        # Python lists of (element, position): a few scalar stores beat numpy's fancy indexing here.
+        self.z_targets, self.u_targets = list(zip(z_sel, z_pos)), list(zip(u_sel, u_pos))
+        self.given = given
+
+    def fill(self, val, z_hat, u_guess):
+        """Write one point's value of this name (raises as :func:`parse_values` documents)."""
+        if self.error is not None:
+            raise type(self.error)(*self.error.args)
+        if isinstance(val, (int, float)):  # one number for every element
+            x = float(val)
+            values = None
+        else:
+            arr = np.asarray(val, dtype=float).ravel()
+            if arr.size == 1:
+                x, values = float(arr[0]), None
+            elif arr.size != self.size:
+                raise InputError(f"{self.key!r}: expected {self.size} value(s), got {arr.size}")
+            else:
+                values = arr.tolist()
+        if self.order_error is not None:
+            raise InputError(self.order_error)
+        for targets, out in ((self.z_targets, z_hat), (self.u_targets, u_guess)):
+            for i, p in targets:
+                out[p] = (x if values is None else values[i]) / self.divisor
+
+
+class _Plan:
+    """The entries of a set of initial-value names and the free/given masks of a set of fixed names."""
+
+    def __init__(self, integ: Integrator, keys: tuple, fixed: tuple):
+        dae = integ.dae
+        d, pos = integ.prog.d, integ.state_position
+        self.entries = [_Entry(key, integ) for key in keys]
+        self.given = np.zeros(integ.n_state, dtype=bool)
+        for entry in self.entries:
+            if entry.error is None and entry.order_error is None:
+                self.given[entry.given] = True
+        self.free = np.ones(integ.n_state, dtype=bool)
+        self.fixed_error = None
+        try:
+            for key in fixed:
+                var, elems, l = _parse_key_uncached(key, integ)
+                for e in elems:
+                    dj = int(d[var.offset + e])
+                    if l >= dj:
+                        label = var.component_names()[e] + "'" * l
+                        raise InputError(
+                            f"cannot fix {label!r}: it is not part of the state (the state has derivatives of "
+                            f"{var.component_names()[e]} below order {dj}); the equations determine it"
+                        )
+                    self.free[pos[(var.name, e, l)]] = False
+        except InputError as exc:
+            self.fixed_error = exc
+        self.n_state, self.n = integ.n_state, dae.n
+
+
+def _plan(integ: Integrator, keys: tuple, fixed: tuple) -> _Plan:
+    plans = _PLANS.setdefault(integ, {})
+    key = (keys, fixed)
+    if key not in plans:
+        plans[key] = _Plan(integ, keys, fixed)
+    return plans[key]
 
 
 def _parse_key_uncached(key: str, integ: Integrator):
@@ -131,47 +216,15 @@ def parse_values(integ: Integrator, values: Mapping | None, fixed: Sequence[str]
         InputError: unknown names, bad shapes, or fixed entries that are not
             part of the state.
     """
-    dae = integ.dae
-    d = integ.prog.d
-    z_hat = np.zeros(integ.n_state)
-    free = np.ones(integ.n_state, dtype=bool)
-    u_guess = np.zeros(dae.n)
-    pos = integ.state_position
-    given = set()
-    for key, val in (values or {}).items():
-        var, elems, l = _parse_key(key, integ)
-        arr = np.array([float(val)]) if isinstance(val, (int, float)) else np.asarray(val, dtype=float).ravel()
-        if arr.size == 1:
-            arr = np.full(len(elems), float(arr[0]))
-        if arr.size != len(elems):
-            raise InputError(f"{key!r}: expected {len(elems)} value(s), got {arr.size}")
-        for e, x in zip(elems, arr):
-            dj = int(d[var.offset + e])
-            if l < dj:
-                z_hat[pos[(var.name, e, l)]] = x / math.factorial(l)
-                given.add((var.name, e, l))
-            elif l == dj:
-                u_guess[var.offset + e] = x / math.factorial(l)
-            else:
-                raise InputError(
-                    f"{key!r}: derivative order {l} of {var.name} is above its leading order {dj}; "
-                    f"only orders below {dj} are state (and {dj} a guess)"
-                )
-    for key in fixed or []:
-        var, elems, l = _parse_key(key, integ)
-        for e in elems:
-            dj = int(d[var.offset + e])
-            if l >= dj:
-                label = var.component_names()[e] + "'" * l
-                raise InputError(
-                    f"cannot fix {label!r}: it is not part of the state (the state has derivatives of "
-                    f"{var.component_names()[e]} below order {dj}); the equations determine it"
-                )
-            free[pos[(var.name, e, l)]] = False
-    given_mask = np.zeros(integ.n_state, dtype=bool)
-    for (name, e, l) in given:
-        given_mask[pos[(name, e, l)]] = True
-    return StateSpec(z_hat, free, u_guess, given=given_mask)
+    values = values or {}
+    plan = _plan(integ, tuple(values), tuple(fixed or ()))
+    z_hat = np.zeros(plan.n_state)
+    u_guess = np.zeros(plan.n)
+    for entry, val in zip(plan.entries, values.values()):
+        entry.fill(val, z_hat, u_guess)
+    if plan.fixed_error is not None:
+        raise type(plan.fixed_error)(*plan.fixed_error.args)
+    return StateSpec(z_hat, plan.free.copy(), u_guess, given=plan.given.copy())
 
 
 def batched_newton(integ: Integrator, params, t0, z_hat, free, iters: int = 40, tol: float = 1e-13):

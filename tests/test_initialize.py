@@ -363,3 +363,36 @@ def test_each_initial_value_lands_at_its_state_entry_or_leading_derivative_guess
         np.testing.assert_array_equal(spec.u_guess, u)
         np.testing.assert_array_equal(spec.free, free)
         np.testing.assert_array_equal(spec.given, given_mask)
+
+
+def test_vector_values_fill_each_element_where_its_own_order_puts_it():
+    # q[2] has d = 1 (q[2]' is its leading derivative), q[0] and q[1] d = 2.
+    integ = integrator_for(VEC, ORDER)
+    pos = integ.state_position
+    spec = parse_values(integ, {"q": [0.5, -0.25, 2.0], "q'": np.array([[1.0, 3.0, 4.0]]), "q[0]''": 6.0,
+                                "q[1]''": (8.0,)}, ["q[0]"])
+    assert [spec.z_hat[pos[("q", e, 0)]] for e in range(3)] == [0.5, -0.25, 2.0]
+    assert [spec.z_hat[pos[("q", e, 1)]] for e in range(2)] == [1.0, 3.0]
+    # q[2]' is q[2]'s leading derivative (a guess); q'' over 2! for q[0], q[1].
+    assert list(spec.u_guess[:3]) == [3.0, 4.0, 4.0] and spec.u_guess[3] == 0.0
+    assert spec.given.sum() == 5 and not spec.free[pos[("q", 0, 0)]] and spec.free.sum() == integ.n_state - 1
+
+
+@pytest.mark.parametrize("values, fixed, message", [
+    ({"q": [1.0, 2.0]}, [], "'q': expected 3 value(s), got 2"),
+    ({"q": [1.0, 2.0], "w": 1.0}, [], "'q': expected 3 value(s), got 2"),            # in the order given
+    ({"w": 1.0, "q": [1.0, 2.0]}, [], "initial value for unknown variable 'w'; the variables are ['q', 'lam']"),
+    ({"q[3]": 1.0}, [], "'q[3]': q has 3 component(s); index 3 is out of range"),
+    ({"q[2]''": 1.0}, [], "\"q[2]''\": derivative order 2 of q is above its leading order 1; "
+                          "only orders below 1 are state (and 1 a guess)"),
+    ({"q": 1.0}, ["lam"], "cannot fix 'lam': it is not part of the state (the state has derivatives of lam below "
+                          "order 0); the equations determine it"),
+])
+def test_bad_initial_values_are_refused_every_time_with_the_same_message(values, fixed, message):
+    # What each name means is worked out once per set of names: a refused
+    # name must be refused again, with the same words, on every later point.
+    integ = integrator_for(VEC, ORDER)
+    for _ in range(2):
+        with pytest.raises(solver.InputError) as info:
+            parse_values(integ, values, fixed)
+        assert str(info.value) == message
