@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from .errors import InputError
 from .initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
-                         ipopt_point, state_scale)
+                         ipopt_point, state_scales)
 from .initialize import _residual_list  # the one wording of violated constraints
 from .balance import balance_kernels, balance_series, coordinate_levels
 from .integrate import MODES, Integrator, _device_number
@@ -340,7 +340,7 @@ class Compiled:
             if a.ndim == 0 or a.shape[0] != nb:
                 raise InputError(f"parameter {k!r}: expected a leading batch axis of length {nb}, got shape {a.shape}")
             params[k] = a
-        scale = np.array([state_scale(z) for z in z_hat])
+        scale = state_scales(z_hat)
         z = z_hat.copy()
         ok = np.zeros(nb, dtype=bool)
         if method in ("auto", "newton"):

@@ -46,7 +46,8 @@ from .errors import InputError
 from .integrate import Integrator
 
 __all__ = ["parse_values", "batched_newton", "InitialValueError", "StateSpec", "ipopt_point",
-           "IpoptDerivatives", "hidden_jacobian_pattern", "IPOPT_DEFAULTS", "ASSEMBLY_TOL", "state_scale"]
+           "IpoptDerivatives", "hidden_jacobian_pattern", "IPOPT_DEFAULTS", "ASSEMBLY_TOL", "state_scale",
+           "state_scales"]
 
 # A state whose hidden constraints are below this (times its scale) is consistent.
 ASSEMBLY_TOL = 1e-10
@@ -427,9 +428,17 @@ IPOPT_DEFAULTS = {"print_level": 0, "sb": "yes", "tol": 1e-12, "acceptable_tol":
 _IPOPT_OK = (0, 1)
 
 
+def state_scales(z_batch) -> np.ndarray:
+    """:func:`state_scale` of each row of a (batch, n) array, at once."""
+    z = np.asarray(z_batch, dtype=float)
+    if z.shape[1] == 0:
+        return np.ones(z.shape[0])
+    return np.fmax(1.0, np.max(np.abs(z), axis=1))  # fmax: a NaN entry gives 1, as Python's max did
+
+
 def state_scale(z_hat) -> float:
     """The scale of a state for :data:`ASSEMBLY_TOL`: max(1, max |z|)."""
-    return max(1.0, float(np.max(np.abs(z_hat)))) if np.size(z_hat) else 1.0
+    return float(state_scales(np.reshape(np.asarray(z_hat, dtype=float), (1, -1)))[0])
 
 
 # Violated constraints named in a message (the worst first), and fixed values per constraint.

@@ -396,3 +396,12 @@ def test_bad_initial_values_are_refused_every_time_with_the_same_message(values,
         with pytest.raises(solver.InputError) as info:
             parse_values(integ, values, fixed)
         assert str(info.value) == message
+
+
+def test_a_batchs_state_scales_are_each_rows_scale():
+    from solver.initialize import state_scale, state_scales
+
+    Z = np.array([[0.5, -0.2], [3.0, -7.5], [np.nan, 0.1], [np.inf, 2.0]])
+    assert list(state_scales(Z)) == [1.0, 7.5, 1.0, np.inf]
+    assert [state_scale(z) for z in Z] == [1.0, 7.5, 1.0, np.inf]
+    assert list(state_scales(np.zeros((3, 0)))) == [1.0, 1.0, 1.0] and state_scale(np.zeros(0)) == 1.0
