@@ -97,23 +97,18 @@ class _Entry:
         d, pos = integ.prog.d, integ.state_position
         self.size = len(elems)
         self.divisor = float(math.factorial(l))
-        z_sel, z_pos, u_sel, u_pos, given = [], [], [], [], []
+        # Lists of (element, position): a few scalar stores beat numpy's fancy indexing here.
+        self.z_targets, self.u_targets = [], []
         for i, e in enumerate(elems):
             dj = int(d[var.offset + e])
             if l < dj:
-                z_sel.append(i)
-                z_pos.append(pos[(var.name, e, l)])
-                given.append(pos[(var.name, e, l)])
+                self.z_targets.append((i, pos[(var.name, e, l)]))
             elif l == dj:
-                u_sel.append(i)
-                u_pos.append(var.offset + e)
+                self.u_targets.append((i, var.offset + e))
             else:
                 self.order_error = (f"{key!r}: derivative order {l} of {var.name} is above its leading order {dj}; "
                                     f"only orders below {dj} are state (and {dj} a guess)")
                 break
-        # Python lists of (element, position): a few scalar stores beat numpy's fancy indexing here.
-        self.z_targets, self.u_targets = list(zip(z_sel, z_pos)), list(zip(u_sel, u_pos))
-        self.given = given
 
     def fill(self, val, z_hat, u_guess):
         """Write one point's value of this name (raises as :func:`parse_values` documents)."""
@@ -147,7 +142,7 @@ class _Plan:
         self.given = np.zeros(integ.n_state, dtype=bool)
         for entry in self.entries:
             if entry.error is None and entry.order_error is None:
-                self.given[entry.given] = True
+                self.given[[p for _, p in entry.z_targets]] = True
         self.free = np.ones(integ.n_state, dtype=bool)
         self.fixed_error = None
         try:

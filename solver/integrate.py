@@ -1127,9 +1127,7 @@ class Integrator:
         z0, u0 = jnp.asarray(z0, dt), jnp.asarray(u0, dt)
 
         def step(p, t, z, u, steps, live):
-            # Fenced on t1, which the whole batch shares (see series).
-            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live,
-                              fence_anchor=t1)
+            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
 
         return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": u0,
                 "N": z0.shape[0], "n_out": jnp.shape(t_eval)[0], "S": min(slots, z0.shape[0]),
@@ -1304,13 +1302,14 @@ class Integrator:
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
 
-    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True, fence_anchor=None):
+    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True):
         """One accepted (or failed) step from a consistent state at t.
 
         ``live`` is False for a batch element that has already finished: a
         vmapped loop still runs its body, and without the flag a failed
         element (non-finite state) would make every step of the whole batch
-        try all twelve step halvings.  ``fence_anchor``: see :meth:`series`.
+        try all twelve step halvings.  The series is fenced on ``t1``, which
+        a batch's elements share (see :meth:`series`).
 
         Returns:
             (X, h, good, t_new, z_new, u_new, status): the Taylor coefficients
@@ -1318,7 +1317,7 @@ class Integrator:
             ``good``), the new state, and the status after the step (-1 while
             running).
         """
-        X, u_new, sstat, _ = self.series(z, u, t, consts, fence_anchor=fence_anchor)
+        X, u_new, sstat, _ = self.series(z, u, t, consts, fence_anchor=t1)
         fixed = fixed_step > 0
         # The step sequence is not differentiated: forward-mode sensitivities
         # (solver.sensitivity) are those of the computed solution at its steps.

@@ -305,8 +305,6 @@ def _dataset_parts(dae, result: Mapping, t_eval, *, residual, energy, balance, s
     return data, coords, _json_safe(attrs)
 
 
-
-
 def _json_safe(attrs: dict) -> dict:
     """Attrs that netCDF/Zarr can store: nested dicts become JSON strings."""
     out = {}
