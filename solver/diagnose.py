@@ -99,16 +99,17 @@ def _scaled(A: np.ndarray) -> np.ndarray:
 
 
 def _named(basis: np.ndarray, labels: list) -> list:
-    """Labels of the largest rows of a null-space basis, largest first.
+    """Labels of the large rows of a null-space basis, in the model's order.
 
     The weight of index i is the norm of row i of the orthonormal basis
-    (independent of which basis the SVD chose).
+    (independent of which basis the SVD chose).  The model's order, not the
+    weights', because dependent rows often weigh the same (two identical
+    equations: 1/sqrt(2) each), and rounding would then pick their order.
     """
     w = np.linalg.norm(basis, axis=1)
     if not w.size or w.max() <= 0:
         return []
-    order = np.argsort(-w, kind="stable")
-    return [labels[i] for i in order if w[i] >= NULL_SHARE * w.max()]
+    return [labels[i] for i in range(len(w)) if w[i] >= NULL_SHARE * w.max()]
 
 
 def analyse_jacobian(A: np.ndarray, equations: list, unknowns: list, t0: float = 0.0) -> JacobianCheck:

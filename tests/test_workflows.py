@@ -334,3 +334,13 @@ def test_suite_compile_profile_sums_the_workers_files(tmp_path):
     assert "      2    26.0  jit__run" in text
     assert text.endswith("the 2 slowest compiles:\n    20.0 s  jit__run             t::b\n"
                          "     6.0 s  jit__run             t::c")
+    # With the tests' wall-clock spans, each file's seconds split into tracing, lowering, XLA and the rest.
+    trace = "/jax/core/compile/jaxpr_trace_duration"
+    (tmp_path / "gw1.json").write_text(json.dumps({
+        "phases": {"f.py::c": {phase: 6.0, trace: 1.5}}, "programs": [["miss", "f.py::c", "jit__run", 6.0]],
+        "tests": [["f.py::c", 100.0, 110.0]]}))
+    text = prof.summarise(str(tmp_path), top=2)
+    assert ("the 2 longest test files split (seconds): total, trace, lower, xla, rest\n"
+            "     10.0     1.5     0.0     6.0     2.5  f.py\n") in text
+    assert text.endswith("the 2 longest tests split (seconds): total, trace, lower, xla, rest\n"
+                         "     10.0     1.5     0.0     6.0     2.5  f.py::c")
