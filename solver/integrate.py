@@ -50,11 +50,15 @@ __all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE", "MODES", "QUICK_COMPIL
 
 MODES = ("auto", "unrolled", "compact", "looped")
 
-# The XLA option of a run compiled quickly (Integrator(optimize=False)): LLVM
-# at -O0.  XLA's HLO passes do not read it, so the kernels are the same and
-# only their machine code is less optimised (RSCR's first solve 21.1 -> 10.5 s,
-# a second one 0.12 -> 0.87 s; workflows/benchmarks/results/optimize.txt).
-QUICK_COMPILE = {"xla_backend_optimization_level": 0}
+# The XLA options of a run compiled quickly (Integrator(optimize=False)): LLVM
+# at -O0, and XLA:CPU's older IR emitters instead of its MLIR fusion emitters.
+# XLA's HLO passes read neither, so the kernels are the same and only their
+# machine code differs (RSCR's first solve 21.1 -> 10.5 s at -O0, a second one
+# 0.12 -> 0.87 s; workflows/benchmarks/results/optimize.txt).  The older
+# emitters take a fifth off the compile at -O0 (four small models: 15.4 ->
+# 12.7 CPU-s), but not for users' optimised runs: there they made the 90x90
+# cloth's step 2.6x and 1,000 pendulums 14% slower (results/quick_compile.txt).
+QUICK_COMPILE = {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
 
 # Above this many elementary operations in one step's series (see
 # tape_ops) the unrolled program may take too long to trace and compile,

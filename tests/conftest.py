@@ -4,21 +4,23 @@ and XLA's machine-code optimisation off.
 The cache only saves time on repeated runs on one machine (a fresh machine
 compiles everything once); results do not depend on it.
 
-**LLVM at -O0.**  The suite compiles hundreds of programs and runs each for
-moments, so LLVM's optimisation of the machine code is most of what it
-waits for: from an empty compile cache the suite took 19:38 with it and
-14:24 without (XLA's compile 1,231 -> 631 CPU-seconds; warm, 8:54 against
-8:05-8:32), while a run of RSCR's compiled step is 6x slower
-(``workflows/benchmarks/results/suite_compile.txt``).  The level is LLVM's (XLA:CPU
-hands it to LLVM's pass pipeline and code generator); XLA's HLO passes
+**A quick compile: LLVM at -O0, XLA's older emitters.**  The suite compiles
+hundreds of programs and runs each for moments, so it compiles every program
+as ``solve(optimize=False)`` does (:data:`TEST_XLA_FLAGS` =
+:data:`solver.integrate.QUICK_COMPILE`, for every program, through
+``XLA_FLAGS``).  LLVM's optimisation of the machine code was most of what
+the suite waited for: from an empty compile cache it took 19:38 with it and
+14:24 without (XLA's compile 1,231 -> 631 CPU-seconds), while a run of RSCR's
+compiled step is 6x slower; XLA:CPU's older IR emitters, instead of its MLIR
+fusion emitters, took a further fifth off XLA's compile
+(``workflows/benchmarks/results/suite_compile.txt``).  XLA's HLO passes
 (fusion, simplification, the loops compiled whole) run as for users, so the
-kernels are the same and only their machine code is less optimised, which
-can change results by rounding (e.g. fused multiply-adds), not what is
-computed.
+kernels are the same and only their machine code differs, which can change
+results by rounding (e.g. fused multiply-adds), not what is computed.
 ``tests/test_optimisation_level.py`` checks that the optimised build gives
 the same numbers, in a child process that compiles as users do.  Set
-``MECHSWEEP_TEST_XLA_OPT=full`` (or name ``--xla_backend_optimization_level``
-in ``XLA_FLAGS``) to run the suite at XLA's default optimisation.
+``MECHSWEEP_TEST_XLA_OPT=full`` to run the suite as users compile; a flag
+named in ``XLA_FLAGS`` keeps its value.
 
 **Longest files first.**  ``make test`` hands whole files to two workers
 (``--dist loadfile``) in collection order (``--no-loadscope-reorder``;
@@ -35,11 +37,13 @@ import json
 import os
 from pathlib import Path
 
-TEST_OPT_FLAG = "--xla_backend_optimization_level=0"
-if ("xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", "")
-        and os.environ.get("MECHSWEEP_TEST_XLA_OPT", "") != "full"):
-    # Before the backend starts (XLA reads XLA_FLAGS once); child processes inherit it.
-    os.environ["XLA_FLAGS"] = f"{TEST_OPT_FLAG} {os.environ.get('XLA_FLAGS', '')}".strip()
+TEST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+if os.environ.get("MECHSWEEP_TEST_XLA_OPT", "") != "full":
+    # Before the backend starts (XLA reads XLA_FLAGS once); child processes inherit them.
+    # A flag the caller names in XLA_FLAGS keeps the caller's value.
+    _named = os.environ.get("XLA_FLAGS", "")
+    _added = [flag for flag in TEST_XLA_FLAGS if flag[2:].split("=")[0] not in _named]
+    os.environ["XLA_FLAGS"] = " ".join(_added + [_named]).strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -1,10 +1,10 @@
-"""The suite compiles with LLVM's optimisation off (``conftest.py``); users compile with it on.
+"""The suite compiles quickly (``conftest.py``: LLVM at -O0, XLA's older emitters); users compile optimised.
 
 The runs of :mod:`opt_level_runs` in a child process at XLA's default
-optimisation, as ``mechsweep`` and ``solver`` compile for users, must give
-this process's numbers.  LLVM at -O0 and -O2 differ in how they round
-(fused multiply-adds), not in what they compute, so the runs agree to far
-below their tolerance (1e-10).
+settings, as ``mechsweep`` and ``solver`` compile for users, must give
+this process's numbers.  The two builds differ in how they round (fused
+multiply-adds), not in what they compute, so the runs agree to far below
+their tolerance (1e-10).
 """
 
 import json
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from conftest import TEST_OPT_FLAG
+from conftest import TEST_XLA_FLAGS
 from opt_level_runs import runs
 
 TESTS = Path(__file__).resolve().parent
 
 
 def _runs_optimised() -> dict:
-    flags = os.environ.get("XLA_FLAGS", "").replace(TEST_OPT_FLAG, "").strip()
+    flags = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split() if f not in TEST_XLA_FLAGS)
     env = dict(os.environ, XLA_FLAGS=flags, MECHSWEEP_TEST_XLA_OPT="full")  # cache and float64: inherited
     script = ("import json, os, sys; sys.path.insert(0, sys.argv[1]); from opt_level_runs import runs; "
               "print(json.dumps({'flags': os.environ['XLA_FLAGS'], 'runs': runs()}))")
@@ -33,17 +33,22 @@ def _runs_optimised() -> dict:
 
 
 def test_the_suite_compiles_as_a_quick_compile_does():
-    """conftest.py's flag (set before JAX starts, for every program) is the per-program option of optimize=False."""
+    """conftest.py's flags (set before JAX starts, for every program) are the per-program options of optimize=False."""
     from solver.integrate import QUICK_COMPILE
 
-    assert [TEST_OPT_FLAG] == [f"--{key}={value}" for key, value in QUICK_COMPILE.items()]
+    def flag(value):
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    assert list(TEST_XLA_FLAGS) == [f"--{key}={flag(value)}" for key, value in QUICK_COMPILE.items()]
 
 
 def test_an_optimised_build_gives_the_suites_numbers():
     child = _runs_optimised()
-    # Unless the suite was asked for the optimised build (MECHSWEEP_TEST_XLA_OPT=full), this is -O0 against -O2.
-    assert TEST_OPT_FLAG in os.environ["XLA_FLAGS"] or os.environ.get("MECHSWEEP_TEST_XLA_OPT") == "full"
+    # Unless the suite was asked for the optimised build (MECHSWEEP_TEST_XLA_OPT=full), this is quick against optimised.
+    assert (set(TEST_XLA_FLAGS) <= set(os.environ["XLA_FLAGS"].split())
+            or os.environ.get("MECHSWEEP_TEST_XLA_OPT") == "full")
     assert "xla_backend_optimization_level" not in child["flags"]
+    assert "xla_cpu_use_fusion_emitters" not in child["flags"]
     here = runs()
     assert here.keys() == child["runs"].keys()
     for name, values in here.items():
