@@ -19,7 +19,9 @@ then element); the leading derivatives ``u`` are ``X[j, d_j]``.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 from functools import lru_cache, partial
 
 import numpy as np
@@ -291,6 +293,48 @@ def in_one_trip_loop(fn, *args):
 
     init = (go, args, [jnp.zeros(s.shape, s.dtype) for s in leaves])
     return jax.tree.unflatten(tree, lax.while_loop(lambda c: c[0], body, init)[2])
+
+
+_seeding = threading.local()
+
+
+@contextlib.contextmanager
+def tangent_seeds():
+    """Within the block, a traced run gives a tangent to every carry that starts without one.
+
+    ``jax.jvp`` of a ``while_loop`` finds which carries have tangents by a
+    fixed point, tracing the loop's body again each time a carry gains
+    one, and ``vmap`` over the tangent directions does the same for which
+    carries are batched; a loop nested in the body is traced again with
+    every pass of the loop around it.  A run's ``u`` and output buffers
+    start as constants and gain tangents in the first step, so the
+    sensitivities' trace took two or three passes at every level.  Under
+    this block they start as ``constant + 0 * z0[0]``: the same values, but
+    a tangent (batched, under the ``vmap``) from the start, so each fixed
+    point holds at its first pass (the pendulum's sensitivities: tracing
+    3.1 -> 2.3 s, results unchanged; workflows/benchmarks/results/sensitivity.txt).
+    Set by :meth:`Integrator._run_tangents` while it traces.
+    """
+    before = getattr(_seeding, "on", False)
+    _seeding.on = True
+    try:
+        yield
+    finally:
+        _seeding.on = before
+
+
+def _tangent_seed(z0):
+    """A zero carrying ``z0``'s tangent under :func:`tangent_seeds`, else None."""
+    if not getattr(_seeding, "on", False) or not jnp.size(z0):
+        return None
+    return jnp.zeros((), jnp.result_type(z0)) * jnp.ravel(z0)[0]
+
+
+def _seeded(tree, seed):
+    """``tree`` with ``seed`` added to every floating leaf (unchanged when ``seed`` is None)."""
+    if seed is None:
+        return tree
+    return jax.tree_util.tree_map(lambda a: a + seed if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
 
 
 def step_loop_condition(going, counter):
@@ -1110,8 +1154,9 @@ class Integrator:
             return res, tan["values"]
 
         # The primal does not depend on the direction: vmap keeps it unbatched.
-        return jax.vmap(along, out_axes=(None, 0))({k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()},
-                                                   jnp.asarray(dz0, jnp.float64))
+        with tangent_seeds():
+            return jax.vmap(along, out_axes=(None, 0))({k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()},
+                                                       jnp.asarray(dz0, jnp.float64))
 
     def _run_batch(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
         run = self._run_batch_rounds if jax.default_backend() == "cpu" else self._run_batch_scatter
@@ -1133,7 +1178,8 @@ class Integrator:
         def step(p, t, z, u, steps, live):
             return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
 
-        return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": u0,
+        seed = _tangent_seed(z0)
+        return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": _seeded(u0, seed), "seed": seed,
                 "N": z0.shape[0], "n_out": jnp.shape(t_eval)[0], "S": min(slots, z0.shape[0]),
                 "pick": lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params),
                 "step": step, "pending": jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None))}
@@ -1208,7 +1254,7 @@ class Integrator:
         pool = self._pool(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
         t0, z0, u0, N, n_out, S, pick, step = (pool[k] for k in ("t0", "z0", "u0", "N", "n_out", "S", "pick", "step"))
         enough = max(1, int(S * _ROUND_FINISHED))
-        empty = self._empty_outputs((S,), n_out)
+        empty = _seeded(self._empty_outputs((S,), n_out), pool["seed"])
 
         def write_slots(go, ic, vals, buf):
             # One slot at a time: a dynamic update of one row is a few
@@ -1264,7 +1310,8 @@ class Integrator:
         carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
                  "steps": jnp.zeros(S, jnp.int32), "status": jnp.full(S, -1, jnp.int8),
                  "i_out": jnp.zeros(S, jnp.int32), "buf": empty, "next": jnp.int32(S),
-                 "outs": self._empty_outputs((N,), n_out), "res": self._pool_results(N, t0, z0, u0)}
+                 "outs": _seeded(self._empty_outputs((N,), n_out), pool["seed"]),
+                 "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
 
@@ -1302,7 +1349,8 @@ class Integrator:
 
         carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
                  "steps": jnp.zeros(S, jnp.int32), "i_out": jnp.zeros(S, jnp.int32), "next": jnp.int32(S),
-                 "outs": self._empty_outputs((N,), n_out), "res": self._pool_results(N, t0, z0, u0)}
+                 "outs": _seeded(self._empty_outputs((N,), n_out), pool["seed"]),
+                 "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
 
@@ -1468,8 +1516,10 @@ class Integrator:
 
             return lax.while_loop(step_cond, step_body, s)
 
-        start = {"t": t0, "z": z0, "u": u0, "steps": jnp.int32(0), "status": jnp.int8(-1), "i_out": jnp.int32(0)}
-        outs = self._empty_outputs((), n_pad)
+        seed = _tangent_seed(z0)
+        start = {"t": t0, "z": z0, "u": _seeded(u0, seed), "steps": jnp.int32(0), "status": jnp.int8(-1),
+                 "i_out": jnp.int32(0)}
+        outs = _seeded(self._empty_outputs((), n_pad), seed)
         if n_pad == M:
             # One chunk: every output is written before the loop ends, and
             # a large model's series is not carried from step to step.
@@ -1494,7 +1544,7 @@ class Integrator:
                 return (c["status"] < 0) | self._outputs_pending(c["i_out"], last["good"], last["t"], last["h"],
                                                                  t_eval, t1)
 
-            X0 = {v.name: jnp.zeros((self.KX,) + v.shape, dt) for v in self.dae.variables}
+            X0 = _seeded({v.name: jnp.zeros((self.KX,) + v.shape, dt) for v in self.dae.variables}, seed)
             s = lax.while_loop(chunk_cond, chunk_body, {**start, "outs": outs, "last": {
                 "X": X0, "t": t0, "h": jnp.zeros((), dt), "good": jnp.asarray(False)}})
             outs = s["outs"]

@@ -212,3 +212,46 @@ def test_a_sweep_naming_an_unknown_parameter_stops_at_the_key(tmp_path):
         build_context(load_sweep(path))
     assert "Outputs.sensitivities" in str(err.value)
     assert "'mass' is not a parameter of the model; the scalar parameters are L, g" in str(err.value)
+
+
+def test_seeded_carries_make_the_sensitivities_trace_each_loop_once_with_the_same_numbers(pendulum, monkeypatch):
+    """A run's ``u`` and output buffers start with a tangent under ``tangent_seeds`` (what
+    ``run_tangents`` traces under), so JAX's fixed points over the loops' carries (which have a
+    tangent, which are batched over the directions) hold at their first pass: fewer loop bodies
+    differentiated and batched, and not one number changed."""
+    import contextlib
+
+    import jax
+    from jax._src.interpreters import ad, batching
+    from jax.extend.core import jaxpr_as_fun
+
+    import solver.integrate as si
+
+    passes = {"n": 0}
+
+    def counting(real):
+        def wrapped(*args, **kwargs):
+            passes["n"] += 1
+            return real(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(batching, "batch_jaxpr", counting(batching.batch_jaxpr))
+    monkeypatch.setattr(ad, "jvp_jaxpr", counting(ad.jvp_jaxpr))
+    integ = solver.compiled_model(pendulum.dae, 8, batch=False).integrator
+    L = 1.0
+    params = {"g": np.asarray(9.81), "L": np.asarray(L)}
+    z0 = np.array([L * np.sin(0.4), 0.0, L * np.cos(0.4), 0.0])
+    args = (params, z0, np.zeros(3), {"g": np.zeros(1), "L": np.ones(1)}, np.zeros((1, 4)), 0.0, 1.0,
+            np.linspace(0.0, 1.0, 5), 1e-8, 1000, np.inf)
+
+    def traced():
+        passes["n"] = 0
+        closed = jax.make_jaxpr(lambda *a: integ._run_tangents(*a, slots=None))(*args)
+        return passes["n"], jax.jit(jaxpr_as_fun(closed))(*jax.tree.leaves(args))
+
+    seeded, seeded_out = traced()
+    monkeypatch.setattr(si, "tangent_seeds", contextlib.nullcontext)
+    plain, plain_out = traced()
+    assert seeded < plain, (seeded, plain)
+    for a, b in zip(seeded_out, plain_out):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
