@@ -388,10 +388,11 @@ class Integrator:
         batch: what ``"auto"`` chooses for: batches (default) or single
             runs (:func:`choose_mode`).
         optimize: compile the runs with LLVM's optimisation (default).
-            ``False`` compiles them at LLVM's -O0 (:data:`QUICK_COMPILE`):
-            same kernels and results up to rounding, compiles up to 2x faster,
-            runs several times slower; for a first look at a large model or
-            a run shorter than its compile
+            ``False`` compiles them quickly (:data:`QUICK_COMPILE`: LLVM at
+            -O0, XLA:CPU's older IR emitters): same kernels and results up
+            to rounding, compiles up to 2x faster, runs several times
+            slower; for a first look at a large model or a run shorter
+            than its compile
             (``workflows/benchmarks/results/optimize.txt``).
 
     Raises:
