@@ -19,9 +19,7 @@ then element); the leading derivatives ``u`` are ``X[j, d_j]``.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 from functools import lru_cache, partial
 
 import numpy as np
@@ -39,6 +37,7 @@ from .kkt import KKTBlocks, kkt_factor, kkt_solve
 from .pointwise import levels_from_coefficients, residual_at
 from .compact import CompactProgram, CompactUnsupportedError
 from .tape import UnrolledProgram, _plus, _times
+from .trace_flags import TraceFlag
 from .taylor import _LINEAR as _LINEAR_NAMES
 from .taylor import TaylorProgram, order_sum, write_row
 
@@ -295,10 +294,9 @@ def in_one_trip_loop(fn, *args):
     return jax.tree.unflatten(tree, lax.while_loop(lambda c: c[0], body, init)[2])
 
 
-_seeding = threading.local()
+_seeding = TraceFlag()
 
 
-@contextlib.contextmanager
 def tangent_seeds():
     """Within the block, a traced run gives a tangent to every carry that starts without one.
 
@@ -314,18 +312,16 @@ def tangent_seeds():
     point holds at its first pass (the pendulum's sensitivities: tracing
     3.1 -> 2.3 s, results unchanged; workflows/benchmarks/results/sensitivity.txt).
     Set by :meth:`Integrator._run_tangents` while it traces.
+
+    Returns:
+        A context manager.
     """
-    before = getattr(_seeding, "on", False)
-    _seeding.on = True
-    try:
-        yield
-    finally:
-        _seeding.on = before
+    return _seeding.set(True)
 
 
 def _tangent_seed(z0):
     """A zero carrying ``z0``'s tangent under :func:`tangent_seeds`, else None."""
-    if not getattr(_seeding, "on", False) or not jnp.size(z0):
+    if not _seeding.on or not jnp.size(z0):
         return None
     return jnp.zeros((), jnp.result_type(z0)) * jnp.ravel(z0)[0]
 

@@ -24,15 +24,15 @@ up to rounding.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import threading
 
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax import lax
+
+from .trace_flags import TraceFlag
 
 __all__ = ["LU", "lu_factor", "lu_solve", "apply_inverse", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
            "min_norm_correction", "identity", "diagonal", "matmul", "dot_general", "native_loops",
@@ -84,10 +84,9 @@ class LU:
     singular: object
 
 
-_native = threading.local()
+_native = TraceFlag()
 
 
-@contextlib.contextmanager
 def native_loops(enabled: bool = True):
     """Within the block, trace mid-size factorisations and solves as XLA loops, not LAPACK calls.
 
@@ -95,17 +94,15 @@ def native_loops(enabled: bool = True):
     solves) up to :data:`NATIVE_LOOP_MAX`.  Set while tracing a single run
     (``Integrator._run``); a vmapped batch keeps LAPACK, whose batched call
     is cheaper per element than masked whole-matrix updates.
+
+    Returns:
+        A context manager.
     """
-    before = getattr(_native, "on", False)
-    _native.on = enabled
-    try:
-        yield
-    finally:
-        _native.on = before
+    return _native.set(enabled)
 
 
 def _use_native(n: int, unrolled_max: int) -> bool:
-    return unrolled_max < n <= NATIVE_LOOP_MAX and getattr(_native, "on", False)
+    return unrolled_max < n <= NATIVE_LOOP_MAX and _native.on
 
 
 def pivots_singular(diag):
