@@ -327,10 +327,10 @@ def _tangent_seed(z0):
 
 
 def _seeded(tree, seed):
-    """``tree`` with ``seed`` added to every floating leaf (unchanged when ``seed`` is None)."""
+    """``tree`` (floating arrays) with ``seed`` added to every leaf (unchanged when ``seed`` is None)."""
     if seed is None:
         return tree
-    return jax.tree_util.tree_map(lambda a: a + seed if jnp.issubdtype(a.dtype, jnp.floating) else a, tree)
+    return jax.tree_util.tree_map(lambda a: a + seed, tree)
 
 
 def step_loop_condition(going, counter):
@@ -1163,8 +1163,9 @@ class Integrator:
         """What both slot-pool forms share: the inputs as float arrays, sizes, and the vmappable pieces.
 
         Returns:
-            dict with ``t0, t1, t_eval, z0, u0`` (float arrays), ``N``
-            (problems), ``n_out``, ``S`` (slots used), ``pick`` (problem
+            dict with ``t0, t1, t_eval, z0, u0`` (float arrays; ``u0``
+            seeded), ``seed`` (:func:`_tangent_seed` of z0, for the output
+            buffers), ``N`` (problems), ``n_out``, ``S`` (slots used), ``pick`` (problem
             rows -> their parameters), ``step`` (one problem's step, to
             vmap) and ``pending`` (vmapped :meth:`_outputs_pending`).
         """
@@ -1176,8 +1177,8 @@ class Integrator:
             return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
 
         seed = _tangent_seed(z0)
-        return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": _seeded(u0, seed), "seed": seed,
-                "N": z0.shape[0], "n_out": jnp.shape(t_eval)[0], "S": min(slots, z0.shape[0]),
+        return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": _seeded(u0, seed),
+                "seed": seed, "N": z0.shape[0], "n_out": jnp.shape(t_eval)[0], "S": min(slots, z0.shape[0]),
                 "pick": lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params),
                 "step": step, "pending": jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None))}
 
@@ -1251,7 +1252,7 @@ class Integrator:
         pool = self._pool(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
         t0, z0, u0, N, n_out, S, pick, step = (pool[k] for k in ("t0", "z0", "u0", "N", "n_out", "S", "pick", "step"))
         enough = max(1, int(S * _ROUND_FINISHED))
-        empty = _seeded(self._empty_outputs((S,), n_out), pool["seed"])
+        empty = self._empty_outputs((S,), n_out, pool["seed"])
 
         def write_slots(go, ic, vals, buf):
             # One slot at a time: a dynamic update of one row is a few
@@ -1307,7 +1308,7 @@ class Integrator:
         carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
                  "steps": jnp.zeros(S, jnp.int32), "status": jnp.full(S, -1, jnp.int8),
                  "i_out": jnp.zeros(S, jnp.int32), "buf": empty, "next": jnp.int32(S),
-                 "outs": _seeded(self._empty_outputs((N,), n_out), pool["seed"]),
+                 "outs": self._empty_outputs((N,), n_out, pool["seed"]),
                  "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
@@ -1346,7 +1347,7 @@ class Integrator:
 
         carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
                  "steps": jnp.zeros(S, jnp.int32), "i_out": jnp.zeros(S, jnp.int32), "next": jnp.int32(S),
-                 "outs": _seeded(self._empty_outputs((N,), n_out), pool["seed"]),
+                 "outs": self._empty_outputs((N,), n_out, pool["seed"]),
                  "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
@@ -1413,9 +1414,10 @@ class Integrator:
         t_eps = 1e-13 * jnp.maximum(jnp.abs(t1), 1.0)
         return good & (i < n_out) & (j < rows) & (t_eval[jnp.clip(j, 0, rows - 1)] <= t + h + t_eps)
 
-    def _empty_outputs(self, lead, n_out):
-        return {v.name: jnp.full(lead + (n_out, self.out_orders[v.name]) + v.shape, jnp.nan)
-                for v in self.dae.variables}
+    def _empty_outputs(self, lead, n_out, seed=None):
+        """NaN-filled output buffers, each plus ``seed`` (see :func:`tangent_seeds`) when given."""
+        return _seeded({v.name: jnp.full(lead + (n_out, self.out_orders[v.name]) + v.shape, jnp.nan)
+                        for v in self.dae.variables}, seed)
 
     # XLA:CPU's limit on a loop body's buffers for sequential execution (see _run).
     _SMALL_BUFFER_BYTES = 512
@@ -1516,7 +1518,7 @@ class Integrator:
         seed = _tangent_seed(z0)
         start = {"t": t0, "z": z0, "u": _seeded(u0, seed), "steps": jnp.int32(0), "status": jnp.int8(-1),
                  "i_out": jnp.int32(0)}
-        outs = _seeded(self._empty_outputs((), n_pad), seed)
+        outs = self._empty_outputs((), n_pad, seed)
         if n_pad == M:
             # One chunk: every output is written before the loop ends, and
             # a large model's series is not carried from step to step.

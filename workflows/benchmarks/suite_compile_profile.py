@@ -98,7 +98,8 @@ def _per_file(runs) -> dict[str, float]:
 def summarise(folder: str = OUT_DIR, top: int = 25) -> str:
     """The recorded workers' totals, programs by name and the slowest compiles, as text."""
     phases, programs, workers = collections.defaultdict(float), [], {}
-    for worker, data in _recorded(folder).items():
+    recorded = _recorded(folder)
+    for worker, data in recorded.items():
         workers[worker] = data.get("tests", [])
         for per_test in data["phases"].values():
             for event, seconds in per_test.items():
@@ -121,8 +122,8 @@ def summarise(folder: str = OUT_DIR, top: int = 25) -> str:
     lines.append(f"the {top} slowest compiles:")
     lines += [f"  {p[3]:6.1f} s  {p[2]:20s} {p[1]}" for p in sorted(misses, key=lambda p: -p[3])[:top]]
     lines += _schedule(workers, top)
-    lines += _split_by_file(_recorded(folder), top)
-    lines += _split_by_file(_recorded(folder), top, key=lambda nodeid: nodeid, what="tests")
+    lines += _split_phases(recorded, top, key=lambda nodeid: nodeid.split("::")[0], what="test files")
+    lines += _split_phases(recorded, top, key=lambda nodeid: nodeid, what="tests")
     return "\n".join(lines)
 
 
@@ -131,20 +132,20 @@ PHASE_COLUMNS = (("trace", "/jax/core/compile/jaxpr_trace_duration"),
                  ("xla", "/jax/core/compile/backend_compile_duration"))
 
 
-def _split_by_file(recorded: dict, top: int, key=lambda nodeid: nodeid.split("::")[0], what="test files") -> list[str]:
-    """Lines splitting each of the ``top`` longest files' (or, by ``key``, tests') seconds into tracing,
-    lowering, XLA and the rest."""
-    per_file = collections.defaultdict(lambda: collections.defaultdict(float))
+def _split_phases(recorded: dict, top: int, key, what: str) -> list[str]:
+    """Lines splitting the seconds of the ``top`` longest groups of tests (``key(node id)``: a file, or the
+    test itself) into tracing, lowering, XLA and the rest."""
+    groups = collections.defaultdict(lambda: collections.defaultdict(float))
     for data in recorded.values():
         for nodeid, start, end in data.get("tests", []):
-            per_file[key(nodeid)]["total"] += end - start
+            groups[key(nodeid)]["total"] += end - start
         for test, per_test in data["phases"].items():
             for column, event in PHASE_COLUMNS:
-                per_file[key(test)][column] += per_test.get(event, 0.0)
-    if not any(cols["total"] for cols in per_file.values()):  # no test timings recorded
+                groups[key(test)][column] += per_test.get(event, 0.0)
+    timed = [kv for kv in groups.items() if kv[1]["total"]]  # phases outside a timed test (collection) left out
+    if not timed:
         return []
     lines = [f"the {top} longest {what} split (seconds): total, trace, lower, xla, rest"]
-    timed = [kv for kv in per_file.items() if kv[1]["total"]]  # phases outside a test (collection) left out
     for name, cols in sorted(timed, key=lambda kv: -kv[1]["total"])[:top]:
         phases = [cols[column] for column, _ in PHASE_COLUMNS]
         lines.append(f"  {cols['total']:7.1f} {phases[0]:7.1f} {phases[1]:7.1f} {phases[2]:7.1f} "
