@@ -781,8 +781,9 @@ class Integrator:
             rc = np.array([math.comb(k + int(o), int(o)) for o in c], dtype=float)
             rd = np.array([math.comb(k + int(o), int(o)) for o in d], dtype=float)
             y = solve(jnp.asarray(rc) * r)
-            XL = up.set_stage(XL, k, -y / jnp.asarray(rd))
-            up.stage(nodes, aux, XL, k, t0, consts)
+            XL_new = up.set_stage(XL, k, -y / jnp.asarray(rd))
+            nodes, aux = up.commit(n1, a1, XL, XL_new, k, consts)
+            XL = XL_new
             up.fence_new(nodes, aux, XL, fenced, anchor)
         return up.arrays(XL)
 

@@ -109,6 +109,21 @@ def fence(values: list, anchor) -> list:
     return lax.while_loop(lambda c: c[0], body, (go, list(values)))[1]
 
 
+def _cauchy(P: list, Q: list, m: int, f=_times, square: bool = False):
+    """Σ_{j=0}^{m} f(P[j], Q[m-j]), None terms skipped; ``square``: P is Q and f commutes.
+
+    A square's terms pair up (x_j x_{m-j} = x_{m-j} x_j), so it takes half the
+    products: 2 Σ_{j<m-j} x_j x_{m-j} (+ x_{m/2}^2).  XLA does not find the pairs
+    itself (the pendulum's series: 545 multiplies in the optimised program
+    either way).
+    """
+    if not square:
+        return _add(*[f(P[j], Q[m - j]) for j in range(m + 1) if P[j] is not None and Q[m - j] is not None])
+    pairs = _add(*[f(P[j], P[m - j]) for j in range((m + 1) // 2) if P[j] is not None and P[m - j] is not None])
+    mid = P[m // 2] if m % 2 == 0 else None
+    return _add(None if pairs is None else _times(2.0, pairs), None if mid is None else f(mid, mid))
+
+
 def _mul(a, b):
     return None if a is None or b is None else _times(a, b)
 
@@ -266,6 +281,134 @@ class UnrolledProgram:
                 if 0 <= m < self.K:
                     self._apply(idx, e, m, nodes, aux, consts)
 
+    def commit(self, nodes, aux, XL_before, XL, k: int, consts):
+        """Stage k's coefficients once its unknowns are set, updated in place from the residual pass's.
+
+        ``nodes``/``aux`` hold the residual pass of stage k (:meth:`stage`
+        with the stage's unknowns unset, ``XL_before``); ``XL`` has them set.
+        Only what reads a changed coefficient is computed again, and where
+        the only change is in its inputs' order-m coefficients (m >= 1) a
+        node's order-m coefficient is affine in them with the slope of its
+        operation at order 0, so it takes the change times that slope
+        (:meth:`_delta_rule`): a product's two terms instead of its whole
+        Cauchy sum.  Elsewhere the node is computed again by its rule.
+        """
+        prog = self.prog
+        before = self.copy(nodes, aux)[0]
+        changed: dict = {}  # node id, or ("aux", eqn index) -> orders replaced by this pass
+
+        def mark(key, m):
+            changed.setdefault(key, set()).add(m)
+
+        for w in reversed(range(prog.window)):
+            for i, (name, l) in prog.input_x.items():
+                if i not in prog.off:
+                    continue
+                m = k + prog.off[i] - w
+                row = m + l
+                if not 0 <= m < self.K or row >= self.KX or XL[name][row] is XL_before[name][row]:
+                    continue
+                x = XL[name][row]
+                nodes[i][m] = None if x is None else _times(float(math.prod(range(m + 1, m + l + 1))), x)
+                mark(i, m)
+            for idx, e in self.live:
+                m = k + prog.eqn_off(e) - w
+                if not 0 <= m < self.K:
+                    continue
+                reads = set()
+                for a in e.invars:
+                    if not isinstance(a, _Lit) and a in changed:
+                        reads |= {j for j in changed[a] if j <= m + 1}
+                if e.prim.name in _NONLINEAR:
+                    for key in list(e.outvars) + [("aux", idx)]:
+                        reads |= {j for j in changed.get(key, ()) if j < m}
+                if not reads:
+                    continue
+                val = self._delta_rule(idx, e, m, nodes, aux, before, changed, consts) \
+                    if m >= 1 and reads == {m} else None
+                if val is None:
+                    self._apply(idx, e, m, nodes, aux, consts)
+                else:
+                    nodes[e.outvars[0]][m] = self._as_node(val, e.outvars[0])
+                for o in e.outvars:
+                    mark(o, m)
+                mark(("aux", idx), m)
+        return nodes, aux
+
+    def _as_node(self, val, out):
+        """``val`` as node ``out``'s coefficient: float64 where the node is floating, its shape."""
+        val = jnp.asarray(val)
+        if _is_float(self._aval(out)) and val.dtype != jnp.float64:
+            val = val.astype(jnp.float64)
+        shape = self.shapes.get(out, ())
+        return val if val.shape == shape else jnp.broadcast_to(val, shape)
+
+    def _delta_rule(self, idx, e, m: int, nodes, aux, before, changed, consts):
+        """Order-m coefficient of e's output from its residual-pass value plus slope x change.
+
+        Called when the only coefficients e reads that changed are its
+        inputs' order-m ones (m >= 1).  Returns None where no rule is
+        written here (the caller computes the node again); sets the
+        auxiliary series' order-m coefficient of the rules that keep one.
+        """
+        name = e.prim.name
+        out = e.outvars[0]
+        old = nodes[out][m]
+
+        def delta(a):
+            if isinstance(a, _Lit) or m not in changed.get(a, ()):
+                return None
+            new, was = nodes[a][m], before[a][m]
+            if was is None:
+                return new
+            return _scale(-1.0, was) if new is None else _plus(new, _scale(-1.0, was))
+
+        def c0(a):
+            return self._coef0(a, nodes, consts)
+
+        def plus_old(*terms):
+            return _add(old, *terms)
+
+        series = [not isinstance(a, _Lit) and a in self.prog.series for a in e.invars]
+        if name in _BILINEAR and all(series):
+            a, b = e.invars
+            if name == "mul":
+                f = _times
+            else:
+                dims = {kk: v for kk, v in e.params.items() if kk in ("dimension_numbers", "precision")}
+                f = lambda x, y: jax.lax.dot_general(x, y, **dims)
+            da, db = delta(a), delta(b)
+            if a == b and name == "mul":
+                return plus_old(_times(_times(2.0, c0(a)), da))
+            return plus_old(None if db is None else f(c0(a), db), None if da is None else f(da, c0(b)))
+        if name in ("square", "integer_pow") and (name == "square" or int(e.params["y"]) == 2):
+            dx = delta(e.invars[0])
+            return plus_old(_times(_times(2.0, c0(e.invars[0])), dx))
+        if name in ("sin", "cos", "sinh", "cosh"):
+            dx = delta(e.invars[0])
+            C = aux[(idx, "comp")]
+            hyper = name in ("sinh", "cosh")
+            sz = 1.0 if (hyper or name == "sin") else -1.0
+            sc = 1.0 if (hyper or name == "cos") else -1.0
+            C[m] = _add(C[m], _times(_times(sc, nodes[out][0]), dx))
+            return plus_old(_times(_times(sz, C[0]), dx))
+        if name in ("exp", "exp2", "expm1"):
+            dx = delta(e.invars[0])
+            slope = {"exp": nodes[out][0], "exp2": _times(math.log(2.0), nodes[out][0]),
+                     "expm1": _plus(nodes[out][0], 1.0)}[name]
+            return plus_old(_times(slope, dx))
+        if name in ("log", "log1p"):
+            x0 = c0(e.invars[0])
+            return plus_old(delta(e.invars[0]) / (x0 if name == "log" else _plus(x0, 1.0)))
+        if name == "sqrt":
+            return plus_old(delta(e.invars[0]) / _times(2.0, nodes[out][0]))
+        if name == "div" and series[1]:
+            a, b = e.invars
+            da, db = delta(a), delta(b)
+            num = _add(da, None if db is None else _scale(-1.0, _times(nodes[out][0], db)))
+            return plus_old(num / c0(b))
+        return None
+
     def residual(self, nodes, k: int, consts=None):
         """Coefficient ``k + c_i`` of every equation (0 where negative or constant)."""
         parts = []
@@ -362,12 +505,7 @@ class UnrolledProgram:
                 y = self._coef(b, m, nodes, consts)
                 val = None if y is None else f(self._coef0(a, nodes, consts), y)
             else:
-                terms = []
-                for j in range(m + 1):
-                    x, y = nodes[a][j], nodes[b][m - j]
-                    if x is not None and y is not None:
-                        terms.append(f(x, y))
-                val = _add(*terms)
+                val = _cauchy(nodes[a], nodes[b], m, f, square=(a == b and name == "mul"))
         elif name in _NONLINEAR:
             val = self._nonlinear(idx, e, m, nodes, aux, consts, shape)
         else:
@@ -427,9 +565,9 @@ class UnrolledProgram:
             P = X
             for i in range(2, n):
                 Pi = A(f"p{i}")
-                Pi[m] = conv(P, X, 0, 0)
+                Pi[m] = _cauchy(P, X, m, square=(i == 2))
                 P = Pi
-            return conv(P, X, 0, 0)
+            return _cauchy(P, X, m, square=(n == 2))
         if name in ("sqrt", "rsqrt", "cbrt") or (name == "pow" and not (
                 (not isinstance(e.invars[1], _Lit)) and e.invars[1] in self.prog.series)):
             X = ops[0]

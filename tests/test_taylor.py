@@ -161,6 +161,69 @@ def test_series_of_a_state_dependent_ode_matches_exact_expansion(mode):
     np.testing.assert_allclose(np.asarray(X["y"][:13]), np.ones(13), rtol=1e-13)
 
 
+def _curve(x, y, exp2=jnp.exp2):
+    """A curve G(x, y) = const built from every primitive with a rule of its own in the unrolled
+    engine's commit pass (solver.tape.UnrolledProgram._delta_rule) applied to the unknowns
+    (``exp2``: jet, the reference, has no rule for it, and is given exp(x log 2))."""
+    return (jnp.sin(x) * y + jnp.cos(y) + jnp.exp(0.3 * y) + exp2(0.2 * x) + jnp.expm1(0.1 * y)
+            - jnp.log(1.5 + x ** 2) + jnp.log1p(0.1 * jnp.square(y)) + jnp.sqrt(2.0 + y * y)
+            + x / (2.0 + jnp.cosh(y)) + jnp.sinh(0.1 * x) + jnp.dot(jnp.stack([x, y]), jnp.stack([y, x])))
+
+
+def _bead_on_curve(t, v, p):
+    x, y, lam = v["x"], v["y"], v["lam"]
+    gx, gy = jax.grad(_curve, argnums=(0, 1))(x[0], y[0])
+    return [x[2] + lam[0] * gx, y[2] + lam[0] * gy + p["g"], _curve(x[0], y[0]) - p["c"]]
+
+
+def _jet_series(f, coeffs, K):
+    """Normalised Taylor coefficients 0..K of f(*series) from the operands' normalised coefficients (jet)."""
+    from jax.experimental import jet
+
+    primals = tuple(jnp.asarray(c[0]) for c in coeffs)
+    terms = tuple([jnp.asarray(c[j] * math.factorial(j)) for j in range(1, K + 1)] for c in coeffs)
+    p0, out = jet.jet(f, primals, terms)
+    return np.array([float(p0)] + [float(out[j - 1]) / math.factorial(j) for j in range(1, K + 1)])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_series_of_a_bead_on_a_transcendental_curve_satisfies_its_equations_to_every_order(mode):
+    """Index 3, the constraint through sin, cos, exp, exp2, expm1, log, log1p, squares, sqrt, a
+    quotient, cosh, sinh and a dot product of the unknowns: every stage's unknowns enter each of
+    them.  The engine's coefficients, pushed through the equations by ``jax.experimental.jet``
+    (JAX's own Taylor mode), make every equation vanish at every order the series determines."""
+    from solver.initialize import parse_values
+
+    x0, y0, p = 0.4, -0.3, 9
+    gx, gy = (float(g) for g in jax.grad(_curve, argnums=(0, 1))(x0, y0))
+    params = {"g": 9.81, "c": float(_curve(x0, y0))}
+    dae = solver.DAE(_bead_on_curve, ["x", "y", "lam"], params)
+    comp = solver.compiled_model(dae, p, mode=mode)
+    integ = comp.integrator
+    assert integ.mode == mode
+    spec = parse_values(integ, {"x": x0, "y": y0, "x'": -0.7 * gy, "y'": 0.7 * gx}, ["x", "y", "x'", "y'"])
+    pj = {k: jnp.asarray(v) for k, v in params.items()}
+    z0 = comp.consistent_point(pj, 0.0, spec)
+    X, u, status, _ = jax.jit(lambda z: integ.series(z, jnp.asarray(spec.u_guess), 0.0,
+                                                    integ.prog.constants(pj)))(jnp.asarray(z0))
+    assert int(status) == 0
+    xs, ys, ls = (np.asarray(X[n]) for n in ("x", "y", "lam"))
+    np.testing.assert_allclose([xs[0], ys[0]], [x0, y0], atol=1e-12)
+    assert abs(xs[1]) > 0.1  # the bead moves: the commit pass has non-zero changes to carry
+    K = p  # x, y to order p + 2, lam to order p
+    curve = lambda x, y: _curve(x, y, lambda s: jnp.exp(math.log(2.0) * s))
+    # Coefficients grow (to 2e4 at order 11: the series converges in a small
+    # disc), so each order is held to rounding at the scale of its terms.
+    scale = lambda terms: 1e-13 * np.maximum.accumulate(1.0 + np.abs(terms))
+    for name, force, sign in (("x", lambda x, y, l: l * jax.grad(curve, 0)(x, y), 0.0),
+                              ("y", lambda x, y, l: l * jax.grad(curve, 1)(x, y), params["g"])):
+        acc = np.array([(k + 1) * (k + 2) * np.asarray(X[name])[k + 2] for k in range(K + 1)])
+        res = acc + _jet_series(force, (xs, ys, ls), K) + np.r_[sign, np.zeros(K)]
+        assert np.all(np.abs(res) <= scale(acc)), (name, res, scale(acc))
+    g = _jet_series(curve, (xs, ys), K + 2) - np.r_[params["c"], np.zeros(K + 2)]
+    assert np.all(np.abs(g) <= scale(np.abs(xs[: K + 3]) + np.abs(ys[: K + 3]))), g
+
+
 def test_unsupported_primitive_is_named():
     dae = solver.DAE(lambda t, v, p: [v["y"][0] - jax.scipy.special.erf(t)], ["y"])
     with pytest.raises(UnsupportedPrimitiveError, match="no rule for the operation 'erf'"):
