@@ -994,7 +994,9 @@ class Integrator:
         hs = []
         for k in (p - 1, p):
             nk = norm_at(k)
-            hs.append(jnp.where(nk > 0, (tk / jnp.where(nk > 0, nk, 1.0)) ** (1.0 / k), jnp.inf))
+            # exp(log(x) / k), not x ** (1 / k): XLA:CPU calls libm's pow one
+            # element at a time (1,000 pendulums at 32 slots: 40.1-42.8 -> 39.1-39.8 ms).
+            hs.append(jnp.where(nk > 0, jnp.exp(jnp.log(tk / jnp.where(nk > 0, nk, 1.0)) / k), jnp.inf))
         rho = math.exp(-0.7 / (p - 1))
         return rho * jnp.minimum(hs[0], hs[1])
 
