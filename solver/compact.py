@@ -831,6 +831,25 @@ class CompactProgram:
         self.inputs = [_Group("input", l, start, len(ids), o, [np.array([b.param[i][0] for i in ids])])
                        for start, o, l, ids in input_blocks]
         self.groups = [self._make_group(key, start, ids) for key, start, ids in group_blocks]
+        # Each column's order offset (-1: constants and t, which no stage changes).
+        self.col_off = np.full(self.n_nodes, -1, dtype=np.int64)
+        for g in self.inputs:
+            self.col_off[g.start: g.start + g.size] = g.off
+        for g in self.groups:
+            self.col_off[g.start: g.start + g.size * (2 if g.kind == "sincos" else 1)] = g.off
+        # Which columns a stage's unknowns reach at the order the stage computes them: the
+        # inputs x_j^(l) with off + l = d_j, then every node with such an operand term at its
+        # own offset (one more for ddt).  Groups with none are left out of the commit.
+        self.col_moves = np.zeros(self.n_nodes, dtype=bool)
+        for g in self.inputs:
+            self.col_moves[g.start: g.start + g.size] = g.off + g.param == prog.d[np.asarray(g.ops[0])]
+        for g in self.groups:
+            off = g.off + (1 if g.kind == "ddt" else 0)
+            moves = np.zeros(g.size, dtype=bool)
+            for op in g.ops:
+                moves |= np.any(self.col_moves[op.src] & (self.col_off[op.src] == off), axis=1)
+            self.col_moves[g.start: g.start + g.size * (2 if g.kind == "sincos" else 1)] = np.tile(
+                moves, 2 if g.kind == "sincos" else 1)
         # Equation outputs, by offset c (one row read per distinct c).
         self.out_series = np.asarray(b.out_nodes >= 0)
         self.outputs = {}
@@ -1076,16 +1095,70 @@ class CompactProgram:
             return out.reshape((-1,) + trail)
 
         def stage_k(k, carry):
-            # Commit stage k - 1 (its unknowns are known now), then the
-            # residual pass of stage k with its unknowns still zero.
+            # The residual pass of stage k (its unknowns still zero), the
+            # solve, then the pass committed: slope x change (_commit).
             Xf, C = carry
-            C = self._stage_native(C, Xf, k - 1)
-            r = self.residual(self._stage_native(C, Xf, k), k)
-            y = solve(ratio(k, c) * r)
-            return self._set_stage_native(Xf, k, -y / ratio(k, d)), C
+            C = self._stage_native(C, Xf, k)
+            y = solve(ratio(k, c) * self.residual(C, k))
+            du = -y / ratio(k, d)
+            return self._set_stage_native(Xf, k, du), self._commit(C, k, du)
 
+        C = self._stage_native(C, Xf, 0)  # stage 0, its unknowns set by the Newton iteration
         Xf, _ = lax.fori_loop(1, self.prog.p + 1, stage_k, (Xf, C))
         return Xf
+
+    def _commit(self, C, k, du):
+        """The table after stage k's residual pass, corrected for its unknowns ``du``.
+
+        At stage k >= 1 each node's coefficient of order m = k + off is
+        affine in the coefficients of order m of its operands (Faa di Bruno:
+        z_m = f'(x_0) x_m + terms of lower orders), and only those of the
+        operands at the node's own offset change between the passes (an
+        operand at a larger offset changes at an order above m).  So the
+        change D of every node follows from the unknowns' change by one
+        linear pass over the groups, the slope taken at order 0; a
+        recomputation would form every Cauchy sum again.
+
+        Args:
+            C: the table after the residual pass of stage k (n_nodes, K, *B).
+            k: the stage (>= 1).
+            du: the stage's unknowns (n, *B); zero in the residual pass.
+
+        Returns:
+            C with every node's order k + off coefficient plus its change.
+        """
+        trail = C.shape[2:]
+        D = jnp.zeros((self.n_nodes,) + trail, C.dtype)
+        for g in self.inputs:
+            # x_j^(l) at order m reads X[m + l]: the stage's unknown where off + l = d_j.
+            hit = self.col_moves[g.start: g.start + g.size]
+            if not hit.any():
+                continue
+            hit = hit.astype(np.float64).reshape((-1,) + (1,) * len(trail))
+            j = np.asarray(g.ops[0])
+            m = k + g.off
+            fac = 1.0
+            for s in range(1, g.param + 1):
+                fac = fac * (m + s)
+            change = fac * hit * du[j]
+            D = D.at[g.start: g.start + g.size].set(change)
+            C = _write(C, m, g.start, g.own.at(C, m, self.K) + change, self.K)
+        for g in self.groups:
+            delta = _DELTA[g.kind](self, C, D, g, k + g.off)
+            if delta is None:
+                continue
+            D = D.at[g.start: g.start + delta.shape[0]].set(delta)
+            rows = _Operand(np.arange(g.start, g.start + delta.shape[0])[:, None])
+            C = _write(C, k + g.off, g.start, rows.at(C, k + g.off, self.K) + delta, self.K)
+        return C
+
+    def change(self, C, D, op: "_Operand", off: int):
+        """(G, *B): the change of an operand's coefficient of the order its group computes (None: none)."""
+        same = (self.col_off[op.src] == off) & self.col_moves[op.src]
+        if not same.any():
+            return None
+        vals = D[op.src] * same.reshape(same.shape + (1,) * (D.ndim - 1))
+        return op._combine(C, vals, False)
 
     def cauchy(self, C, a: _Operand, b: _Operand, m, lo=0, top=0, weight=None):
         """Σ_{r=lo}^{m−top} w(r) a_r b_{m−r} for each member (w a function of r and m)."""
@@ -1295,6 +1368,105 @@ _PIECE_PRIMS = {"lt": lax.lt_p, "le": lax.le_p, "gt": lax.gt_p, "ge": lax.ge_p, 
                 "not": lax.not_p, "stop_gradient": _StopGradient,
                 "convert_element_type": lax.convert_element_type_p}
 
+# ---------------------------------------------------------------- commit: slope x change (CompactProgram._commit)
+def _dl_lin(P, C, D, g, m):
+    return P.change(C, D, g.ops[0], g.off)
+
+
+def _dl_ddt(P, C, D, g, m):
+    dx = P.change(C, D, g.ops[0], g.off + 1)  # z_m = (m + 1) x_{m+1}: x's offset is one more
+    return None if dx is None else (_mf(m) + 1.0) * dx
+
+
+def _times_or_none(a, b):
+    return None if a is None or b is None else a * b
+
+
+def _sum(*xs):
+    xs = [x for x in xs if x is not None]
+    return None if not xs else (xs[0] if len(xs) == 1 else sum(xs[1:], xs[0]))
+
+
+def _dl_mul(P, C, D, g, m):
+    a, b = g.ops
+    return _sum(_times_or_none(a.row0(C), P.change(C, D, b, g.off)),
+                _times_or_none(P.change(C, D, a, g.off), b.row0(C)))
+
+
+def _dl_div(P, C, D, g, m):
+    a, b = g.ops
+    db = P.change(C, D, b, g.off)
+    num = _sum(P.change(C, D, a, g.off), None if db is None else -(g.own.row0(C) * db))
+    return None if num is None else num / b.row0(C)
+
+
+def _dl_sqrt(P, C, D, g, m):
+    dx = P.change(C, D, g.ops[0], g.off)
+    return None if dx is None else dx / (2.0 * g.own.row0(C))
+
+
+def _dl_powc(P, C, D, g, m):
+    a, e = g.ops
+    dx = P.change(C, D, a, g.off)
+    return None if dx is None else e.row0(C) * g.own.row0(C) * dx / a.row0(C)
+
+
+def _dl_exp(P, C, D, g, m):
+    dx = P.change(C, D, g.ops[0], g.off)
+    return None if dx is None else g.own.row0(C) * dx
+
+
+def _dl_log(P, C, D, g, m):
+    (a,) = g.ops
+    dx = P.change(C, D, a, g.off)
+    return None if dx is None else dx / a.row0(C)
+
+
+def _dl_sincos(P, C, D, g, m):
+    dx = P.change(C, D, g.ops[0], g.off)
+    if dx is None:
+        return None
+    s0, c0 = g.own.row0(C), _Operand(g.own.src + g.size).row0(C)
+    return jnp.concatenate([c0 * dx, (s0 if g.param else -s0) * dx], axis=0)
+
+
+def _dl_inv(P, C, D, g, m):
+    x, q = g.ops
+    dx = P.change(C, D, x, g.off)
+    return None if dx is None else (-dx if g.param == "acos" else dx) / q.row0(C)
+
+
+def _dl_atan2(P, C, D, g, m):
+    y, x, q = g.ops
+    dy, dx = P.change(C, D, y, g.off), P.change(C, D, x, g.off)
+    num = _sum(_times_or_none(x.row0(C), dy), None if dx is None else -(y.row0(C) * dx))
+    return None if num is None else num / q.row0(C)
+
+
+def _dl_abs(P, C, D, g, m):
+    (x,) = g.ops
+    dx = P.change(C, D, x, g.off)
+    return None if dx is None else jnp.sign(x.row0(C)) * dx
+
+
+def _dl_select(P, C, D, g, m):
+    pred, *cases = g.ops
+    changes = [P.change(C, D, c, g.off) for c in cases]
+    if all(ch is None for ch in changes):
+        return None
+    which = jnp.clip(pred.row0(C).astype(jnp.int32), 0, len(cases) - 1)
+    vals = jnp.stack([jnp.zeros_like(pred.row0(C)) if ch is None else ch for ch in changes])
+    return jnp.take_along_axis(vals, which[None], 0)[0]
+
+
+def _dl_piece(P, C, D, g, m):
+    return None  # constant beyond order 0, and m >= 1
+
+
 _EVAL = {"lin": _ev_lin, "ddt": _ev_ddt, "mul": _ev_mul, "div": _ev_div, "sqrt": _ev_sqrt,
          "powc": _ev_powc, "exp": _ev_exp, "log": _ev_log, "sincos": _ev_sincos, "inv": _ev_inv,
          "atan2": _ev_atan2, "abs": _ev_abs, "select": _ev_select, "piece": _ev_piece}
+
+_DELTA = {"lin": _dl_lin, "ddt": _dl_ddt, "mul": _dl_mul, "div": _dl_div, "sqrt": _dl_sqrt,
+          "powc": _dl_powc, "exp": _dl_exp, "log": _dl_log, "sincos": _dl_sincos, "inv": _dl_inv,
+          "atan2": _dl_atan2, "abs": _dl_abs, "select": _dl_select, "piece": _dl_piece}

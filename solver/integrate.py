@@ -187,9 +187,14 @@ def tape_ops(program: TaylorProgram) -> int:
     product of two series or a nonlinear recurrence one or two Cauchy sums
     over the orders below (about K² operations over a step, a product and an
     addition per term); the residual and commit passes of every stage and
-    the window recompute multiply both.  It tracks the lowered program's
+    the window recompute multiply both.  It tracked the lowered program's
     size within a factor 1.6 (RSCR: 26k against 16.6k lines of StableHLO;
-    a free body in Euler angles: 40k against 38k).
+    a free body in Euler angles: 40k against 38k) when the commit pass
+    formed every sum again; it now takes one term per operand
+    (:meth:`solver.tape.UnrolledProgram.commit`), so the count is about
+    twice what is traced.  :data:`UNROLL_MAX_OPS` and
+    :data:`UNROLL_MAX_OPS_SINGLE` were measured on this count, which is
+    kept, and with it every model's choice of engine.
     """
     K = program.K
     n = 0
