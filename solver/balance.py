@@ -53,9 +53,11 @@ def coordinate_levels(dae, values) -> tuple[dict, dict]:
     """
     q, qd = {}, {}
     for c in dae.coords:
-        arr = jnp.asarray(values[c.name])
+        # numpy: the values are a finished run's, and JAX's indexing would
+        # compile a small program per shape before the kernels that take them.
+        arr = np.asarray(values[c.name])
         q[c.name] = arr[:, :, 0]
-        qd[c.name] = arr[:, :, 1] if arr.shape[2] > 1 else jnp.zeros_like(arr[:, :, 0])
+        qd[c.name] = arr[:, :, 1] if arr.shape[2] > 1 else np.zeros_like(arr[:, :, 0])
     return q, qd
 
 

@@ -32,6 +32,8 @@ import numpy as np
 
 import jax
 
+from .concrete import evaluate
+
 __all__ = ["CleanStats", "clean"]
 
 # Folding evaluates on the host: above this many elements a constant is left
@@ -177,7 +179,7 @@ def clean(eqns: list, out_ids: list, const_values: dict, avals: dict, protected:
         if (name not in _NO_FOLD and all(is_const(a) for a in ins)
                 and all(int(np.prod(avals[v].shape)) <= FOLD_MAX_ELEMENTS for v in e.outvars)):
             with jax.ensure_compile_time_eval():
-                res = e.prim.bind(*[value(a) for a in ins], **e.params)
+                res = evaluate(e.prim, [value(a) for a in ins], e.params)
             for v, r in zip(e.outvars, res if e.prim.multiple_results else [res]):
                 const_values[v] = np.asarray(r)
                 if _is_concrete_zero(const_values[v]):

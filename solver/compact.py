@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .concrete import evaluate
 from .ddt import ddt_p
 from .primitives import UnsupportedPrimitiveError
 from .taylor import TaylorProgram, _Lit, _is_float, write_row
@@ -213,7 +214,7 @@ class _Builder:
                 continue
             ins = [a.val if isinstance(a, _Lit) else env[a] for a in e.invars]
             try:
-                out = e.prim.bind(*ins, **e.params)
+                out = evaluate(e.prim, ins, e.params)
             except Exception:  # pragma: no cover - leave it to run time
                 continue
             outs = out if e.prim.multiple_results else [out]
@@ -327,7 +328,7 @@ class _Builder:
         params = dict(e.params)
         if name == "convert_element_type":
             params["new_dtype"] = np.dtype(np.float64)
-        out = e.prim.bind(*[jnp.asarray(x) for x in args], **params)
+        out = evaluate(e.prim, args, params)
         outs = out if e.prim.multiple_results else [out]
         result = []
         for o in outs:
@@ -514,7 +515,7 @@ class _Builder:
         known = [self.known(s) for s in scs]
         if all(k is not None for k in known):
             ins = [np.asarray(k, dtype=self._aval(a).dtype) for k, a in zip(known, e.invars)]
-            return self.known_sc(float(np.asarray(e.prim.bind(*ins, **e.params))))
+            return self.known_sc(float(np.asarray(evaluate(e.prim, ins, e.params))))
         dtypes = tuple(str(self._aval(a).dtype) for a in e.invars)
         params = tuple(sorted((k, _hashable(v)) for k, v in e.params.items()))
         return self.atom_sc(self._atom("piece", tuple(self.mat(s) for s in scs), (e.prim.name, (params, dtypes))))

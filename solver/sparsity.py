@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.extend import core as jex_core
 
+from .concrete import evaluate
 from .ddt import ddt_p
 from .primitives import CALL_JAXPR_PARAM, UnsupportedPrimitiveError, call_body
 
@@ -232,7 +233,7 @@ def _show(eqn) -> str:
 def _fold(eqn, consts):
     """Evaluate an equation whose inputs are all constants (None on failure)."""
     try:
-        out = eqn.primitive.bind(*consts, **eqn.primitive.get_bind_params(eqn.params))
+        out = evaluate(eqn.primitive, consts, eqn.primitive.get_bind_params(eqn.params))
     except Exception:  # a constant we cannot evaluate is merely not folded
         return None
     out = out if eqn.primitive.multiple_results else [out]
@@ -272,15 +273,14 @@ def _data_moving(it, eqn, deps, consts):
         if _is_float(v.aval):
             n = _size(v.aval)
             # ids are 1-based so that 0 marks "no source" (padding, fill).
-            ids.append(jnp.asarray(np.arange(offset + 1, offset + n + 1, dtype=np.float64)
-                                   .reshape(v.aval.shape)))
+            ids.append(np.arange(offset + 1, offset + n + 1, dtype=np.float64).reshape(v.aval.shape))
             data_deps.append((d, offset, n))
             offset += n
         elif c is not None:
             ids.append(c)
         else:  # an index that depends on time/parameters: any element may be picked
             return [_dense(_size(o.aval), it.n_cols, deps) for o in eqn.outvars]
-    outs = eqn.primitive.bind(*ids, **eqn.primitive.get_bind_params(eqn.params))
+    outs = evaluate(eqn.primitive, ids, eqn.primitive.get_bind_params(eqn.params))
     outs = outs if eqn.primitive.multiple_results else [outs]
     result = []
     for out in outs:
