@@ -1369,7 +1369,7 @@ _PIECE_PRIMS = {"lt": lax.lt_p, "le": lax.le_p, "gt": lax.gt_p, "ge": lax.ge_p, 
                 "not": lax.not_p, "stop_gradient": _StopGradient,
                 "convert_element_type": lax.convert_element_type_p}
 
-# ---------------------------------------------------------------- commit: slope x change (CompactProgram._commit)
+# ---------------------------------------------------------------- commit deltas (CompactProgram._commit)
 def _dl_lin(P, C, D, g, m):
     return P.change(C, D, g.ops[0], g.off)
 

@@ -109,6 +109,14 @@ def fence(values: list, anchor) -> list:
     return lax.while_loop(lambda c: c[0], body, (go, list(values)))[1]
 
 
+def _bilinear(e):
+    """The product of a ``mul`` or ``dot_general`` equation as a function of its two operands."""
+    if e.prim.name == "mul":
+        return _times
+    dims = {k: v for k, v in e.params.items() if k in ("dimension_numbers", "precision")}
+    return lambda x, y: jax.lax.dot_general(x, y, **dims)
+
+
 def _cauchy(P: list, Q: list, m: int, f=_times, square: bool = False):
     """Σ_{j=0}^{m} f(P[j], Q[m-j]), None terms skipped; ``square``: P is Q and f commutes.
 
@@ -372,11 +380,7 @@ class UnrolledProgram:
         series = [not isinstance(a, _Lit) and a in self.prog.series for a in e.invars]
         if name in _BILINEAR and all(series):
             a, b = e.invars
-            if name == "mul":
-                f = _times
-            else:
-                dims = {kk: v for kk, v in e.params.items() if kk in ("dimension_numbers", "precision")}
-                f = lambda x, y: jax.lax.dot_general(x, y, **dims)
+            f = _bilinear(e)
             da, db = delta(a), delta(b)
             if a == b and name == "mul":
                 return plus_old(_times(_times(2.0, c0(a)), da))
@@ -491,11 +495,7 @@ class UnrolledProgram:
                 val = res
         elif name in _BILINEAR:
             a, b = e.invars
-            if name == "mul":
-                f = _times
-            else:
-                dims = {k: v for k, v in e.params.items() if k in ("dimension_numbers", "precision")}
-                f = lambda x, y: jax.lax.dot_general(x, y, **dims)
+            f = _bilinear(e)
             a_series = (not isinstance(a, _Lit)) and a in prog.series
             b_series = (not isinstance(b, _Lit)) and b in prog.series
             if not b_series:
@@ -511,13 +511,7 @@ class UnrolledProgram:
         else:
             raise UnsupportedPrimitiveError(
                 f"the Taylor engine has no rule for the operation '{name}' (used at {e.source})")
-        if val is not None:
-            val = jnp.asarray(val)
-            if _is_float(self._aval(out)) and val.dtype != jnp.float64:
-                val = val.astype(jnp.float64)
-            if val.shape != shape:
-                val = jnp.broadcast_to(val, shape)
-        nodes[out][m] = val
+        nodes[out][m] = None if val is None else self._as_node(val, out)
 
     def _nonlinear(self, idx, e, m: int, nodes, aux, consts, shape):
         """Order-m coefficient of a nonlinear elementwise primitive (rules of taylor._nonlinear)."""
