@@ -47,6 +47,7 @@ from jax import lax
 from .concrete import evaluate
 from .ddt import ddt_p
 from .primitives import UnsupportedPrimitiveError
+from .tape import _add, _mul
 from .taylor import TaylorProgram, _Lit, _is_float, write_row
 
 __all__ = ["CompactProgram", "CompactUnsupportedError"]
@@ -996,12 +997,8 @@ class CompactProgram:
         """
         for g in self.inputs:
             m = k + g.off
-            l = g.param
-            fac = 1.0
-            for s in range(1, l + 1):
-                fac = fac * (m + s)
-            row = lax.dynamic_index_in_dim(Xf, jnp.clip(m + l, 0, self.KX - 1), 0, keepdims=False)
-            C = _write(C, m, g.start, fac * row[g.ops[0]], self.K)
+            row = lax.dynamic_index_in_dim(Xf, jnp.clip(m + g.param, 0, self.KX - 1), 0, keepdims=False)
+            C = _write(C, m, g.start, _input_factor(m, g.param) * row[g.ops[0]], self.K)
         for g in self.groups:
             C = _EVAL[g.kind](self, C, g, k + g.off)
         return C
@@ -1136,12 +1133,8 @@ class CompactProgram:
             if not hit.any():
                 continue
             hit = hit.astype(np.float64).reshape((-1,) + (1,) * len(trail))
-            j = np.asarray(g.ops[0])
             m = k + g.off
-            fac = 1.0
-            for s in range(1, g.param + 1):
-                fac = fac * (m + s)
-            change = fac * hit * du[j]
+            change = _input_factor(m, g.param) * hit * du[np.asarray(g.ops[0])]
             D = D.at[g.start: g.start + g.size].set(change)
             C = _write(C, m, g.start, g.own.at(C, m, self.K) + change, self.K)
         for g in self.groups:
@@ -1174,6 +1167,14 @@ class CompactProgram:
 def _row(A, m, n_rows):
     """``A[clip(m)]`` along the first axis (a dynamic index that stays one under vmap)."""
     return lax.dynamic_index_in_dim(A, jnp.clip(m, 0, n_rows - 1), 0, keepdims=False)
+
+
+def _input_factor(m, l: int):
+    """(m+1)(m+2)...(m+l): coefficient m of x^(l) is this times x's coefficient m + l (m traced)."""
+    fac = 1.0
+    for s in range(1, l + 1):
+        fac = fac * (m + s)
+    return fac
 
 
 def _col(C, m, K):
@@ -1379,25 +1380,15 @@ def _dl_ddt(P, C, D, g, m):
     return None if dx is None else (_mf(m) + 1.0) * dx
 
 
-def _times_or_none(a, b):
-    return None if a is None or b is None else a * b
-
-
-def _sum(*xs):
-    xs = [x for x in xs if x is not None]
-    return None if not xs else (xs[0] if len(xs) == 1 else sum(xs[1:], xs[0]))
-
-
 def _dl_mul(P, C, D, g, m):
     a, b = g.ops
-    return _sum(_times_or_none(a.row0(C), P.change(C, D, b, g.off)),
-                _times_or_none(P.change(C, D, a, g.off), b.row0(C)))
+    return _add(_mul(a.row0(C), P.change(C, D, b, g.off)), _mul(P.change(C, D, a, g.off), b.row0(C)))
 
 
 def _dl_div(P, C, D, g, m):
     a, b = g.ops
     db = P.change(C, D, b, g.off)
-    num = _sum(P.change(C, D, a, g.off), None if db is None else -(g.own.row0(C) * db))
+    num = _add(P.change(C, D, a, g.off), None if db is None else -(g.own.row0(C) * db))
     return None if num is None else num / b.row0(C)
 
 
@@ -1440,7 +1431,7 @@ def _dl_inv(P, C, D, g, m):
 def _dl_atan2(P, C, D, g, m):
     y, x, q = g.ops
     dy, dx = P.change(C, D, y, g.off), P.change(C, D, x, g.off)
-    num = _sum(_times_or_none(x.row0(C), dy), None if dx is None else -(y.row0(C) * dx))
+    num = _add(_mul(x.row0(C), dy), None if dx is None else -(y.row0(C) * dx))
     return None if num is None else num / q.row0(C)
 
 

@@ -125,7 +125,6 @@ NUMPY_RULES = {
     "broadcast_in_dim": _broadcast_in_dim,
     "reshape": _reshape,
     "squeeze": lambda x, *, dimensions, **_: np.squeeze(x, axis=tuple(dimensions)),
-    "expand_dims": lambda x, *, dimensions, **_: np.expand_dims(x, tuple(dimensions)),
     "transpose": lambda x, *, permutation, **_: np.transpose(x, permutation),
     "slice": _slice,
     "concatenate": lambda *xs, dimension, **_: np.concatenate(xs, axis=dimension),

@@ -109,6 +109,11 @@ def fence(values: list, anchor) -> list:
     return lax.while_loop(lambda c: c[0], body, (go, list(values)))[1]
 
 
+def _input_coef(x, m: int, l: int):
+    """Coefficient m of the input x^(l) from the variable's row m + l: (m+1)...(m+l) x[m+l]."""
+    return None if x is None else _times(float(math.prod(range(m + 1, m + l + 1))), x)
+
+
 def _bilinear(e):
     """The product of a ``mul`` or ``dot_general`` equation as a function of its two operands."""
     if e.prim.name == "mul":
@@ -277,7 +282,7 @@ class UnrolledProgram:
                     continue
                 row = m + l
                 x = XL[name][row] if row < self.KX else None
-                nodes[i][m] = None if x is None else _times(float(math.prod(range(m + 1, m + l + 1))), x)
+                nodes[i][m] = _input_coef(x, m, l)
             if prog.t_id in prog.off:
                 m = k + prog.off[prog.t_id] - w
                 if m == 0:
@@ -302,7 +307,7 @@ class UnrolledProgram:
         Cauchy sum.  Elsewhere the node is computed again by its rule.
         """
         prog = self.prog
-        before = self.copy(nodes, aux)[0]
+        before = {v: list(L) for v, L in nodes.items()}  # the residual pass's coefficients
         changed: dict = {}  # node id, or ("aux", eqn index) -> orders replaced by this pass
 
         def mark(key, m):
@@ -317,7 +322,7 @@ class UnrolledProgram:
                 if not 0 <= m < self.K or row >= self.KX or XL[name][row] is XL_before[name][row]:
                     continue
                 x = XL[name][row]
-                nodes[i][m] = None if x is None else _times(float(math.prod(range(m + 1, m + l + 1))), x)
+                nodes[i][m] = _input_coef(x, m, l)
                 mark(i, m)
             for idx, e in self.live:
                 m = k + prog.eqn_off(e) - w
