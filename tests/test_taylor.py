@@ -1,24 +1,27 @@
-"""Taylor engines, primitive by primitive, against nested ``jax.jacfwd``.
+"""Taylor engines, primitive by primitive, against independent Taylor coefficients.
 
 Each case is a scalar DAE ``y = F(t)`` (or ``y = F(a(t), b(t))``) whose
 solution's Taylor coefficients at t0 are F^(k)(t0)/k!; the engine computes
-them through the whole staged machinery, nested jacfwd of F gives the
-reference.  All three engines are checked: ``unrolled`` (straight-line code
+them through the whole staged machinery, and the references below give
+them independently.  All three engines are checked: ``unrolled`` (straight-line code
 per order, solver/tape.py), ``compact`` (a scalar tape evaluated in groups,
 solver/compact.py) and ``looped`` (a lax loop over the orders,
 solver/taylor.py).
 
 References: JAX's own Taylor mode (``jax.experimental.jet``, written and
 tested by the JAX authors, independent of ours) where it has a rule for every
-operation of a case; nested ``jax.jacfwd`` for the cases it lacks one for
-(:data:`NO_JET_RULE`), and, at a lower order, as a check of jet itself.  Nested
-jacfwd alone made this file the suite's slowest: its cost doubles per order
-(b(t)**a(t) to order 7 took a minute to compile).
+operation of a case; mpmath's ``taylor`` (differences at 40 digits) of the
+same function written with mpmath for the cases jet lacks a rule for
+(:data:`NO_JET_RULE`); nested ``jax.jacfwd``, at a low order, as a check of
+both.  Nested jacfwd as the reference itself made this file the suite's
+slowest: its cost doubles per order (b(t)**a(t) to order 7 took a minute to
+compile, the five cases jet cannot do 30 s).
 """
 
 import functools
 import math
 
+import mpmath
 import numpy as np
 import pytest
 
@@ -79,8 +82,23 @@ CASES = {
 }
 
 
-# Cases with an operation jax.experimental.jet has no rule for (KeyError in jet).
-NO_JET_RULE = {"cbrt", "tan", "asin", "acos", "atan"}
+# Cases with an operation jax.experimental.jet has no rule for (KeyError in jet): the same
+# functions in mpmath (a and b with the float64 constants the cases use).
+def _a_mp(t):
+    return mpmath.mpf(0.4) + mpmath.mpf(0.7) * t - mpmath.mpf(0.5) * t**2 + mpmath.mpf(0.2) * mpmath.sin(2 * t)
+
+
+def _b_mp(t):
+    return mpmath.mpf(1.3) + mpmath.mpf(0.3) * mpmath.cos(t) + mpmath.mpf(0.25) * t**3
+
+
+NO_JET_RULE = {
+    "cbrt": lambda t: mpmath.cbrt(_b_mp(t)),
+    "tan": lambda t: mpmath.tan(_a_mp(t)),
+    "asin": lambda t: mpmath.asin(_a_mp(t) / 2),
+    "acos": lambda t: mpmath.acos(_a_mp(t) / 2),
+    "atan": lambda t: mpmath.atan(_a_mp(t)),
+}
 
 
 def jet_coefficients(F, t0, K):
@@ -90,6 +108,12 @@ def jet_coefficients(F, t0, K):
     # t = t0 + s: the input's series is s (jet takes derivatives, not normalised coefficients).
     primal, series = jet.jet(F, (t0,), ([1.0] + [0.0] * (K - 1),))
     return np.array([float(primal)] + [float(series[k]) / math.factorial(k + 1) for k in range(K)])
+
+
+def mpmath_coefficients(F, t0, K):
+    """F's Taylor coefficients F^(k)(t0)/k!, k = 0..K, by mpmath.taylor at 40 digits (F in mpmath)."""
+    with mpmath.workdps(40):
+        return np.array([float(c) for c in mpmath.taylor(F, mpmath.mpf(t0), K)])
 
 
 def reference_coefficients(F, t0, K):
@@ -122,9 +146,9 @@ def engine_series(request):
 @functools.lru_cache(maxsize=None)
 def case_reference(name):
     """A case's coefficients, computed once for the three engines: by jet, or by
-    nested jacfwd where jet has no rule."""
+    mpmath where jet has no rule."""
     if name in NO_JET_RULE:
-        return reference_coefficients(CASES[name], T0, ORDER)
+        return mpmath_coefficients(NO_JET_RULE[name], T0, ORDER)
     return jet_coefficients(CASES[name], T0, ORDER)
 
 
@@ -135,8 +159,18 @@ def test_jet_reference_agrees_with_nested_jacfwd(name):
                                rtol=1e-13, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", sorted(NO_JET_RULE))
+def test_mpmath_reference_is_the_case_and_agrees_with_nested_jacfwd(name):
+    """The mpmath form of a case is the same function (its value at three points), and its
+    coefficients agree with nested jacfwd to order 3."""
+    for t in (T0, -0.4, 0.9):
+        assert float(NO_JET_RULE[name](mpmath.mpf(t))) == pytest.approx(float(CASES[name](t)), rel=1e-14, abs=1e-15)
+    np.testing.assert_allclose(mpmath_coefficients(NO_JET_RULE[name], T0, 3),
+                               reference_coefficients(CASES[name], T0, 3), rtol=1e-13, atol=1e-14)
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_primitive_series_matches_nested_jacfwd(name, engine_series):
+def test_primitive_series_matches_the_reference(name, engine_series):
     ref = case_reference(name)
     np.testing.assert_allclose(engine_series[name], ref, rtol=1e-11, atol=1e-12)
 
