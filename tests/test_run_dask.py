@@ -77,15 +77,19 @@ class DaskProcesses:
         return proc
 
     def stop(self):
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        # Workers first, and the scheduler once they are gone: a worker told to stop while
+        # its scheduler stops too waits for it until the 10 s below run out.
+        workers, scheduler = self.procs[1:], self.procs[:1]
+        for group in (workers, scheduler):
+            for proc in group:
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc in group:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
 
 
 @pytest.fixture(scope="module")
