@@ -1,5 +1,5 @@
-"""Test-wide settings: float64 JAX, a persistent compilation cache (``sweep.run.configure_jax``)
-and XLA's machine-code optimisation off.
+"""Test-wide settings: float64 JAX, a persistent compilation cache (``sweep.run.configure_jax``),
+XLA's machine-code optimisation off and Python's full garbage collections once per module.
 
 The cache only saves time on repeated runs on one machine (a fresh machine
 compiles everything once); results do not depend on it.
@@ -21,6 +21,16 @@ results by rounding (e.g. fused multiply-adds), not what is computed.
 the same numbers, in a child process that compiles as users do.  Set
 ``MECHSWEEP_TEST_XLA_OPT=full`` to run the suite as users compile; a flag
 named in ``XLA_FLAGS`` keeps its value.
+
+**Full garbage collections once per test module.**  A pytest worker's heap
+grows to about a gigabyte (pytest, hypothesis, JAX's jaxprs); at Python's
+default thresholds the cyclic collector went through all of it about every
+2.5 s of tracing, a tenth of the worker's time (a first solve in a small
+process spends 3 % in it).  The suite sets the thresholds so that only young
+objects are collected in a module, and :func:`_release_compiled_programs`
+collects fully at its end; what collection made is frozen out of every
+collection (:func:`pytest_collection_finish`).  From an empty cache the suite
+went from 6:26 to 5:47 (``workflows/benchmarks/results/suite_compile.txt``).
 
 **Longest files first.**  ``make test`` hands whole files to two workers
 (``--dist loadfile``) in collection order (``--no-loadscope-reorder``;
@@ -58,12 +68,8 @@ except OSError:  # read-only home: run without the cache
     pass
 
 
-# Python's cyclic garbage collector, at its default thresholds, ran a full collection of a
-# pytest worker's heap (a gigabyte of hypothesis, pytest and JAX objects) 40 times in two
-# test files, 0.25 s each: a tenth of the worker's time, where a first solve in a small
-# process spends 3 % in it.  The suite collects fully once per test module
-# (_release_compiled_programs) and otherwise only the youngest objects, every 100,000
-# allocations; what exists once the tests are collected is frozen out of every collection.
+# Full collections at default thresholds: 40 in two test files, 0.25 s each (see above).
+# Young objects every 100,000 allocations; the oldest generation only when a module ends.
 gc.set_threshold(100_000, 50, 1_000_000)
 
 
