@@ -160,20 +160,21 @@ def _integrate_rows(integ: Integrator, params_b, z0, u0, t0, t1, t_rows, tol, ma
     return res
 
 
-def _start_tangents(comp: Compiled, full: dict, t0, z0, free, names, z_of=None):
+def _start_tangents(comp: Compiled, full: dict, t0, z0, free, names, values, fixed):
     """(B, k, n_state) tangents of B consistent points (:mod:`solver.sensitivity`).
 
-    ``z_of(i, params)`` gives point i's normalised guesses and fixed values
-    at other parameter values (None: the fixed values do not depend on the
-    parameters).
+    ``values`` and ``fixed`` are the initial values as :func:`solve` takes
+    them: where ``values`` is a function of the parameters, the fixed
+    values' dependence on them is differentiated too.
     """
     B, n = z0.shape
     dz_fixed = np.zeros((B, len(names), n))
-    if z_of is not None:
+    if callable(values):
+        z_of = lambda p: parse_values(comp.integrator, values(p), fixed).z_hat
         for i in range(B):
             p_i = {k: v[i] for k, v in full.items()}
             try:
-                dz_fixed[i] = fixed_value_tangents(lambda p: z_of(i, p), p_i, names, ~np.asarray(free[i]))
+                dz_fixed[i] = fixed_value_tangents(z_of, p_i, names, ~np.asarray(free[i]))
             except InputError:
                 pass  # the point's initial values fail: it has failed already
     dparams = {k: np.moveaxis(v, 0, 1) for k, v in parameter_directions(full, names).items()}
@@ -278,8 +279,8 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     params_b = {k: np.asarray(v)[None] for k, v in pvals.items()}
     dz0 = None
     if names:
-        z_of = (lambda _, p: parse_values(integ, values(p), fixed).z_hat) if callable(values) else None
-        dz0 = _start_tangents(comp, params_b, t0, np.asarray(z0)[None], np.asarray(spec.free)[None], names, z_of)
+        dz0 = _start_tangents(comp, params_b, t0, np.asarray(z0)[None], np.asarray(spec.free)[None], names, values,
+                              fixed)
     res = _integrate(comp, params_b, np.asarray(z0)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval, tol,
                      max_steps, h_max, 1, names, dz0)
     residual = comp.constraint_residual_series(res["values"], t_eval, params_b)[0]
@@ -451,8 +452,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     z0 = np.where(ok[:, None], z0, z_hat)
     dz0 = None
     if names:
-        z_of = (lambda i, p: parse_values(integ, values(p), fixed).z_hat) if callable(values) else None
-        dz0 = _start_tangents(comp, full, t0, z0, free, names, z_of)
+        dz0 = _start_tangents(comp, full, t0, z0, free, names, values, fixed)
     res = _integrate(comp, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0)
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
     residual = comp.constraint_residual_series(res["values"], t_eval, full)
