@@ -35,7 +35,8 @@ def main(name: str, mode: str) -> None:
     second = time.perf_counter() - t
     comp = solver.compiled_model(model.dae, ds.attrs["solver_order"], "auto", mode)
     energy = float(ds.energy.max() - ds.energy.min()) if "energy" in ds else float("nan")
-    print(f"{name:<12} {mode:<9} tape_ops {tape_ops(comp.integrator.prog):>7}  first {first:7.1f} s  "
+    ran = mode if mode != "auto" else f"auto:{ds.attrs['solver_mode']}"
+    print(f"{name:<12} {ran:<13} tape_ops {tape_ops(comp.integrator.prog):>7}  first {first:7.1f} s  "
           f"second {second:7.3f} s  steps {int(ds.steps):>5}  status {int(ds.status)}  "
           f"max|C| {float(ds.constraint_residual.max()):.1e}  energy range {energy:.1e}")
 
