@@ -696,6 +696,8 @@ class _Group:
         self.start, self.size, self.off = int(start), int(size), int(off)
         self.ops = ops
         self.own = _Operand(np.arange(self.start, self.start + self.size)[:, None])
+        # Table columns from start: a sin-cos group keeps its cosines after its sines.
+        self.width = self.size * (2 if kind == "sincos" else 1)
 
 
 class CompactProgram:
@@ -838,7 +840,7 @@ class CompactProgram:
         for g in self.inputs:
             self.col_off[g.start: g.start + g.size] = g.off
         for g in self.groups:
-            self.col_off[g.start: g.start + g.size * (2 if g.kind == "sincos" else 1)] = g.off
+            self.col_off[g.start: g.start + g.width] = g.off
         # Which columns a stage's unknowns reach at the order the stage computes them: the
         # inputs x_j^(l) with off + l = d_j, then every node with such an operand term at its
         # own offset (one more for ddt).  Groups with none are left out of the commit.
@@ -850,8 +852,7 @@ class CompactProgram:
             moves = np.zeros(g.size, dtype=bool)
             for op in g.ops:
                 moves |= np.any(self.col_moves[op.src] & (self.col_off[op.src] == off), axis=1)
-            self.col_moves[g.start: g.start + g.size * (2 if g.kind == "sincos" else 1)] = np.tile(
-                moves, 2 if g.kind == "sincos" else 1)
+            self.col_moves[g.start: g.start + g.width] = np.tile(moves, g.width // g.size)
         # Equation outputs, by offset c (one row read per distinct c).
         self.out_series = np.asarray(b.out_nodes >= 0)
         self.outputs = {}

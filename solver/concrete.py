@@ -135,7 +135,6 @@ NUMPY_RULES = {
     "select_n": _select_n,
     "split": _split,
     "copy": lambda x, **_: np.array(x, copy=True),
-    "copy_p": lambda x, **_: np.array(x, copy=True),
     "convert_element_type": _convert,
     "add": _same_float_or_int(np.add),
     "sub": _same_float_or_int(np.subtract),

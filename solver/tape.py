@@ -307,10 +307,12 @@ class UnrolledProgram:
         Cauchy sum.  Elsewhere the node is computed again by its rule.
         """
         prog = self.prog
-        before = {v: list(L) for v, L in nodes.items()}  # the residual pass's coefficients
+        before: dict = {}  # (node id, order) -> the residual pass's coefficient, kept when replaced
         changed: dict = {}  # node id, or ("aux", eqn index) -> orders replaced by this pass
 
         def mark(key, m):
+            if key in nodes:  # a node (not an equation's aux series, not an unused result)
+                before.setdefault((key, m), nodes[key][m])
             changed.setdefault(key, set()).add(m)
 
         for w in reversed(range(prog.window)):
@@ -321,9 +323,8 @@ class UnrolledProgram:
                 row = m + l
                 if not 0 <= m < self.K or row >= self.KX or XL[name][row] is XL_before[name][row]:
                     continue
-                x = XL[name][row]
-                nodes[i][m] = _input_coef(x, m, l)
                 mark(i, m)
+                nodes[i][m] = _input_coef(XL[name][row], m, l)
             for idx, e in self.live:
                 m = k + prog.eqn_off(e) - w
                 if not 0 <= m < self.K:
@@ -337,15 +338,15 @@ class UnrolledProgram:
                         reads |= {j for j in changed.get(key, ()) if j < m}
                 if not reads:
                     continue
+                for o in e.outvars:
+                    mark(o, m)
+                mark(("aux", idx), m)
                 val = self._delta_rule(idx, e, m, nodes, aux, before, changed, consts) \
                     if m >= 1 and reads == {m} else None
                 if val is None:
                     self._apply(idx, e, m, nodes, aux, consts)
                 else:
                     nodes[e.outvars[0]][m] = self._as_node(val, e.outvars[0])
-                for o in e.outvars:
-                    mark(o, m)
-                mark(("aux", idx), m)
         return nodes, aux
 
     def _as_node(self, val, out):
@@ -371,7 +372,7 @@ class UnrolledProgram:
         def delta(a):
             if isinstance(a, _Lit) or m not in changed.get(a, ()):
                 return None
-            new, was = nodes[a][m], before[a][m]
+            new, was = nodes[a][m], before[(a, m)]
             if was is None:
                 return new
             return _scale(-1.0, was) if new is None else _plus(new, _scale(-1.0, was))
