@@ -342,7 +342,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 samples: int | None = None, tol: float | None = None, order: int | None = None,
                 max_steps: int | None = None, h_max: float | None = None, init: str | None = None,
                 ipopt_options: Mapping | None = None, linear: str = "auto", mode: str | None = None,
-                optimize: bool | None = None, slots: int = 256, sensitivities: Sequence[str] | None = None,
+                optimize: bool | None = None, slots: int | None = None, sensitivities: Sequence[str] | None = None,
                 title: str | None = None, extra_attrs: Mapping | None = None):
     """Solve many designs of one model at once: one Dataset with a ``point`` dimension.
 
@@ -370,7 +370,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
             model's).
         tol, order, max_steps, h_max, init, ipopt_options, linear, mode, optimize: as
             for :func:`solve` (default the model's settings).
-        slots: problems advanced together by ``run_batch`` (see there).
+        slots: problems advanced together by ``run_batch`` (see there);
+            None: the integrator's :meth:`~solver.integrate.Integrator.default_slots`.
         sensitivities: scalar parameter names P; adds ``d{var}_d{P}(point,
             time)`` as :func:`solve` does (forward mode through every
             point's initialisation and integration).
@@ -453,13 +454,14 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     dz0 = None
     if names:
         dz0 = _start_tangents(comp, full, t0, z0, free, names, values, fixed)
+    slots = integ.default_slots() if slots is None else slots
     res = _integrate(comp, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0)
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
     residual = comp.constraint_residual_series(res["values"], t_eval, full)
     energy = comp.energy_series(res["values"], t_eval, full)
     balance = comp.balance_series(res["values"], t_eval, full, energy)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
-                "linear": integ.linear, "optimize": integ.optimize}
+                "linear": integ.linear, "optimize": integ.optimize, "slots": int(slots)}
     ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
                              constants=constants, settings=settings, messages=messages, title=title,
                              extra_attrs=extra_attrs)

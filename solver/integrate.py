@@ -42,6 +42,9 @@ from .trace_flags import TraceFlag
 from .taylor import _LINEAR as _LINEAR_NAMES
 from .taylor import TaylorProgram, order_sum, write_row
 
+# Slot counts of run_batch's pool (see Integrator.default_slots).
+WHOLE_ROUND_SLOTS = 32
+DEFAULT_SLOTS = 256
 # A batch's slot pool runs in rounds on a CPU (Integrator._run_batch_rounds); a
 # round ends when this fraction of its slots (at least one) have finished
 # (1,000 pendulums: 67 ms, against 72 ms at 1/64 and 76 ms at 1/4).
@@ -1077,8 +1080,35 @@ class Integrator:
         t0, t1, tol, max_steps, h_max, fixed_step = scalars
         return self._run_jit(params, z0, u0, t0, t1, _device_times(t_eval), tol, max_steps, h_max, fixed_step)
 
+    def default_slots(self) -> int:
+        """The slot count :meth:`run_batch` takes when none is given.
+
+        On a CPU, a round whose step holds no LAPACK call and no contraction
+        (every factorisation unrolled, straight-line series: see
+        :meth:`_run_batch_rounds`) is compiled as one function; its cost is
+        then arithmetic and cache traffic, and a small pool keeps each
+        operation's values in cache.  Any other round runs kernel by kernel,
+        and a large pool spreads each kernel's overhead over more problems.
+        Measured with ``solve_batch`` (workflows/benchmarks/results/slots.txt):
+        500 pendulums (pendulum.yaml) 140 ms at 256 slots, 66 ms at 32; the
+        double pendulum, four-bar and Mechanism0 fastest at 256.
+
+        Returns:
+            :data:`WHOLE_ROUND_SLOTS` or :data:`DEFAULT_SLOTS`.
+        """
+        return WHOLE_ROUND_SLOTS if self.round_compiles_whole() else DEFAULT_SLOTS
+
+    def round_compiles_whole(self) -> bool:
+        """Whether XLA:CPU is expected to compile a batch round as one function (see :meth:`default_slots`)."""
+        if jax.default_backend() != "cpu" or self.mode != "unrolled" or self.linear != "dense":
+            return False
+        if max(self.prog.n, self.n_hidden) > linalg.FACTOR_UNROLL_MAX:
+            return False  # a LAPACK factorisation
+        # XLA:CPU hands a batched contraction to a library (YNNPACK) kernel.
+        return not any(e.prim is lax.dot_general_p for e in self.prog.live)
+
     def run_batch(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None, fixed_step=None,
-                  slots: int = 256):
+                  slots: int | None = None):
         """Integrate a batch of problems on a pool of vmapped slots (jit-compiled).
 
         The same results as ``jax.vmap`` of :meth:`run`, faster when the
@@ -1095,8 +1125,7 @@ class Integrator:
             t0, t1, t_eval, tol, max_steps, h_max, fixed_step: as for
                 :meth:`run`, shared by the batch.
             slots: problems advanced together (static); at most N are used.
-                Per problem-step cost is flat from about 250 slots up on a
-                CPU (workflows/benchmarks/results/solver.txt).
+                None: :meth:`default_slots` (32 or 256 on a CPU).
 
         Returns:
             dict as :meth:`run` returns, every entry with the batch axis
@@ -1106,6 +1135,7 @@ class Integrator:
             InputError: ``slots`` < 1, no problems, or a parameter without
                 the batch axis.
         """
+        slots = self.default_slots() if slots is None else slots
         if int(slots) < 1:
             raise InputError(f"slots must be at least 1; got {slots}")
         n = int(np.shape(z0)[0])

@@ -52,6 +52,8 @@ def test_solve_batch_matches_an_independent_integrator_for_every_design(batch):
     for i, L in enumerate(lengths):
         np.testing.assert_allclose(ds["x"].values[i], scipy_x(L), rtol=0, atol=1e-8 * L)
     assert ds["constraint_residual"].max() < 1e-9
+    # The pool's default slot count (Integrator.default_slots) is recorded.
+    assert ds.attrs["solver_slots"] == 32
 
 
 def test_each_point_of_a_batch_is_the_run_solve_makes(batch):

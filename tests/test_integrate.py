@@ -19,6 +19,8 @@ from solver.integrate import output_rows, pad_output_times
 from solver.api import integrator_for
 from solver.initialize import parse_values
 
+from models_for_tests import four_bar
+
 
 def pendulum(t, v, p):
     x, y, lam = v["x"], v["y"], v["lam"]
@@ -440,6 +442,33 @@ def test_slot_pool_batch_rejects_bad_arguments():
     with pytest.raises(solver.InputError, match=r"^run_batch: parameter 'g' needs the batch axis first \(length 3\); "
                        r"got shape \(\); broadcast it, e\.g\. np\.full\(3, value\)$"):
         integ.run_batch({"g": 9.81, "L": np.ones(3)}, z0, u0, 0.0, 1.0, [1.0], 1e-8)
+
+
+def _pendulum_with_dot(t, v, p):
+    x, y, lam = v["x"], v["y"], v["lam"]
+    pos = jnp.stack([x[0], y[0]])
+    return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], jnp.dot(pos, pos) - p["L"] ** 2]
+
+
+def test_default_slots_are_small_for_a_round_compiled_whole_and_large_otherwise():
+    """run_batch's default pool: 32 slots where XLA:CPU compiles the round as
+    one function (no LAPACK call, no contraction), 256 where it runs kernel by
+    kernel.  The prediction is checked on the compiled program: the
+    pendulum's round holds no custom call and no library fusion."""
+    integ = integrator_for(PEND, 12)
+    assert integ.round_compiles_whole() and integ.default_slots() == 32
+    lengths = np.array([0.5, 1.0, 0.0, 1.7, 0.8])
+    t_eval = np.linspace(0, 2, 21)
+    z0 = np.stack([lengths * np.sin(0.4), 0 * lengths, lengths * np.cos(0.4), 0 * lengths], axis=1)
+    params = {"g": np.full(lengths.size, 9.81), "L": lengths}
+    # The arguments of test_slot_pool_batch_equals_the_vmapped_batch[2]: its compiled program.
+    hlo = integ._run_batch_jit.lower(params, z0, np.zeros((5, 3)), 0.0, 2.0, t_eval, 1e-10, 500, jnp.inf, 0.0,
+                                     slots=2).compile().as_text()
+    assert "custom_call_target" not in hlo and "__ynn_fusion" not in hlo
+    with_dot = integrator_for(solver.DAE(_pendulum_with_dot, ["x", "y", "lam"], {"g": 9.81, "L": 1.0}), 12)
+    assert not with_dot.round_compiles_whole() and with_dot.default_slots() == 256
+    bigger = integrator_for(four_bar(), 12)  # 7 unknowns: a LAPACK factorisation
+    assert bigger.prog.n > 5 and bigger.default_slots() == 256
 
 
 def test_singular_system_jacobian_is_a_status_not_an_exception():

@@ -452,7 +452,7 @@ def bench_pendulum(args, tab: Tables):
     comp = solver.compiled_model(dae, order, batch=True)   # the engine solve_batch picks
     integ = comp.integrator
     z0s, u0s = mechsweep_states(comp, [pendulum_values({"L": L}) for L in Ls], PENDULUM_FIXED, params_b, 0.0)
-    slots = min(256, B)
+    slots = min(integ.default_slots(), B)  # what run_batch and solve_batch take by default
     pb = {k: jnp.asarray(v) for k, v in params_b.items()}
     btc, bbest, rb = compile_and_run(
         lambda: block(integ.run_batch(pb, z0s, u0s, 0.0, t1, t_eval, tol, slots=slots)), max(3, args.repeat // 4))
