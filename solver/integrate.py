@@ -1221,7 +1221,8 @@ class Integrator:
         z0, u0 = jnp.asarray(z0, dt), jnp.asarray(u0, dt)
 
         def step(p, t, z, u, steps, live):
-            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live)
+            return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live,
+                              batched=True)
 
         seed = _tangent_seed(z0)
         return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": _seeded(u0, seed),
@@ -1399,14 +1400,15 @@ class Integrator:
         carry = lax.while_loop(cond, body, carry)
         return {"values": carry["outs"], **carry["res"]}
 
-    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True):
+    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True, batched=False):
         """One accepted (or failed) step from a consistent state at t.
 
         ``live`` is False for a batch element that has already finished: a
         vmapped loop still runs its body, and without the flag a failed
         element (non-finite state) would make every step of the whole batch
         try all twelve step halvings.  The series is fenced on ``t1``, which
-        a batch's elements share (see :meth:`series`).
+        a batch's elements share (see :meth:`series`).  ``batched``: the
+        step is vmapped over a batch's slots.
 
         Returns:
             (X, h, good, t_new, z_new, u_new, status): the Taylor coefficients
@@ -1437,7 +1439,14 @@ class Integrator:
                                                  & (res <= jnp.maximum(1e3 * tol, 1e-10) * zscale)))
             return h, zq, up, ok, tries + 1
 
-        h, zq, uq, ok, _ = lax.while_loop(try_cond, try_body, (h0, z, u_new, False, 0))
+        first = (h0, z, u_new, False, 0)
+        if batched:
+            # Under vmap a loop's every pass selects its whole carry, and
+            # rejections are rare: the first try is straight-line code and
+            # the loop only halves (1,000 pendulums at 32 slots 34.5-35.0 ->
+            # 33.5-34.0 ms; a single run is 5 % slower that way).
+            first = try_body(first)
+        h, zq, uq, ok, _ = lax.while_loop(try_cond, try_body, first)
         good = (sstat == st.SUCCESS) & ok
         t_new = jnp.where(good, t + h, t)
         steps = steps + 1
