@@ -69,7 +69,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report  # noqa: E402
 import solver  # noqa: E402  (enables float64)
 from solver.initialize import parse_values  # noqa: E402
-from solver.integrate import order_for_tol  # noqa: E402
+from solver.integrate import order_for_tol as default_order  # noqa: E402
+
+# --order-offset: mechsweep at its default order plus this (a study of the
+# order rule; every peer keeps its own settings).
+ORDER_OFFSET = 0
+
+
+def order_for_tol(tol: float) -> int:
+    """mechsweep's Taylor order for tol: the default rule plus :data:`ORDER_OFFSET`."""
+    return default_order(tol) + ORDER_OFFSET
 
 try:
     import diffrax
@@ -1025,9 +1034,13 @@ def main():
     ap.add_argument("--only", default=None, help=f"comma-separated problems of {', '.join(PROBLEMS)}")
     ap.add_argument("--batch", type=int, default=None, help="pendulum lengths (default 1000; 100 with --quick)")
     ap.add_argument("--repeat", type=int, default=None, help="timed calls per measurement (default 20; 4 quick)")
+    ap.add_argument("--order-offset", type=int, default=0,
+                    help="run mechsweep at its default order plus this (peers unchanged; default 0)")
     ap.add_argument("--gpu-sizes", type=int, nargs="+", default=None,
                     help="pendulum batch sizes of the GPU section (default 1000 10000 100000)")
     args = ap.parse_args()
+    global ORDER_OFFSET
+    ORDER_OFFSET = args.order_offset
     args.batch = args.batch or (100 if args.quick else 1000)
     args.repeat = args.repeat or (4 if args.quick else 20)
     only = PROBLEMS if not args.only else tuple(s.strip() for s in args.only.split(",") if s.strip())
@@ -1043,6 +1056,8 @@ def main():
         f"{platform.machine()} {platform.system()}, python {platform.python_version()}, jax {jax.__version__}, "
         f"{backend} ({jax.devices()[0].device_kind}), diffrax {getattr(diffrax, '__version__', 'absent')}, "
         f"heyoka {getattr(hy, '__version__', 'absent')}")
+    if ORDER_OFFSET:
+        say(f"--order-offset {ORDER_OFFSET}: mechsweep runs at its default order (Jorba-Zou) + {ORDER_OFFSET}")
     say("run = best of repeated calls of the compiled kernel; compile = first call - second identical call "
         "(trace + lower + XLA; heyoka: integrator construction); errors against exact/published references")
     say(caches)
