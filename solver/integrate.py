@@ -1090,8 +1090,11 @@ class Integrator:
         operation's values in cache.  Any other round runs kernel by kernel,
         and a large pool spreads each kernel's overhead over more problems.
         Measured with ``solve_batch`` (workflows/benchmarks/results/slots.txt):
-        500 pendulums (pendulum.yaml) 140 ms at 256 slots, 66 ms at 32; the
-        double pendulum, four-bar and Mechanism0 fastest at 256.
+        500 pendulums (pendulum.yaml) 90-140 ms at 256 slots, 66-68 ms at 32;
+        the four-bar fastest at 256 and the double pendulum at 128-256, but
+        the slider-crank and Mechanism0 at 64-128 (0.73-0.80x of 256, two
+        runs): the large pool is a default for such models, not a rule.  A
+        sweep's tasks hold 64 points (``Batch``), which caps the pool anyway.
 
         Returns:
             :data:`WHOLE_ROUND_SLOTS` or :data:`DEFAULT_SLOTS`.
