@@ -43,11 +43,11 @@ FOLD_MAX_ELEMENTS = 65_536
 _ADDS = {"add", "add_any"}
 # Operations that forward their operand when the output has its operand's
 # shape and dtype (a reshape to the same shape, a conversion to the same type).
-_SHAPE_NOOPS = {"reshape", "squeeze", "expand_dims", "convert_element_type", "copy", "copy_p",
+_SHAPE_NOOPS = {"reshape", "squeeze", "expand_dims", "convert_element_type", "copy",
                 "reduce_precision", "broadcast_in_dim", "transpose"}
 # Linear in their (single float) operand: a zero in gives a zero out.
 _ZERO_PRESERVING = {"neg", "reshape", "squeeze", "expand_dims", "broadcast_in_dim", "transpose",
-                    "slice", "reduce_sum", "convert_element_type", "copy", "copy_p", "rev",
+                    "slice", "reduce_sum", "convert_element_type", "copy", "rev",
                     "cumsum", "reduce_precision", "dynamic_slice", "gather", "tile"}
 # Never folded: they mean something other than their value (ddt is the time
 # derivative of its operand, which is a series even where the operand is

@@ -64,7 +64,7 @@ class CompactUnsupportedError(UnsupportedPrimitiveError):
 # value); resolved at build time by applying the primitive to element ids.
 _MOVE = {"reshape", "squeeze", "expand_dims", "transpose", "slice", "broadcast_in_dim", "rev",
          "concatenate", "pad", "gather", "dynamic_slice", "dynamic_update_slice", "split", "tile",
-         "copy", "copy_p", "reduce_precision", "real", "stack", "unstack"}
+         "copy", "reduce_precision", "real", "stack", "unstack"}
 # Operands of data-movement primitives that are indices (need concrete values).
 _INDEX_OPERANDS = {"gather": (1,), "dynamic_slice": "rest1", "dynamic_update_slice": "rest2"}
 _COMPARE = {"lt", "le", "gt", "ge", "eq", "ne"}

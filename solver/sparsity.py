@@ -64,7 +64,7 @@ _ZERO_DERIVATIVE = frozenset("sign floor ceil round is_finite".split())
 # source of each output element is found by applying the primitive to ids.
 _DATA_MOVING = frozenset("""
     reshape broadcast_in_dim slice concatenate transpose squeeze expand_dims rev
-    pad gather dynamic_slice dynamic_update_slice copy copy_p split stack unstack tile
+    pad gather dynamic_slice dynamic_update_slice copy split stack unstack tile
     """.split())
 _REDUCTIONS = frozenset("reduce_sum reduce_max reduce_min reduce_prod".split())
 _CUMULATIVE = frozenset("cumsum cumprod cummax cummin cumlogsumexp".split())

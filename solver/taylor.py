@@ -130,7 +130,7 @@ class _Flattener:
 _LINEAR = {
     "add", "sub", "neg", "add_any", "concatenate", "pad", "reduce_sum", "broadcast_in_dim",
     "reshape", "squeeze", "expand_dims", "transpose", "slice", "dynamic_slice", "gather",
-    "rev", "convert_element_type", "copy", "copy_p", "reduce_precision", "cumsum",
+    "rev", "convert_element_type", "copy", "reduce_precision", "cumsum",
     "dynamic_update_slice", "scatter-add", "scatter_add", "select_n", "real", "split",
     "stack", "unstack", "tile",
 }
