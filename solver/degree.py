@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ddt import ddt_p
-from .taylor import _LINEAR, _PIECEWISE, TaylorProgram, _Lit
+from .taylor import _LINEAR, TaylorProgram, _Lit
 
 __all__ = ["stage0_is_affine", "residual_degrees"]
 
@@ -60,9 +60,7 @@ def _degree(e, deg) -> int:
         return ins[0] if ins[1] == _FREE else _OTHER
     if name == "integer_pow" and e.params.get("y") == 1:
         return ins[0]
-    if name in _PIECEWISE:
-        return _OTHER  # a step function of u
-    return _OTHER
+    return _OTHER  # a nonlinear function of u, or a piecewise one (a step in u)
 
 
 def residual_degrees(prog: TaylorProgram) -> list[int]:

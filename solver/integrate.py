@@ -1103,7 +1103,9 @@ class Integrator:
 
     def round_compiles_whole(self) -> bool:
         """Whether XLA:CPU is expected to compile a batch round as one function (see :meth:`default_slots`)."""
-        if jax.default_backend() != "cpu" or self.mode != "unrolled" or self.linear != "dense":
+        if jax.default_backend() != "cpu" or not xla_setup.loops_compiled_whole():
+            return False  # a GPU's pool, or XLA:CPU's hoisting turned off (solver.xla_setup)
+        if self.mode != "unrolled" or self.linear != "dense":
             return False
         if max(self.prog.n, self.n_hidden) > linalg.FACTOR_UNROLL_MAX:
             return False  # a LAPACK factorisation
