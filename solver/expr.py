@@ -143,33 +143,33 @@ def _shape_words(shape: tuple) -> str:
     return "a " + "x".join(str(n) for n in shape) + " array"
 
 
-def _elementwise(fn):
-    return lambda args: fn(args[0])
+def _elementwise(name):
+    return lambda args, xp: getattr(xp, name)(args[0])
 
 
-def _atan2(args):
+def _atan2(args, xp):
     y, x = args
     sy, sx = jnp.shape(y), jnp.shape(x)
     if sy != sx and () not in (sy, sx):
         raise ExprError(f"atan2 needs arguments of equal shape or a scalar, got "
                         f"{_shape_words(sy)} and {_shape_words(sx)}")
-    return jnp.arctan2(y, x)
+    return xp.arctan2(y, x)
 
 
-def _dot(args):
+def _dot(args, xp):
     a, b = args
     sa, sb = jnp.shape(a), jnp.shape(b)
     if not (1 <= len(sa) <= 2 and 1 <= len(sb) <= 2) or sa[-1] != sb[0]:
         raise ExprError(f"dot needs two vectors of equal length (or matching matrix and "
                         f"vector), got {_shape_words(sa)} and {_shape_words(sb)}")
-    return jnp.dot(a, b)
+    return xp.dot(a, b)
 
 
-def _cross(args):
+def _cross(args, xp):
     a, b = args
     sa, sb = jnp.shape(a), jnp.shape(b)
     if sa == sb == (3,):
-        return jnp.cross(a, b)
+        return xp.cross(a, b)
     if sa == sb == (2,):
         # The z-component of the 3-D cross product: what planar mechanisms use.
         return a[0] * b[1] - a[1] * b[0]
@@ -177,22 +177,23 @@ def _cross(args):
                     f"{_shape_words(sa)} and {_shape_words(sb)}")
 
 
-def _norm(args):
+def _norm(args, xp):
     (a,) = args
     if len(jnp.shape(a)) != 1:
         raise ExprError(f"norm needs a vector, got {_shape_words(jnp.shape(a))}")
-    return jnp.sqrt(jnp.sum(a * a))
+    return xp.sqrt(xp.sum(a * a))
 
 
-# name -> (number of arguments, implementation taking the list of arguments)
+# name -> (number of arguments, implementation taking the list of arguments and
+# the array module: jax.numpy when traced, numpy for constants)
 FUNCTIONS: dict[str, tuple[int, Callable]] = {
-    "sin": (1, _elementwise(jnp.sin)), "cos": (1, _elementwise(jnp.cos)),
-    "tan": (1, _elementwise(jnp.tan)), "asin": (1, _elementwise(jnp.arcsin)),
-    "acos": (1, _elementwise(jnp.arccos)), "atan": (1, _elementwise(jnp.arctan)),
-    "sinh": (1, _elementwise(jnp.sinh)), "cosh": (1, _elementwise(jnp.cosh)),
-    "tanh": (1, _elementwise(jnp.tanh)), "exp": (1, _elementwise(jnp.exp)),
-    "log": (1, _elementwise(jnp.log)), "sqrt": (1, _elementwise(jnp.sqrt)),
-    "abs": (1, _elementwise(jnp.abs)), "atan2": (2, _atan2), "dot": (2, _dot),
+    "sin": (1, _elementwise("sin")), "cos": (1, _elementwise("cos")),
+    "tan": (1, _elementwise("tan")), "asin": (1, _elementwise("arcsin")),
+    "acos": (1, _elementwise("arccos")), "atan": (1, _elementwise("arctan")),
+    "sinh": (1, _elementwise("sinh")), "cosh": (1, _elementwise("cosh")),
+    "tanh": (1, _elementwise("tanh")), "exp": (1, _elementwise("exp")),
+    "log": (1, _elementwise("log")), "sqrt": (1, _elementwise("sqrt")),
+    "abs": (1, _elementwise("abs")), "atan2": (2, _atan2), "dot": (2, _dot),
     "cross": (2, _cross), "norm": (1, _norm),
 }
 CONSTANTS = {"pi": math.pi}
@@ -821,8 +822,10 @@ def _value(node: Node, vals: list, scope, expr: Expr):
     if isinstance(node, BinOp):
         return _binop(node, *vals)
     if isinstance(node, Call):
-        out = FUNCTIONS[node.func][1](vals)
-        return np.asarray(out, dtype=np.float64) if xp is np else out
+        if xp is jnp:
+            return FUNCTIONS[node.func][1](vals, jnp)
+        with np.errstate(all="ignore"):  # NaN or inf, as jax gives: the callers judge them
+            return np.asarray(FUNCTIONS[node.func][1](vals, np), dtype=np.float64)
     if isinstance(node, Vector):
         shapes = [jnp.shape(v) for v in vals]
         for k, s in enumerate(shapes):

@@ -7,6 +7,7 @@ References are Python's own arithmetic and precedence, the ``math`` and
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -119,6 +120,46 @@ def test_atan2_takes_y_then_x_in_every_quadrant(y, x):
 
 def test_functions_act_elementwise_on_vectors():
     np.testing.assert_allclose(value("sin([a, b])", a=0.1, b=0.2), np.sin([0.1, 0.2]), rtol=1e-15)
+
+
+class _TracedScope:
+    """A scope that is not a ConstantScope: expressions evaluate in jax, as in a residual."""
+
+    def __init__(self, values):
+        self.values = values
+
+    def lookup(self, name, order):
+        return jnp.asarray(self.values[name])
+
+    def derivative(self, thunk, order):
+        raise AssertionError("no derivatives here")
+
+
+@pytest.mark.parametrize("text", [
+    "sin(a)*cos(b) + atan2(a, b) - tan(b)", "asin(a/4) + acos(b/4) + atan(a) + sinh(b) + cosh(a)",
+    "exp(-a)*log(b) + abs(a - b) + tanh(a) + sqrt(b)", "dot(u, v) + norm(cross(u, v))", "cross(u, v)",
+])
+def test_constants_are_computed_in_numpy_and_equal_the_traced_values(text, monkeypatch):
+    # Initial values are computed once per design point of a sweep: in numpy,
+    # not by a jax dispatch per operation, with the residual's values.
+    names = dict(a=0.7, b=1.3, u=np.array([1.0, -2.0, 0.5]), v=np.array([0.3, 4.0, -1.0]))
+    traced = np.asarray(parse(text).evaluate(_TracedScope(names)))
+
+    def no_jax(*args, **kwargs):
+        raise AssertionError("a constant was computed by jax")
+
+    for name in ("sin", "cos", "tan", "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh", "tanh",
+                 "exp", "log", "sqrt", "abs", "dot", "cross", "sum"):
+        monkeypatch.setattr(jnp, name, no_jax)
+    constant = parse(text).evaluate(ConstantScope(names))
+    assert not isinstance(constant, jax.Array)
+    np.testing.assert_allclose(constant, traced, rtol=1e-14)
+
+
+def test_a_constant_outside_a_functions_domain_is_nan_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert np.isnan(value("sqrt(a)", a=-1.0)) and np.isnan(value("log(a) + asin(a*2)", a=-1.0))
 
 
 # ------------------------------------------------------------------ vectors
