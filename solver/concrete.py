@@ -116,6 +116,20 @@ def _float_only(f):
     return rule
 
 
+def _compare(f):
+    def rule(x, y, **_):
+        if x.dtype != y.dtype or x.shape != y.shape:
+            raise _NotHere
+        return f(_flush(x), _flush(y))
+    return rule
+
+
+def _iota(*, dtype, shape, dimension, **_):
+    line = np.arange(shape[dimension], dtype=dtype).reshape(
+        [n if k == dimension else 1 for k, n in enumerate(shape)])
+    return np.broadcast_to(line, shape).copy()
+
+
 class _NotHere(Exception):
     """A case numpy's rule does not cover exactly: the primitive is bound."""
 
@@ -141,6 +155,10 @@ NUMPY_RULES = {
     "mul": _same_float_or_int(np.multiply),
     "neg": lambda x, **_: np.negative(x),  # a sign flip: XLA keeps subnormal numbers here
     "div": _float_only(np.divide),
+    "eq": _compare(np.equal), "ne": _compare(np.not_equal), "lt": _compare(np.less),
+    "le": _compare(np.less_equal), "gt": _compare(np.greater), "ge": _compare(np.greater_equal),
+    "iota": _iota,
+    "stack": lambda *xs, axis, **_: np.stack(xs, axis=axis),
 }
 
 

@@ -37,6 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
+import jax
 import jax.numpy as jnp
 
 from .errors import InputError
@@ -64,10 +65,19 @@ def _dot(a, b):
     return jnp.sum(a * b, axis=-1)
 
 
-def _stack(items, axis=0):
+def _stack(items, axis=0, xp=jnp):
     """``jnp.stack`` written as concatenate (arrays that depend on the state
     stay in operations every interpreter of the residual has a rule for)."""
-    return jnp.concatenate([jnp.expand_dims(x, axis) for x in items], axis=axis)
+    return xp.concatenate([xp.expand_dims(x, axis) for x in items], axis=axis)
+
+
+def _xp(*values):
+    """numpy for numbers, jax.numpy where any value is traced.
+
+    A model's bodies are measured once when it is read, from numbers: in
+    numpy that costs microseconds, where eager jax compiled a small program
+    per operation (a second of Mechanism0's load)."""
+    return jnp if any(isinstance(v, jax.core.Tracer) for v in jax.tree_util.tree_leaves(values)) else np
 
 
 def assemble(entries, shape):
@@ -173,26 +183,27 @@ def second_moment(mass, centroid, inertia, origin=None, *, check=True):
         InputError: inconsistent dimensions or (``check``) a non-physical
             inertia.
     """
-    c = jnp.asarray(centroid, dtype=jnp.float64)
+    xp = _xp(mass, centroid, inertia, origin)
+    c = xp.asarray(centroid, dtype=xp.float64)
     d = c.shape[0] if c.ndim == 1 else 0
     if d not in (2, 3):
         raise InputError(f"centroid must have 2 or 3 components, got shape {c.shape}")
-    I = jnp.asarray(inertia, dtype=jnp.float64)
+    I = xp.asarray(inertia, dtype=xp.float64)
     if d == 2:
         if I.shape != ():
             raise InputError(f"in 2-D the inertia is the scalar polar moment, got shape {I.shape}")
-        Theta_c = 0.5 * I * jnp.eye(2)
+        Theta_c = 0.5 * I * xp.eye(2)
     else:
         if I.shape == (3,):
-            I = jnp.diag(I)
+            I = xp.diag(I)
         if I.shape != (3, 3):
             raise InputError(f"in 3-D the inertia is a 3x3 tensor or 3 principal moments, "
                              f"got shape {I.shape}")
-        Theta_c = 0.5 * jnp.trace(I) * jnp.eye(3) - I
+        Theta_c = 0.5 * xp.trace(I) * xp.eye(3) - I
     if check:
         _check_inertia(Theta_c)
-    r = c if origin is None else c - jnp.asarray(origin, dtype=jnp.float64)
-    return Theta_c + mass * jnp.outer(r, r)
+    r = c if origin is None else c - xp.asarray(origin, dtype=xp.float64)
+    return Theta_c + mass * xp.outer(r, r)
 
 
 def canonical_mass_properties(E, mass, centroid, inertia, origin=None, *, check=True):
@@ -208,10 +219,11 @@ def canonical_mass_properties(E, mass, centroid, inertia, origin=None, *, check=
         ``(c, Θ)``: ``c = Eᵀ (centroid − origin)`` and ``Θ = Eᵀ Θ_local E``,
         the second moment about A in canonical axes.
     """
-    c = jnp.asarray(centroid, dtype=jnp.float64)
+    xp = _xp(E, mass, centroid, inertia, origin)
+    c = xp.asarray(centroid, dtype=xp.float64)
     if origin is not None:
-        c = c - jnp.asarray(origin, dtype=jnp.float64)
-    E = jnp.asarray(E, dtype=jnp.float64)
+        c = c - xp.asarray(origin, dtype=xp.float64)
+    E = xp.asarray(E, dtype=xp.float64)
     return E.T @ c, E.T @ second_moment(mass, c, inertia, check=check) @ E
 
 
@@ -233,17 +245,18 @@ def frame_rule(vecs):
         of Q are the moving axes (:func:`frame_axes`) and ``W = Q Eᵀ`` maps
         local to world coordinates.
     """
+    xp = _xp(vecs)
     b = vecs[0]
-    r11 = jnp.sqrt(jnp.dot(b, b))
+    r11 = xp.sqrt(xp.dot(b, b))
     e1 = b / r11
     if b.shape[0] == 2:
-        return _stack([e1, _stack([-e1[1], e1[0]])], axis=1), (r11,)
+        return _stack([e1, _stack([-e1[1], e1[0]], xp=xp)], axis=1, xp=xp), (r11,)
     c = vecs[1]
-    r12 = jnp.dot(c, e1)
+    r12 = xp.dot(c, e1)
     w = c - r12 * e1
-    r22 = jnp.sqrt(jnp.dot(w, w))
+    r22 = xp.sqrt(xp.dot(w, w))
     e2 = w / r22
-    return _stack([e1, e2, jnp.cross(e1, e2)], axis=1), (r11, r12, r22)
+    return _stack([e1, e2, xp.cross(e1, e2)], axis=1, xp=xp), (r11, r12, r22)
 
 
 def frame_axes(vecs, R) -> list:

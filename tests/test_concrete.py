@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import jax
+import jax.numpy as jnp
 from jax import lax
 
 from solver.concrete import NUMPY_RULES, evaluate
@@ -52,6 +53,13 @@ CASES = {
     "float32_to_float64": (lambda x: lax.convert_element_type(x, np.float64), [(4,)], "f32"),
     "float_to_int_is_bound": (lambda x: lax.convert_element_type(x, np.int32), [(4,)], "f"),
     "bool_to_float": (lambda x: lax.convert_element_type(x, np.float64), [(3,)], "b"),
+    "compare_float": (lambda x, y: (lax.eq(x, y), lax.ne(x, y), lax.lt(x, y), lax.le(x, y), lax.gt(x, y),
+                                    lax.ge(x, y)), [(5,), (5,)], "f"),
+    "compare_int": (lambda x, y: (lax.eq(x, y), lax.lt(x, y), lax.ge(x, y)), [(4,), (4,)], "i"),
+    "compare_equal_operands": (lambda x: (lax.eq(x, x), lax.le(x, x), lax.ne(x, x)), [(5,)], "f"),
+    "iota": (lambda x: x + lax.broadcasted_iota(np.int64, (3, 4), 1) * lax.broadcasted_iota(np.int64, (3, 4), 0),
+             [(3, 4)], "i"),
+    "stack": (lambda x, y: jnp.stack([x, y, x], axis=1), [(2,), (2,)], "f"),
 }
 
 

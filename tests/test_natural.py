@@ -185,6 +185,26 @@ def test_the_functions_accept_traced_geometry():
     assert np.all(np.isfinite(np.asarray(g)))
 
 
+@pytest.mark.parametrize("dim", [2, 3])
+def test_numeric_geometry_is_measured_in_numpy_as_traced_geometry_is_in_jax(dim):
+    # A model's bodies are measured when it is read: numbers in, numpy out
+    # (no jax dispatch), equal to the traced computation the residual makes.
+    local = RNG.uniform(-2, 2, (dim - 1, dim))
+    mass, centroid = 2.5, RNG.uniform(-1, 1, dim)
+    inertia = 0.7 if dim == 2 else np.array([1.0, 2.0, 2.5])
+    E, R = natural.frame_rule(local)
+    c_K, Theta_K = natural.canonical_mass_properties(E, mass, centroid, inertia, origin=np.zeros(dim))
+    assert not any(isinstance(a, jax.Array) for a in (E, *R, c_K, Theta_K))
+
+    @jax.jit
+    def traced(geom, m, c, i):
+        E, R = natural.frame_rule(geom)
+        return (E, *R, *natural.canonical_mass_properties(E, m, c, i, origin=jnp.zeros(dim), check=False))
+
+    for ours, theirs in zip((E, *R, c_K, Theta_K), traced(local, mass, centroid, inertia)):
+        np.testing.assert_allclose(ours, np.asarray(theirs), rtol=1e-13, atol=1e-14)
+
+
 # ------------------------------------------------------------------ kinematics
 def test_rotation_rate_is_the_time_derivative_of_the_rotation():
     local = RNG.uniform(-2, 2, (3, 3))
