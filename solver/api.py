@@ -437,13 +437,14 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     free = np.ones((B, integ.n_state), dtype=bool)
     messages = [""] * B
     bad = np.zeros(B, dtype=bool)
-    for i in range(B):
+    if not callable(values):  # the same for every point: bad input raises, not a bad design
+        spec = parse_values(integ, values, fixed)
+        z_hat[:], u_guess[:], free[:] = spec.z_hat, spec.u_guess, spec.free
+    for i in range(B) if callable(values) else ():
         p_i = {k: v[i] for k, v in full.items()}
         try:
-            spec = parse_values(integ, values(p_i) if callable(values) else values, fixed)
+            spec = parse_values(integ, values(p_i), fixed)
         except InputError as err:
-            if not callable(values):
-                raise  # the same for every point: bad input, not a bad design
             bad[i], messages[i] = True, f"initial values: {err}"
             continue
         z_hat[i], u_guess[i], free[i] = spec.z_hat, spec.u_guess, spec.free

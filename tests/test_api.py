@@ -123,6 +123,19 @@ def test_bad_tables_are_refused_with_the_fix(kwargs, message):
     assert str(err.value) == message
 
 
+def test_shared_initial_values_serve_every_point_and_bad_ones_stop_the_batch():
+    # Values shared by every point (not a function of the point) are read
+    # once: a bad name is bad input, raised, not a failed design.
+    with pytest.raises(solver.InputError) as err:
+        solver.solve_batch(PEND, {"L": [1.0, 2.0]}, values={"z": 1.0}, t_span=(0.0, 1.0))
+    assert str(err.value) == "initial value for unknown variable 'z'; the variables are ['x', 'y', 'lam']"
+    shared = {"x": 0.6, "y": -0.8, "x'": 0.0, "y'": 0.0}
+    ds = solver.solve_batch(PEND, {"g": [9.81, 1.62]}, values=shared, fixed=["x"], t_span=(0.0, 0.5))
+    assert (ds["status"].values == 0).all()
+    np.testing.assert_allclose(ds["x"].values[:, 0], 0.6, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ds["y"].values[:, 0], -0.8, rtol=0, atol=1e-12)
+
+
 def test_a_dae_needs_a_time_span_and_the_problem_must_be_a_model_or_dae():
     with pytest.raises(solver.InputError, match=r"t_span=\(t0, t1\) is required for a DAE"):
         solver.solve_batch(PEND, {"L": [1.0]}, release)
