@@ -455,7 +455,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     dz0 = None
     if names:
         dz0 = _start_tangents(comp, full, t0, z0, free, names, values, fixed)
-    slots = integ.default_slots() if slots is None else slots
+    slots = integ.default_slots(B) if slots is None else slots
     res = _integrate(comp, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0)
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
     residual = comp.constraint_residual_series(res["values"], t_eval, full)

@@ -44,7 +44,7 @@ from .taylor import TaylorProgram, order_sum, write_row
 
 # Slot counts of run_batch's pool (see Integrator.default_slots).
 WHOLE_ROUND_SLOTS = 32
-DEFAULT_SLOTS = 256
+DEFAULT_SLOTS = 128
 # A batch's slot pool runs in rounds on a CPU (Integrator._run_batch_rounds); a
 # round ends when this fraction of its slots (at least one) have finished
 # (1,000 pendulums: 67 ms, against 72 ms at 1/64 and 76 ms at 1/4).
@@ -1080,25 +1080,35 @@ class Integrator:
         t0, t1, tol, max_steps, h_max, fixed_step = scalars
         return self._run_jit(params, z0, u0, t0, t1, _device_times(t_eval), tol, max_steps, h_max, fixed_step)
 
-    def default_slots(self) -> int:
+    def default_slots(self, points: int | None = None) -> int:
         """The slot count :meth:`run_batch` takes when none is given.
 
-        On a CPU, a round whose step holds no LAPACK call and no contraction
+        On an accelerator, every point at once: its width is what makes it
+        fast (workflows/benchmarks/results/solver_gpu_h100.txt: 1,000
+        pendulums on an H100 in 0.21 s with 1,000 slots, as ``jax.vmap``;
+        0.54 s with 250).  On a CPU, a round whose step holds no LAPACK call and no contraction
         (every factorisation unrolled, straight-line series: see
         :meth:`_run_batch_rounds`) is compiled as one function; its cost is
         then arithmetic and cache traffic, and a small pool keeps each
         operation's values in cache.  Any other round runs kernel by kernel,
-        and a large pool spreads each kernel's overhead over more problems.
-        Measured with ``solve_batch`` (workflows/benchmarks/results/slots.txt):
-        500 pendulums (pendulum.yaml) 90-140 ms at 256 slots, 66-68 ms at 32;
-        the four-bar fastest at 256 and the double pendulum at 128-256, but
-        the slider-crank and Mechanism0 at 64-128 (0.73-0.80x of 256, two
-        runs): the large pool is a default for such models, not a rule.  A
-        sweep's tasks hold 64 points (``Batch``), which caps the pool anyway.
+        and a larger pool spreads each kernel's overhead over more problems.
+        Measured with ``solve_batch`` (workflows/benchmarks/results/slots.txt,
+        three runs of 500 points): pendulum.yaml 90-140 ms at 256 slots,
+        65-68 ms at 32; with 128 slots against 256, the slider-crank
+        0.68-0.80x and Mechanism0 0.72-0.95x, the double pendulum 0.97-1.10x
+        and the four-bar 1.04-1.11x: 128 loses at most a tenth where 256
+        loses up to a half.  A sweep's tasks hold 64 points (``Batch``),
+        which caps the pool anyway.
+
+        Args:
+            points: the number of problems of the batch, where known.
 
         Returns:
-            :data:`WHOLE_ROUND_SLOTS` or :data:`DEFAULT_SLOTS`.
+            ``points`` on an accelerator (:data:`DEFAULT_SLOTS` when not
+            given); on a CPU :data:`WHOLE_ROUND_SLOTS` or :data:`DEFAULT_SLOTS`.
         """
+        if jax.default_backend() != "cpu":
+            return max(int(points), 1) if points else DEFAULT_SLOTS
         return WHOLE_ROUND_SLOTS if self.round_compiles_whole() else DEFAULT_SLOTS
 
     def round_compiles_whole(self) -> bool:
@@ -1130,7 +1140,8 @@ class Integrator:
             t0, t1, t_eval, tol, max_steps, h_max, fixed_step: as for
                 :meth:`run`, shared by the batch.
             slots: problems advanced together (static); at most N are used.
-                None: :meth:`default_slots` (32 or 256 on a CPU).
+                None: :meth:`default_slots` (32 or 128 on a CPU, N on an
+                accelerator).
 
         Returns:
             dict as :meth:`run` returns, every entry with the batch axis
@@ -1140,12 +1151,12 @@ class Integrator:
             InputError: ``slots`` < 1, no problems, or a parameter without
                 the batch axis.
         """
-        slots = self.default_slots() if slots is None else slots
-        if int(slots) < 1:
-            raise InputError(f"slots must be at least 1; got {slots}")
         n = int(np.shape(z0)[0])
         if n == 0:
             raise InputError("run_batch: no problems (z0 has no rows); give at least one")
+        slots = self.default_slots(n) if slots is None else slots
+        if int(slots) < 1:
+            raise InputError(f"slots must be at least 1; got {slots}")
         for name, value in params.items():
             if np.ndim(value) == 0 or np.shape(value)[0] != n:
                 raise InputError(f"run_batch: parameter {name!r} needs the batch axis first (length {n}); "

@@ -452,7 +452,7 @@ def _pendulum_with_dot(t, v, p):
 
 def test_default_slots_are_small_for_a_round_compiled_whole_and_large_otherwise():
     """run_batch's default pool: 32 slots where XLA:CPU compiles the round as
-    one function (no LAPACK call, no contraction), 256 where it runs kernel by
+    one function (no LAPACK call, no contraction), 128 where it runs kernel by
     kernel.  The prediction is checked on the compiled program: the
     pendulum's round holds no custom call and no library fusion."""
     integ = integrator_for(PEND, 12)
@@ -466,9 +466,18 @@ def test_default_slots_are_small_for_a_round_compiled_whole_and_large_otherwise(
                                      slots=2).compile().as_text()
     assert "custom_call_target" not in hlo and "__ynn_fusion" not in hlo
     with_dot = integrator_for(solver.DAE(_pendulum_with_dot, ["x", "y", "lam"], {"g": 9.81, "L": 1.0}), 12)
-    assert not with_dot.round_compiles_whole() and with_dot.default_slots() == 256
+    assert not with_dot.round_compiles_whole() and with_dot.default_slots() == 128
     bigger = integrator_for(four_bar(), 12)  # 7 unknowns: a LAPACK factorisation
-    assert bigger.prog.n > 5 and bigger.default_slots() == 256
+    assert bigger.prog.n > 5 and bigger.default_slots() == 128
+
+
+def test_an_accelerator_advances_every_point_of_a_batch_at_once(monkeypatch):
+    # Its width is its speed (results/solver_gpu_h100.txt); the rule, checked
+    # here on the CPU by naming the backend.
+    integ = integrator_for(PEND, 12)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert integ.default_slots(100_000) == 100_000 and integ.default_slots(1) == 1
+    assert integ.default_slots() == 128  # the number of points unknown
 
 
 def test_singular_system_jacobian_is_a_status_not_an_exception():
