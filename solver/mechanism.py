@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 import jax
 import jax.numpy as jnp
 
@@ -304,7 +306,7 @@ class Mechanism:
     def to_dae(self) -> LagrangianDAE:
         """The Euler–Lagrange DAE (coordinates = moving points)."""
         has_c = any(any(n not in self.fixed_points for n in pts)
-                    for _, pts, _ in self._constraint_labels())
+                    for _, pts in self._constraint_labels())
         dae = lagrangian(
             self.lagrangian_fn, {n: self.dim for n in self.moving},
             constraints=self.constraints_fn if has_c else None,
@@ -318,14 +320,26 @@ class Mechanism:
         dae.momentum_dim = self.dim
         return dae
 
-    def _constraint_labels(self):
-        env = self.env({k: _f64(v) for k, v in self.param_info.free.items()})
-        q = {n: jnp.zeros(self.dim) + 1.0 + i for i, n in enumerate(self.moving)}
-        return self.constraint_list(self._points(q, env), env)
+    def _constraint_labels(self) -> list:
+        """(label, points) of every constraint, in order, from an abstract
+        evaluation: nothing is computed (eagerly, each operation would
+        compile a small program when the model is read)."""
+        found = []
+
+        def constraints(p):
+            env = _Env(self, p)  # not self.env(p): its cache must not keep abstract values
+            q = {n: jnp.zeros(self.dim) + 1.0 + i for i, n in enumerate(self.moving)}
+            items = self.constraint_list(self._points(q, env), env)
+            found.extend((label, pts) for label, pts, _ in items)
+            return [value for _, _, value in items]
+
+        jax.eval_shape(constraints, {k: jax.ShapeDtypeStruct(np.shape(v), jnp.float64)
+                                     for k, v in self.param_info.free.items()})
+        return found
 
     def constraint_labels(self) -> list[str]:
         """Labels of the constraints kept in the DAE, in multiplier order (drivers last)."""
-        return [lab for lab, pts, _ in self._constraint_labels()
+        return [lab for lab, pts in self._constraint_labels()
                 if any(n not in self.fixed_points for n in pts)] + [
             f"Drivers.{name}" for name in self.drivers]
 
