@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from solver.dae import ddt
 from solver.errors import InputError
-from solver.expr import Expr, ExprError, check_name, evaluate_constant, parse
+from solver.expr import ConstantScope, Expr, ExprError, check_name, evaluate_constant, parse
 from solver.yamlio import Locator, format_path, require_mapping
 
 __all__ = ["ParamInfo", "read_params", "read_lets", "BaseScope", "DAEScope",
@@ -92,7 +92,7 @@ class ParamInfo:
         out = {k: np.asarray(v, dtype=np.float64) for k, v in self.structural.items()}
         out.update(free)
         for name, expr in self.derived:
-            out[name] = np.asarray(expr.evaluate(_ValueScope(out)), dtype=np.float64)
+            out[name] = np.asarray(expr.evaluate(_NumericScope(out)), dtype=np.float64)
         return {k: (float(v) if np.ndim(v) == 0 else v) for k, v in out.items()}
 
     def check(self, overrides: Mapping[str, Any] | None) -> dict:
@@ -160,6 +160,11 @@ class _ValueScope:
 
     def derivative(self, thunk, order):
         raise ExprError("derivatives of parameter expressions are zero; remove the prime")
+
+
+class _NumericScope(_ValueScope, ConstantScope):
+    """:class:`_ValueScope` over numbers, evaluated in numpy (:mod:`solver.expr`):
+    derived parameters are computed once per design point of a sweep."""
 
 
 def read_params(data: Any, loc: Locator,
