@@ -1061,7 +1061,7 @@ def evaluate_constant(value, names: Mapping[str, Any], where: str | None = None,
         expr = parse(value, file=file, path=path, line=line)
     with np.errstate(all="ignore"):  # a 1/0 is reported below as not finite, not warned about
         result = np.asarray(expr.evaluate(ConstantScope(names)), dtype=np.float64)
-    if not np.all(np.isfinite(result)):
+    if not (math.isfinite(result) if result.ndim == 0 else np.isfinite(result).all()):
         raise ExprError(f"{expr.text!r} evaluates to a value that is not finite: "
                         f"{result.tolist()}", file, path, line)
     return float(result) if result.ndim == 0 else result

@@ -134,11 +134,12 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
                             f"give its value there", fpath)
         fixed.append(vk.text())
 
+    located = [(key, raw, kpath, vk, format_path(kpath), loc.line(kpath)) for key, raw, kpath, vk in entries]
+
     def values(params: dict) -> dict:
         out = {}
-        for key, raw, kpath, vk in entries:
-            val = evaluate_constant(raw, params, file=loc.file, path=format_path(kpath),
-                                    line=loc.line(kpath))
+        for key, raw, kpath, vk, where, line in located:
+            val = evaluate_constant(raw, params, file=loc.file, path=where, line=line)
             _check_value_shape(val, vk, sizes, loc, kpath)
             out[key] = val
         return out

@@ -392,11 +392,12 @@ def _problem_values(pd: Mapping, sizes: Mapping, loc: Locator, info, driven: Map
         fixed.append(name + (f"[{idx}]" if idx is not None else ""))
     fixed += [key for key, _, kp, _ in entries if kp[1] == "velocities"]
 
+    located = [(key, raw, kp, size, format_path(kp), loc.line(kp)) for key, raw, kp, size in entries]
+
     def values(params: dict) -> dict:
         out = {}
-        for key, raw, kp, size in entries:
-            val = evaluate_constant(raw, params, file=loc.file, path=format_path(kp),
-                                    line=loc.line(kp))
+        for key, raw, kp, size, where, line in located:
+            val = evaluate_constant(raw, params, file=loc.file, path=where, line=line)
             if isinstance(val, list) or int(np.size(val)) not in (1, size):
                 raise loc.error(f"expected {size} value(s) (or one for all), got "
                                 f"{int(np.size(val)) if not isinstance(val, list) else len(val)}",

@@ -20,6 +20,7 @@ and structural parameters is a :class:`ParamInfo`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -135,7 +136,7 @@ class ParamInfo:
             if arr.shape != out[name].shape:
                 raise InputError(f"parameter '{name}' has shape {out[name].shape}, got a value of "
                                  f"shape {arr.shape}", file=self.file, path="PhysicalParams")
-            if not np.all(np.isfinite(arr)):
+            if not (math.isfinite(arr) if arr.ndim == 0 else np.isfinite(arr).all()):
                 raise InputError(f"parameter '{name}' must be finite, got {value!r}",
                                  file=self.file, path="PhysicalParams")
             out[name] = arr
