@@ -440,14 +440,15 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     if not callable(values):  # the same for every point: bad input raises, not a bad design
         spec = parse_values(integ, values, fixed)
         z_hat[:], u_guess[:], free[:] = spec.z_hat, spec.u_guess, spec.free
-    for i in range(B) if callable(values) else ():
-        p_i = {k: v[i] for k, v in full.items()}
-        try:
-            spec = parse_values(integ, values(p_i), fixed)
-        except InputError as err:
-            bad[i], messages[i] = True, f"initial values: {err}"
-            continue
-        z_hat[i], u_guess[i], free[i] = spec.z_hat, spec.u_guess, spec.free
+    else:
+        for i in range(B):
+            p_i = {k: v[i] for k, v in full.items()}
+            try:
+                spec = parse_values(integ, values(p_i), fixed)
+            except InputError as err:
+                bad[i], messages[i] = True, f"initial values: {err}"
+                continue
+            z_hat[i], u_guess[i], free[i] = spec.z_hat, spec.u_guess, spec.free
     z0, ok, init_msgs = comp.consistent_points(full, t0, z_hat, free, method=init, ipopt_options=ipopt_options)
     ok &= ~bad
     messages = [m or im for m, im in zip(messages, init_msgs)]

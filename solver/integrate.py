@@ -1086,7 +1086,9 @@ class Integrator:
         On an accelerator, every point at once: its width is what makes it
         fast (workflows/benchmarks/results/solver_gpu_h100.txt: 1,000
         pendulums on an H100 in 0.21 s with 1,000 slots, as ``jax.vmap``;
-        0.54 s with 250).  On a CPU, a round whose step holds no LAPACK call and no contraction
+        0.54 s with 250).
+
+        On a CPU, a round whose step holds no LAPACK call and no contraction
         (every factorisation unrolled, straight-line series: see
         :meth:`_run_batch_rounds`) is compiled as one function; its cost is
         then arithmetic and cache traffic, and a small pool keeps each
