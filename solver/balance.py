@@ -170,9 +170,10 @@ def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy, kernel
     kernels = balance_kernels(dae) if kernels is None else kernels
     if not kernels:
         return out
-    t = jnp.asarray(t_eval, dtype=float)
+    # numpy in: the kernels are jitted, and an eager conversion compiles a program of its own
+    t = np.asarray(t_eval, dtype=float)
     q, qd = coordinate_levels(dae, values)
-    p = {k: jnp.asarray(v) for k, v in params.items()}
+    p = {k: np.asarray(v) for k, v in params.items()}
     if "power" in kernels:
         power = np.asarray(kernels["power"](t, q, qd, p), dtype=float)
         out["dissipated"] = _cumulative_integral(power, np.asarray(t_eval, dtype=float))
