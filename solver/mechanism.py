@@ -149,7 +149,13 @@ class Mechanism:
         if cached is not None and len(cached[0]) == len(values) and all(
                 a is b for a, b in zip(cached[0], values)):
             return cached[1]
-        env = _Env(self, p)
+        if values:
+            env = _Env(self, p)
+        else:
+            # Without free parameters the cache's key is empty and matches in
+            # any trace: its values must be numbers, not one trace's tracers.
+            with jax.ensure_compile_time_eval():
+                env = _Env(self, p)
         self._env_cache = (values, env)
         return env
 

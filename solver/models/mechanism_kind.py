@@ -479,6 +479,8 @@ class _Reader:
         mech = self.mech
         if not mech.parts:
             return
+        if not any(all(n in mech.fixed_points for n in pts) for _, pts in mech._constraint_labels()):
+            return  # none to check: the constraints are not computed (abstract labels only)
         env = mech.env({k: _f64(v) for k, v in mech.param_info.free.items()})
         X = dict(env.fixed)
         X.update({n: jnp.full((mech.dim,), np.nan) for n in mech.moving})
