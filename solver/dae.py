@@ -162,6 +162,10 @@ class _ParamView(Mapping):
         return len(self._values)
 
 
+class _HigherOrder(Exception):
+    """The residual read a derivative above the orders of the first trace."""
+
+
 def _flatten_residual(out) -> list:
     if isinstance(out, (list, tuple)):
         items = list(out)
@@ -215,11 +219,90 @@ class DAE:
         self.param_names = list(self.params)
         self.name = name or getattr(residual, "__name__", "DAE")
         self.units = dict(units or {})
-        self.orders = self._probe_orders()
         self._trace()
         self._structure = None
 
     # ------------------------------------------------------------ tracing
+    # Orders traced as inputs before the residual is known to need them: one
+    # trace serves where the residual asks for no higher derivative (every
+    # mechanical model); one that does is traced again with its own orders.
+    _FIRST_TRACE_ORDERS = 2
+
+    def _trace(self):
+        """Trace the residual once into ``jaxpr`` over ``input_keys`` (t, the
+        parameters, each variable's derivatives up to its highest order used).
+
+        Raises:
+            DAEDefinitionError: a variable that no equation uses, or a residual
+                that is not square.
+        """
+        used: dict[str, int] = {v.name: -1 for v in self.variables}
+        guess = {v.name: self._FIRST_TRACE_ORDERS for v in self.variables}
+        try:
+            closed, keys = self._trace_with_orders(guess, used)
+        except _HigherOrder:
+            closed = None  # the residual asks for a higher derivative: traced below with its orders
+            used = self._probe_orders()
+        missing = [n for n, k in used.items() if k < 0]
+        if missing:
+            raise DAEDefinitionError(
+                f"variables {missing} do not appear in any equation; remove them or use them"
+            )
+        self.orders = used
+        self.input_keys = [("t",)] + [("p", k) for k in self.param_names] + [
+            ("x", v.name, l) for v in self.variables for l in range(used[v.name] + 1)
+        ]
+        if closed is None:
+            closed, keys = self._trace_with_orders(used, None)
+        else:
+            # The inputs of orders above the highest used were never read:
+            # dropped, the jaxpr takes exactly input_keys.
+            keep = [i for i, key in enumerate(keys) if key in set(self.input_keys)]
+            jaxpr = closed.jaxpr
+            debug = jaxpr.debug_info._replace(arg_names=tuple(jaxpr.debug_info.arg_names[i] for i in keep))
+            closed = closed.replace(jaxpr=jaxpr.replace(invars=[jaxpr.invars[i] for i in keep], debug_info=debug))
+        self.jaxpr = closed
+        sizes = [int(np.prod(o.aval.shape, dtype=int)) for o in self.jaxpr.jaxpr.outvars]
+        if sum(sizes) != self.n:
+            raise DAEDefinitionError(
+                f"the residual has {sum(sizes)} equation components but there are {self.n} unknowns "
+                f"({', '.join(f'{v.name}:{v.size}' for v in self.variables)}); a DAE must be square"
+            )
+        self.equation_blocks = []  # (first equation index, size) per returned item
+        first = 0
+        for s in sizes:
+            self.equation_blocks.append((first, s))
+            first += s
+
+    def _trace_with_orders(self, orders: Mapping[str, int], used: dict | None):
+        """The residual's ClosedJaxpr over t, the parameters and each variable's
+        derivatives 0..orders[name], and those input keys.  With ``used``, the
+        highest order read is recorded per variable, and a read above
+        ``orders`` raises :class:`_HigherOrder`."""
+        keys = [("t",)] + [("p", k) for k in self.param_names] + [
+            ("x", v.name, l) for v in self.variables for l in range(orders[v.name] + 1)
+        ]
+        first_x = 1 + len(self.param_names)
+
+        def flat_residual(*args):
+            t = args[0]
+            params = dict(zip(self.param_names, args[1:first_x]))
+            xs = {(key[1], key[2]): a for key, a in zip(keys[first_x:], args[first_x:])}
+
+            def get(name, k):
+                if used is not None:
+                    used[name] = max(used[name], k)
+                    if k > orders[name]:
+                        raise _HigherOrder
+                return xs[(name, k)]
+
+            return _flatten_residual(self.residual(t, _VariableView(self.variables, get), _ParamView(params)))
+
+        avals = [jax.ShapeDtypeStruct((), jnp.float64)]
+        avals += [jax.ShapeDtypeStruct(self.params[k].shape, jnp.float64) for k in self.param_names]
+        avals += [jax.ShapeDtypeStruct(self.var_index[key[1]].shape, jnp.float64) for key in keys[first_x:]]
+        return jax.make_jaxpr(flat_residual)(*avals), keys
+
     def _probe_orders(self) -> dict[str, int]:
         """Highest derivative order the residual asks for, per variable."""
         used: dict[str, int] = {v.name: -1 for v in self.variables}
@@ -233,45 +316,7 @@ class DAE:
 
         jax.eval_shape(probe, jax.ShapeDtypeStruct((), jnp.float64),
                        {k: jax.ShapeDtypeStruct(v.shape, jnp.float64) for k, v in self.params.items()})
-        missing = [n for n, k in used.items() if k < 0]
-        if missing:
-            raise DAEDefinitionError(
-                f"variables {missing} do not appear in any equation; remove them or use them"
-            )
         return used
-
-    def _trace(self):
-        self.input_keys = [("t",)] + [("p", k) for k in self.param_names] + [
-            ("x", v.name, l) for v in self.variables for l in range(self.orders[v.name] + 1)
-        ]
-
-        def flat_residual(*args):
-            t = args[0]
-            params = dict(zip(self.param_names, args[1 : 1 + len(self.param_names)]))
-            xs = {}
-            for key, a in zip(self.input_keys[1 + len(self.param_names) :], args[1 + len(self.param_names) :]):
-                xs[(key[1], key[2])] = a
-
-            def get(name, k):
-                return xs[(name, k)]
-
-            return _flatten_residual(self.residual(t, _VariableView(self.variables, get), _ParamView(params)))
-
-        avals = [jax.ShapeDtypeStruct((), jnp.float64)]
-        avals += [jax.ShapeDtypeStruct(self.params[k].shape, jnp.float64) for k in self.param_names]
-        avals += [jax.ShapeDtypeStruct(self.var_index[key[1]].shape, jnp.float64) for key in self.input_keys[1 + len(self.param_names) :]]
-        self.jaxpr = jax.make_jaxpr(flat_residual)(*avals)
-        sizes = [int(np.prod(o.aval.shape, dtype=int)) for o in self.jaxpr.jaxpr.outvars]
-        if sum(sizes) != self.n:
-            raise DAEDefinitionError(
-                f"the residual has {sum(sizes)} equation components but there are {self.n} unknowns "
-                f"({', '.join(f'{v.name}:{v.size}' for v in self.variables)}); a DAE must be square"
-            )
-        self.equation_blocks = []  # (first equation index, size) per returned item
-        first = 0
-        for s in sizes:
-            self.equation_blocks.append((first, s))
-            first += s
 
     # ------------------------------------------------------------ helpers
     def component_names(self) -> list[str]:

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+import jax
 import jax.numpy as jnp
 import scipy.sparse as sp
 
-from solver.dae import DAE, ddt
+from solver.dae import DAE, DAEDefinitionError, ddt
 from solver import structure
 from solver.structure import (NEG_INF, SparseSignature, StructurallySingularError, analyse,
                               analyse_dae, signature_matrix)
@@ -339,3 +340,29 @@ def test_str_shows_table_offsets_index_and_dof():
     assert "structural index 3, DOF 2" in text
     big = str(analyse(np.diag(np.full(50, 1))))
     assert "table omitted" in big and "structural index 0, DOF 50" in big
+
+
+# ------------------------------------------------------------------ tracing
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 5])
+def test_a_residual_is_traced_over_exactly_the_derivatives_it_reads(k):
+    # One trace serves a residual within the first trace's orders (2); above
+    # them it is traced again with its own.  Either way the jaxpr takes t, the
+    # parameters and each variable's derivatives up to the highest it reads,
+    # and computes the residual.
+    def residual(t, v, p):
+        return [v["x"][k] + p["a"] * v["y"][0] * jnp.sin(v["x"][0]) - t, v["y"][1] - p["a"] * v["x"][0]]
+
+    dae = DAE(residual, ["x", "y"], {"a": 2.0})
+    assert dae.orders == {"x": k, "y": 1}
+    assert dae.input_keys == ([("t",), ("p", "a")] + [("x", "x", l) for l in range(k + 1)]
+                              + [("x", "y", 0), ("x", "y", 1)])
+    args = [0.3, 2.0] + [0.1 * (l + 1) for l in range(k + 1)] + [0.7, -0.4]
+    out = jax.core.eval_jaxpr(dae.jaxpr.jaxpr, dae.jaxpr.consts, *args)
+    x = args[2:3 + k]
+    expected = [x[k] + 2.0 * 0.7 * np.sin(x[0]) - 0.3, -0.4 - 2.0 * x[0]]
+    np.testing.assert_allclose(np.concatenate([np.ravel(o) for o in out]), expected, rtol=1e-15)
+
+
+def test_a_variable_no_equation_reads_is_refused_above_the_first_traces_orders_too():
+    with pytest.raises(DAEDefinitionError, match=r"variables \['z'\] do not appear in any equation"):
+        DAE(lambda t, v, p: [v["x"][4] + v["y"][0], v["y"][0] - 1.0, v["x"][0]], ["x", "y", "z"])
