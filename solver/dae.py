@@ -257,9 +257,12 @@ class DAE:
         else:
             # The inputs of orders above the highest used were never read:
             # dropped, the jaxpr takes exactly input_keys.
-            keep = [i for i, key in enumerate(keys) if key in set(self.input_keys)]
+            wanted = set(self.input_keys)
+            keep = [i for i, key in enumerate(keys) if key in wanted]
             jaxpr = closed.jaxpr
-            debug = jaxpr.debug_info._replace(arg_names=tuple(jaxpr.debug_info.arg_names[i] for i in keep))
+            debug = jaxpr.debug_info
+            if debug is not None and debug.arg_names is not None:
+                debug = debug._replace(arg_names=tuple(debug.arg_names[i] for i in keep))
             closed = closed.replace(jaxpr=jaxpr.replace(invars=[jaxpr.invars[i] for i in keep], debug_info=debug))
         self.jaxpr = closed
         sizes = [int(np.prod(o.aval.shape, dtype=int)) for o in self.jaxpr.jaxpr.outvars]
