@@ -65,9 +65,12 @@ Evaluation
     this same scope (the solver may wrap it in ``solver.dae.ddt`` or a jvp).
 ``scope.names() -> Iterable[str]`` (optional)
     The names it knows, listed (closest match first) when a name is unknown.
+``scope.numeric: bool`` (optional, default False)
+    True for a scope of numbers (:class:`ConstantScope`): the expression is
+    then computed in numpy, as constants are, once per design point of a sweep.
 
-Evaluation uses only ``jax.numpy``, so it traces under ``jit``, ``grad`` and
-``vmap``; shapes are checked at trace time.
+Otherwise evaluation uses only ``jax.numpy``, so it traces under ``jit``,
+``grad`` and ``vmap``; shapes are checked at trace time.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ import jax.numpy as jnp
 from solver.errors import InputError
 
 __all__ = [
-    "parse", "Expr", "ExprError", "Scope", "ConstantScope", "evaluate_constant",
+    "parse", "Expr", "ExprError", "Scope", "ConstantScope", "evaluate_constant", "all_finite",
     "check_name", "FUNCTIONS", "RESERVED_NAMES", "MAX_LENGTH", "MAX_NESTING",
     "MAX_ORDER", "Node", "Num", "Const", "Name", "Neg", "BinOp", "Call",
     "Vector", "Index", "Deriv",
@@ -810,7 +813,7 @@ def _value(node: Node, vals: list, scope, expr: Expr):
     # Constants (parameters, initial values: once per design point in a
     # sweep) are computed in numpy: eager jax dispatch made RSCR's initial
     # positions cost 2.5 ms a point.  Everything else stays jax (traced).
-    xp = np if isinstance(scope, ConstantScope) else jnp
+    xp = np if getattr(scope, "numeric", False) else jnp
     if isinstance(node, Num):
         return xp.asarray(node.value, dtype=xp.float64)
     if isinstance(node, Const):
@@ -988,6 +991,8 @@ class ConstantScope:
     Derivatives (``L'``, ``(L*2)'``) are refused: these are constants.
     """
 
+    numeric = True  # computed in numpy (see the module docstring)
+
     def __init__(self, values: Mapping[str, Any]):
         self.values = values
 
@@ -1012,6 +1017,11 @@ class ConstantScope:
     def derivative(self, thunk, order: int):
         """Refused: only constants are available."""
         raise ExprError("derivatives are not available here: the values are constants")
+
+
+def all_finite(value: np.ndarray) -> bool:
+    """Whether every entry of a float array is finite (a scalar without numpy's reduction)."""
+    return math.isfinite(value) if value.ndim == 0 else bool(np.isfinite(value).all())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1061,7 +1071,7 @@ def evaluate_constant(value, names: Mapping[str, Any], where: str | None = None,
         expr = parse(value, file=file, path=path, line=line)
     with np.errstate(all="ignore"):  # a 1/0 is reported below as not finite, not warned about
         result = np.asarray(expr.evaluate(ConstantScope(names)), dtype=np.float64)
-    if not (math.isfinite(result) if result.ndim == 0 else np.isfinite(result).all()):
+    if not all_finite(result):
         raise ExprError(f"{expr.text!r} evaluates to a value that is not finite: "
                         f"{result.tolist()}", file, path, line)
     return float(result) if result.ndim == 0 else result

@@ -215,10 +215,12 @@ class _Scope:
         raise ExprError("derivatives of expressions are not available in a mechanism file")
 
 
-class _ConstantScope(_Scope, ConstantScope):
-    """:class:`_Scope` over numbers: :mod:`solver.expr` evaluates a
-    ``ConstantScope`` in numpy, as initial values are (once per design point
-    of a sweep; eager jax dispatch cost Mechanism0 1.2 ms a point)."""
+class _NumericScope(_Scope):
+    """:class:`_Scope` over numbers, evaluated in numpy (:mod:`solver.expr`), as
+    initial values are once per design point of a sweep (eager jax dispatch
+    cost Mechanism0 1.2 ms a point)."""
+
+    numeric = True
 
 
 def _f64(x):
@@ -253,7 +255,7 @@ class _Quantity:
 
     def constant(self, values) -> np.ndarray:
         """The value at numeric parameter ``values``, computed in numpy."""
-        return np.asarray(self.expr.evaluate(_ConstantScope(values, what=self.what)), dtype=np.float64)
+        return np.asarray(self.expr.evaluate(_NumericScope(values, what=self.what)), dtype=np.float64)
 
 
 # ------------------------------------------------------------------ reading
@@ -692,7 +694,7 @@ class _Reader:
             pvalues = {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
             known = {}  # a point's vector quantity, once for all its axes
 
-            def component(entry, pvalues):
+            def component(entry):
                 qty, idx, _ = entry
                 if id(qty) not in known:
                     known[id(qty)] = qty.constant(pvalues)
@@ -701,13 +703,13 @@ class _Reader:
 
             out = {}
             for pt in mech.moving:
-                out[pt] = np.array([component(positions[(pt, a)], pvalues) for a in range(d)])
+                out[pt] = np.array([component(positions[(pt, a)]) for a in range(d)])
                 axes = [a for a in range(d) if (pt, a) in velocities]
                 if len(axes) == d:
-                    out[pt + "'"] = np.array([component(velocities[(pt, a)], pvalues) for a in axes])
+                    out[pt + "'"] = np.array([component(velocities[(pt, a)]) for a in axes])
                 else:
                     for a in axes:
-                        out[f"{pt}[{a}]'"] = component(velocities[(pt, a)], pvalues)
+                        out[f"{pt}[{a}]'"] = component(velocities[(pt, a)])
             return out
 
         return values

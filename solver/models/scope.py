@@ -20,7 +20,6 @@ and structural parameters is a :class:`ParamInfo`.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -30,7 +29,7 @@ import jax.numpy as jnp
 
 from solver.dae import ddt
 from solver.errors import InputError
-from solver.expr import ConstantScope, Expr, ExprError, check_name, evaluate_constant, parse
+from solver.expr import Expr, ExprError, all_finite, check_name, evaluate_constant, parse
 from solver.yamlio import Locator, format_path, require_mapping
 
 __all__ = ["ParamInfo", "read_params", "read_lets", "BaseScope", "DAEScope",
@@ -136,7 +135,7 @@ class ParamInfo:
             if arr.shape != out[name].shape:
                 raise InputError(f"parameter '{name}' has shape {out[name].shape}, got a value of "
                                  f"shape {arr.shape}", file=self.file, path="PhysicalParams")
-            if not (math.isfinite(arr) if arr.ndim == 0 else np.isfinite(arr).all()):
+            if not all_finite(arr):
                 raise InputError(f"parameter '{name}' must be finite, got {value!r}",
                                  file=self.file, path="PhysicalParams")
             out[name] = arr
@@ -163,9 +162,11 @@ class _ValueScope:
         raise ExprError("derivatives of parameter expressions are zero; remove the prime")
 
 
-class _NumericScope(_ValueScope, ConstantScope):
+class _NumericScope(_ValueScope):
     """:class:`_ValueScope` over numbers, evaluated in numpy (:mod:`solver.expr`):
     derived parameters are computed once per design point of a sweep."""
+
+    numeric = True
 
 
 def read_params(data: Any, loc: Locator,
