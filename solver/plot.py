@@ -26,12 +26,21 @@ import numpy as np
 
 from solver.errors import InputError
 
-__all__ = ["plot_timeseries", "animate", "check_animation_output", "up_transform", "ANIMATION_FORMATS"]
+__all__ = ["plot_timeseries", "animate", "pyplot", "check_animation_output", "up_transform", "ANIMATION_FORMATS"]
 
 ANIMATION_FORMATS = (".gif", ".mp4", ".html")
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend: files only, never a window.
+
+    Every figure of the project (plots, animations, sweep and design
+    pictures, benchmark summaries) is written to a file, also where a
+    display exists; Agg needs none.
+
+    Returns:
+        the ``matplotlib.pyplot`` module.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,7 +128,7 @@ def plot_timeseries(ds, out: str, variables: Sequence[str] | None = None) -> str
             raise InputError(f"--vars: no time series named {n!r}; valid names: "
                              f"{', '.join(valid)}")
     panels = _panels(ds, names)
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(len(panels), 1, figsize=(8, 1.8 * len(panels) + 0.8), sharex=True,
                              squeeze=False)
     t = np.asarray(ds["time"].values, dtype=float)
@@ -429,7 +438,7 @@ def animate(model, ds, out: str, frames: int | None = None, budget_s: float | No
     else:
         lims = _limits(points, anim_cfg.get("limits"), M)
 
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib import animation as mpl_animation
 
     fig = plt.figure(figsize=(5, 5), dpi=80)

@@ -1142,10 +1142,9 @@ def plot_design(result: DesignResult, png: str) -> str | None:
     Returns:
         the PNG path, or None when no start has a history.
     """
-    import matplotlib
+    from solver.plot import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     c = result.context
     if not any(len(s.rows["objective"]) for s in result.starts):

@@ -139,10 +139,9 @@ def summary_plot(store, out_png=None):
     Returns:
         the PNG path, or None when the store has nothing to draw.
     """
-    import matplotlib
+    from solver.plot import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     import xarray as xr
 
     from sweep.store import is_structural_store

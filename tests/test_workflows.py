@@ -29,6 +29,7 @@ VENV = Path(sys.executable).parent.parent
 def load_script(relpath: str, name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / relpath)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -312,6 +313,24 @@ def test_benchmark_grid_sizes_multiply_to_the_point_count():
     for n in (1, 7, 45, 100, 360, 2000, 2003):
         sizes = bench.grid_sizes(n)
         assert int(np.prod(sizes)) == n and min(sizes) >= 1
+
+
+def test_peers_summary_is_drawn_with_a_bar_per_figure_and_none_for_n_a(tmp_path):
+    """bench_peers' figure: a bar for every run and compile time measured, none where a peer
+    has no row (n/a) or a figure is missing, on two log-scaled panels."""
+    peers = load_script("workflows/benchmarks/bench_peers.py", "bench_peers")
+    tab = peers.Tables(lambda text="": None)
+    Row = peers.Row
+    tab.summary = [
+        ("pendulum, one run", Row("mechsweep", 1.06e-4, 1.46, 1e-11), Row("diffrax Dopri8", 1.45e-4, 0.67),
+         Row("heyoka", 2.9e-5, 0.03)),
+        ("RSCR mechanism, one run", Row("mechsweep", 5.95e-2, 8.1), Row("diffrax Dopri8", 7.0e-2, 1.4), None),
+        ("cloth 90x90, 0.5 s", Row("mechsweep", 7.4e-2, None), None, None),
+    ]
+    path = tmp_path / "peers.png"
+    assert tab.plot(path, "test machine") == (3 + 2 + 1) + (3 + 2)
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.width > image.height > 200
 
 
 def test_suite_compile_profile_sums_the_workers_files(tmp_path):

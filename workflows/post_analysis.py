@@ -269,10 +269,9 @@ def plot_metric(ds: xr.Dataset, name: str, values: np.ndarray, out_png,
     Raises:
         InputError: unknown axes, or a store without swept parameters.
     """
-    import matplotlib
+    from solver.plot import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     axes, is_grid = _choose_axes(ds, axes)
     if not axes:
