@@ -623,6 +623,11 @@ def cmd_check(args) -> int:
     return EXIT_OK
 
 
+def _figure(value) -> str:
+    """A summary figure for people: three significant digits (``--json`` keeps them all)."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def cmd_simulate(args) -> int:
     """Solve once; optional result file and JSON summary."""
     from solver.models import load
@@ -640,9 +645,9 @@ def cmd_simulate(args) -> int:
     if args.json:
         print(json.dumps(_spill_final(info, args, model)))
     else:
-        print(f"{model.title}: {info['status']} at t = {info['t_end']}, {info['steps']} steps, "
-              f"max constraint residual {info['max_constraint_residual']}"
-              + "".join(f", {key.replace('_', ' ')} {info[key]}"
+        print(f"{model.title}: {info['status']} at t = {_figure(info['t_end'])}, {info['steps']} steps, "
+              f"max constraint residual {_figure(info['max_constraint_residual'])}"
+              + "".join(f", {key.replace('_', ' ')} {_figure(info[key])}"
                         for key in ("energy_drift", "energy_change", "dissipated") if key in info))
     return EXIT_OK if int(ds["status"].values) == st.SUCCESS else EXIT_FAILED
 

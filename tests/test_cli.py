@@ -5,8 +5,8 @@ References: the harmonic oscillator's exact solution x0 cos(ωt) for the
 """
 
 import json
-import re
 import math
+import re
 
 import numpy as np
 import pytest
@@ -200,6 +200,14 @@ def test_simulate_lagrangian_json_matches_the_exact_oscillation(files, capsys):
     assert info["final"]["x"] == pytest.approx(0.5 * math.cos(w), abs=1e-10)
     assert info["final"]["x'"] == pytest.approx(-0.5 * w * math.sin(w), abs=1e-10)
     assert info["energy_drift"] < 1e-10 and info["conservative"] is True
+
+
+def test_simulate_without_json_prints_one_line_in_three_digits(files, capsys):
+    assert main(["simulate", str(files / "osc.yaml"), "--set", "x0=0.5"]) == 0
+    line = capsys.readouterr().out.strip()
+    # The figures a person reads, rounded; --json (above) keeps every digit.
+    assert re.fullmatch(r"[^:\n]+: success at t = 1, \d+ steps, max constraint residual 0, "
+                        r"energy drift \d(\.\d{1,2})?e-\d\d, energy change -?\d(\.\d{1,2})?e-\d\d", line), line
 
 
 def test_failed_simulation_exits_1(files, capsys):
