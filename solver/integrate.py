@@ -1215,8 +1215,18 @@ class Integrator:
             res, tan = jax.jvp(run, (params, z0), (dp, dz))
             return res, tan["values"]
 
+        # A batch's mid-size linear algebra as XLA loops, not LAPACK calls. jaxlib
+        # 0.10.2's LAPACK kernels split a batch of more than ~200,000 flops over
+        # XLA's intra-op pool and block that thread until the pieces are done.
+        # Forward mode puts a tangent's solves beside the primal's, independent,
+        # and XLA runs them at once on the pool: with as many calls as threads
+        # (2 on a 2-core machine) every thread waits for pieces no thread is
+        # left to run, and the run hangs for ever (RSCR, 2 directions, 96 or
+        # more slots).  The loops cost such a batch about a fifth (RSCR, 64
+        # slots: 1.47 -> 1.78 s, the same tangents to 7e-15); jax 0.11 compiles
+        # the split out.  A single run's _run sets the flag itself.
         # The primal does not depend on the direction: vmap keeps it unbatched.
-        with tangent_seeds():
+        with tangent_seeds(), linalg.native_loops(slots is not None):
             return jax.vmap(along, out_axes=(None, 0))({k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()},
                                                        jnp.asarray(dz0, jnp.float64))
 

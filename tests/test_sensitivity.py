@@ -256,3 +256,29 @@ def test_seeded_carries_make_the_sensitivities_trace_each_loop_once_with_the_sam
     assert seeded < plain, (seeded, plain)
     for a, b in zip(seeded_out, plain_out):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_batchs_sensitivities_make_no_lapack_call_that_could_wait_on_another():
+    """jaxlib 0.10.2's LAPACK kernels split a large batch over XLA's thread pool and block
+    until the pieces are done; forward mode puts a tangent's solves beside the primal's, and
+    with as many such calls at once as the pool has threads the run hung for ever (RSCR, 2
+    directions, 96 slots, on 2 cores).  A batch's sensitivities therefore factor and solve by
+    XLA loops: the double pendulum (6 unknowns, past the unrolled factorisation) makes LAPACK
+    calls in its plain batch and none in its batch with sensitivities."""
+    import jax
+    import jax.numpy as jnp
+
+    model = solver.load("configs/mechanisms/double_pendulum.yaml")
+    integ = solver.compiled_model(model.dae, 6, mode="unrolled").integrator
+    B, k = 3, 2
+    params = {name: np.ones(B) for name in model.params}
+    z0, u0 = np.zeros((B, integ.n_state)), np.zeros((B, model.dae.n))
+    times = (0.0, 1.0, np.linspace(0.0, 1.0, 5), 1e-8, 1000, jnp.inf)
+
+    def calls(fn, *args):
+        text = jax.jit(fn, static_argnames=("slots",)).lower(*args, slots=2).as_text()
+        return text.count("lapack_")
+
+    assert calls(integ._run_batch, params, z0, u0, *times, 0.0) > 0
+    dparams = {name: np.zeros((k, B)) for name in model.params}
+    assert calls(integ._run_tangents, params, z0, u0, dparams, np.zeros((k, B, integ.n_state)), *times) == 0
