@@ -9,8 +9,6 @@ it and nothing below it.
 
 from __future__ import annotations
 
-import functools
-import threading
 import time as _time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,6 +22,7 @@ from .dae import DAE
 from .errors import InputError
 from .initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values
 from .integrate import Integrator, order_for_tol, pad_output_times
+from .serial import one_at_a_time
 from .sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
                           sensitivity_series)
 from .solution import build_batch_dataset, build_dataset
@@ -53,6 +52,7 @@ def integrator_for(dae: DAE, order: int, linear: str = "auto", mode: str = "auto
     return compiled_model(dae, order, linear, mode).integrator
 
 
+@one_at_a_time
 def consistent_point(integ: Integrator | Compiled, params, t0: float, spec: StateSpec, method: str = "auto",
                      ipopt_options: Mapping | None = None):
     """A consistent state near the guesses, keeping fixed entries.
@@ -200,31 +200,8 @@ def _with_sensitivities(ds, dae, tangents, names, status, single: bool):
     return ds
 
 
-# jaxlib 0.10.2's LAPACK kernels split a large batch over XLA's intra-op
-# thread pool and block the pool thread that called them until the pieces are
-# done.  Two programs executing at once from two threads (a Dask worker
-# started with --nthreads 2, a user's thread pool) can take every thread of a
-# 2-core machine's pool that way, and each waits for pieces no thread is left
-# to run: 200 RSCR designs solved from two threads hung for ever, using no
-# CPU.  The solves of one process therefore run one at a time; XLA's pool
-# spreads each of them over the cores anyway.  (The sweep's own workers run
-# one task per process.)
-_SOLVING = threading.RLock()
-
-
-def _one_at_a_time(solve_fn):
-    """``solve_fn`` holding :data:`_SOLVING` (a thread waits for another's solve to end)."""
-
-    @functools.wraps(solve_fn)
-    def one_at_a_time(*args, **kwargs):
-        with _SOLVING:
-            return solve_fn(*args, **kwargs)
-
-    return one_at_a_time
-
-
 # ----------------------------------------------------------------- one run
-@_one_at_a_time
+@one_at_a_time
 def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] | None = None,
           tol: float = 1e-10, t_eval=None, order: int | None = None, params: Mapping | None = None,
           samples: int | None = None, max_steps: int = 100_000, h_max: float | None = None,
@@ -363,7 +340,7 @@ def _params_table(dae, params_table, constants):
     return B, swept, {k: v for k, v in base.items() if k not in swept}, full
 
 
-@_one_at_a_time
+@one_at_a_time
 def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | Callable | None = None,
                 fixed: Sequence[str] | None = None, *, params: Mapping | None = None, t_span=None, t_eval=None,
                 samples: int | None = None, tol: float | None = None, order: int | None = None,

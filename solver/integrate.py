@@ -33,6 +33,7 @@ from . import linalg, xla_setup
 from .jacobian import jacfwd
 from . import status as st
 from .errors import InputError
+from .serial import one_at_a_time
 from .kkt import KKTBlocks, kkt_factor, kkt_solve
 from .pointwise import levels_from_coefficients, residual_at
 from .degree import stage0_is_affine
@@ -1054,6 +1055,7 @@ class Integrator:
         return z, res
 
     # ------------------------------------------------------------- the loop
+    @one_at_a_time
     def run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None, fixed_step=None):
         """Integrate from a consistent point (jit-compiled; vmap-safe).
 
@@ -1124,6 +1126,7 @@ class Integrator:
         # XLA:CPU hands a batched contraction to a library (YNNPACK) kernel.
         return not any(e.prim is lax.dot_general_p for e in self.prog.live)
 
+    @one_at_a_time
     def run_batch(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None, fixed_step=None,
                   slots: int | None = None):
         """Integrate a batch of problems on a pool of vmapped slots (jit-compiled).
@@ -1168,6 +1171,7 @@ class Integrator:
         return self._run_batch_jit(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step,
                                    slots=int(slots))
 
+    @one_at_a_time
     def run_tangents(self, params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None,
                      slots: int | None = None):
         """:meth:`run` (or :meth:`run_batch`) and its derivatives along k directions, by forward mode.

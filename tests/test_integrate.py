@@ -431,6 +431,60 @@ def test_the_slot_pool_in_rounds_and_refilled_every_step_give_the_same_runs(slot
         np.testing.assert_array_equal(np.asarray(rounds["values"][name]), np.asarray(scatter["values"][name]))
 
 
+def test_an_integrators_runs_from_two_threads_run_one_at_a_time_with_their_own_results(monkeypatch):
+    """solve and solve_batch are not the only doors: integrator_for's Integrator is public, and
+    jaxlib 0.10.2's LAPACK kernels can hang two of its batches executing at once (see
+    solver.serial).  Its run, run_batch and run_tangents hold the same process-wide lock: each
+    thread's program executes after the other's ended and gives the numbers it gives alone."""
+    import threading
+    import time
+
+    integ = integrator_for(PEND, 10)
+    lengths = np.array([0.5, 1.0, 1.7])
+    t_eval = np.linspace(0, 1, 5)
+    z0 = np.stack([lengths * np.sin(0.4), 0 * lengths, lengths * np.cos(0.4), 0 * lengths], axis=1)
+    params = {"g": np.full(lengths.size, 9.81), "L": lengths}
+    u0 = np.zeros((lengths.size, 3))
+    calls = {
+        "run": lambda: integ.run({"g": 9.81, "L": 1.0}, z0[1], u0[1], 0.0, 1.0, t_eval, 1e-10),
+        "run_batch": lambda: integ.run_batch(params, z0, u0, 0.0, 1.0, t_eval, 1e-10, slots=2),
+        "run_tangents": lambda: integ.run_tangents(params, z0, u0, {"L": np.ones((1, 3)), "g": np.zeros((1, 3))},
+                                                   np.zeros((1,) + z0.shape),
+                                                   0.0, 1.0, t_eval, 1e-10, slots=2),
+    }
+    alone = {name: jax.tree_util.tree_map(np.asarray, call()) for name, call in calls.items()}
+    running, most, guard = [0], [0], threading.Lock()
+    for attr in ("_run_jit", "_run_batch_jit", "_run_tangents_jit"):
+        compiled = getattr(integ, attr)
+
+        def counted(*args, _compiled=compiled, **kwargs):
+            with guard:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.2)  # long enough for the other thread to arrive
+            try:
+                return _compiled(*args, **kwargs)
+            finally:
+                with guard:
+                    running[0] -= 1
+
+        monkeypatch.setattr(integ, attr, counted)
+    for name, call in calls.items():
+        results = [None, None]
+
+        def work(i, call=call):
+            results[i] = jax.tree_util.tree_map(np.asarray, call())
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert most[0] == 1, name
+        for got in results:
+            jax.tree_util.tree_map(np.testing.assert_array_equal, got, alone[name])
+
+
 def test_slot_pool_batch_rejects_bad_arguments():
     integ = integrator_for(PEND, 8)
     with pytest.raises(solver.InputError, match=r"^run_batch: no problems \(z0 has no rows\); give at least one$"):
