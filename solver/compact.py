@@ -75,11 +75,13 @@ _INVERSE_F0 = {"asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan, "asin
 # Operations whose recurrences read every order of their operands.
 _WHOLE_READERS = {"mul", "div", "sqrt", "powc", "exp", "log", "sincos", "inv", "atan2"}
 # A linear combination with more terms than this, read whole by a
-# recurrence, gets a row of its own.  Rows for every combination of two or
-# more terms cut a batched RSCR stage from 12.9 to 9 us per point (less data
-# gathered) but slowed one run's stage from 10.8 to 13.8 us (more groups);
-# one run is what the compact engine mostly serves (mode=auto).
-_ROW_TERMS = 4
+# recurrence, gets a row of its own, computed once per order; otherwise every
+# stage forms all its orders again where it is read.  Measured 2026-11-25
+# (RSCR over [0, 1], alternating processes), 1 against 4: 64 points 0.50-0.53
+# -> 0.18 s, with 2 sensitivities 3.0-4.0 -> 1.7-2.3 s, one run unchanged
+# (6.4-6.6 ms), Andrews' one run 6.8-7.1 -> 7.2 ms.  (While a stage wrote the
+# table in place, before _View, the extra groups cost one run 28%.)
+_ROW_TERMS = 1
 # Size limit of the dense linear map used for a linear primitive with no
 # dedicated rule (cumsum, scatter-add).
 _DENSE_LINEAR_MAX = 4_000_000
@@ -643,9 +645,10 @@ class _Operand:
     both None where every term is a plain node.  Linear combinations have
     no rows of their own: they are formed where an operation reads them.
 
-    The methods read a table ``C`` of shape ``(n_nodes, K)``, or a batch of
-    them ``(n_nodes, K, B)`` (batch last: every gathered row is a contiguous
-    K × B block, and every operation a vector operation over the batch).
+    The methods read a :class:`_View` of a table of shape ``(n_nodes, K)``,
+    or of a batch of them ``(n_nodes, K, B)`` (batch last: every gathered row
+    is a contiguous K × B block, and every operation a vector operation over
+    the batch).
     """
 
     def __init__(self, src, w=None, fac=None):
@@ -653,33 +656,78 @@ class _Operand:
         self.w = None if w is None else np.asarray(w, dtype=np.float64)
         self.fac = None if fac is None else np.asarray(fac, dtype=np.int32)
 
-    def _combine(self, C, vals, with_k: bool):
+    def _combine(self, V, vals, with_k: bool):
         # vals: (G, T, *B) or (G, T, K, *B) coefficients of the terms.
         extra = (None,) * (vals.ndim - 2)
         if self.w is not None:
             vals = vals * self.w[(Ellipsis,) + extra]
         if self.fac is not None:
-            f = C[:, 0][self.fac]  # (G, T, *B)
+            f = V.C[:, 0][self.fac]  # (G, T, *B): constants, which no pass writes
             vals = vals * (f[:, :, None] if with_k else f)
         return jnp.sum(vals, axis=1) if vals.shape[1] > 1 else vals[:, 0]
 
-    def cols(self, C):
+    def cols(self, V):
         """(G, K, B): every coefficient."""
-        return self._combine(C, C[self.src], True)
+        return self._combine(V, V.cols(self.src), True)
 
-    def at(self, C, m, K):
+    def at(self, V, m, K):
         """(G, B): coefficient m (clipped to [0, K))."""
-        return self._combine(C, _col(C, m, K)[self.src], False)
+        return self._combine(V, V.at(self.src, m, K), False)
 
-    def row0(self, C):
+    def row0(self, V):
         """(G, B): the value (coefficient 0)."""
-        return self._combine(C, C[:, 0][self.src], False)
+        return self._combine(V, V.at(self.src, 0, V.C.shape[1]), False)
 
-    def shifted(self, C, m, K):
+    def shifted(self, V, m, K):
         """(G, K, B): entry r holds coefficient m − r (0 where r > m)."""
-        Bv = self.cols(C)[:, ::-1]
+        Bv = self.cols(V)[:, ::-1]
         P = jnp.concatenate([Bv, jnp.zeros_like(Bv)], axis=1)
         return lax.dynamic_slice_in_dim(P, K - 1 - m, K, 1)
+
+
+class _View:
+    """The coefficient table as a stage pass reads it.
+
+    ``C`` is the table as the pass found it, which the pass never writes.
+    Written in place group by group, the table was copied whole before most
+    writes: XLA:CPU fuses the cheap update into each gather that reads its
+    result, so the old table stays live beside the new one (42 copies of the
+    table in the RSCR batch's program, 29% of its kernel time; one RSCR run
+    9.0 -> 6.4 ms without them).
+    ``R`` holds, for every node, its coefficient of order ``k + off`` (the
+    one the pass computes), written group by group; a read of coefficient j
+    of node i takes ``R[i]`` where ``j == k + off_i`` and ``C[i, j]``
+    elsewhere.  :meth:`CompactProgram._merge` writes ``R`` into the table
+    once, at the end of the pass.  ``R`` None: a table no pass is writing.
+    """
+
+    __slots__ = ("C", "R", "k", "new_off")
+
+    def __init__(self, C, R=None, k=None, new_off=None):
+        self.C, self.R, self.k, self.new_off = C, R, k, new_off
+
+    def at(self, src, m, K):
+        """(G, T, *B): coefficient m of the nodes ``src`` (m clipped to [0, K))."""
+        old = _col(self.C, m, K)[src]
+        if self.R is None:
+            return old
+        fresh = (m == self.k + self.new_off[src]).reshape(src.shape + (1,) * (old.ndim - 2))
+        return jnp.where(fresh, self.R[src], old)
+
+    def cols(self, src):
+        """(G, T, K, *B): every coefficient of the nodes ``src``."""
+        old = self.C[src]
+        if self.R is None:
+            return old
+        r = jnp.arange(old.shape[2])
+        fresh = r == (self.k + self.new_off[src])[:, :, None]  # (G, T, K)
+        fresh = fresh.reshape(fresh.shape + (1,) * (old.ndim - 3))
+        return jnp.where(fresh, self.R[src][:, :, None], old)
+
+    def write(self, start, val):
+        """The view with ``R[start:start + len(val)] = val`` (this pass's coefficients of those nodes)."""
+        return _View(self.C, self.R.at[start: start + val.shape[0]].set(val.astype(self.R.dtype)),
+                     self.k, self.new_off)
 
 
 class _Group:
@@ -841,6 +889,8 @@ class CompactProgram:
             self.col_off[g.start: g.start + g.size] = g.off
         for g in self.groups:
             self.col_off[g.start: g.start + g.width] = g.off
+        # A column's order in a stage k pass is k + new_off (constants and t: never).
+        self.new_off = np.where(self.col_off >= 0, self.col_off, -(1 << 30)).astype(np.int64)
         # Which columns a stage's unknowns reach at the order the stage computes them: the
         # inputs x_j^(l) with off + l = d_j, then every node with such an operand term at its
         # own offset (one more for ddt).  Groups with none are left out of the commit.
@@ -996,13 +1046,19 @@ class CompactProgram:
         node's), and nothing reads it in between except nodes that are
         themselves below zero.
         """
+        V = _View(C, jnp.zeros((self.n_nodes,) + C.shape[2:], C.dtype), k, self.new_off)
         for g in self.inputs:
             m = k + g.off
             row = lax.dynamic_index_in_dim(Xf, jnp.clip(m + g.param, 0, self.KX - 1), 0, keepdims=False)
-            C = _write(C, m, g.start, _input_factor(m, g.param) * row[g.ops[0]], self.K)
+            V = _write(V, m, g.start, _input_factor(m, g.param) * row[g.ops[0]], self.K)
         for g in self.groups:
-            C = _EVAL[g.kind](self, C, g, k + g.off)
-        return C
+            V = _EVAL[g.kind](self, V, g, k + g.off)
+        return self._merge(C, V.R, k)
+
+    def _merge(self, C, R, k):
+        """``C`` with ``R[i]`` as node i's coefficient k + off_i (nodes of no order, constants and t, kept)."""
+        at = jnp.arange(self.K)[None, :] == (k + self.new_off)[:, None]
+        return jnp.where(at.reshape(at.shape + (1,) * (C.ndim - 2)), R[:, None], C)
 
     def residual(self, C, k):
         """Coefficient ``k + c_i`` of every series equation (0 for constant equations), k >= 0.
@@ -1010,8 +1066,9 @@ class CompactProgram:
         ``C`` may carry a batch on its last axis; so does the result.
         """
         parts, order = [], []
+        V = _View(C)
         for cc, (sel, op) in self.outputs.items():
-            parts.append(op.at(C, k + cc, self.K))
+            parts.append(op.at(V, k + cc, self.K))
             order.append(sel)
         if not parts:
             return jnp.zeros(self.dae.n, jnp.float64)
@@ -1128,6 +1185,7 @@ class CompactProgram:
         """
         trail = C.shape[2:]
         D = jnp.zeros((self.n_nodes,) + trail, C.dtype)
+        V = _View(C)  # the deltas read coefficient 0 (older than the stage, k >= 1) and D
         for g in self.inputs:
             # x_j^(l) at order m reads X[m + l]: the stage's unknown where off + l = d_j.
             hit = self.col_moves[g.start: g.start + g.size]
@@ -1135,29 +1193,25 @@ class CompactProgram:
                 continue
             hit = hit.astype(np.float64).reshape((-1,) + (1,) * len(trail))
             m = k + g.off
-            change = _input_factor(m, g.param) * hit * du[np.asarray(g.ops[0])]
-            D = D.at[g.start: g.start + g.size].set(change)
-            C = _write(C, m, g.start, g.own.at(C, m, self.K) + change, self.K)
+            D = D.at[g.start: g.start + g.size].set(_input_factor(m, g.param) * hit * du[np.asarray(g.ops[0])])
         for g in self.groups:
-            delta = _DELTA[g.kind](self, C, D, g, k + g.off)
-            if delta is None:
-                continue
-            D = D.at[g.start: g.start + delta.shape[0]].set(delta)
-            rows = _Operand(np.arange(g.start, g.start + delta.shape[0])[:, None])
-            C = _write(C, k + g.off, g.start, rows.at(C, k + g.off, self.K) + delta, self.K)
-        return C
+            delta = _DELTA[g.kind](self, V, D, g, k + g.off)
+            if delta is not None:
+                D = D.at[g.start: g.start + delta.shape[0]].set(delta)
+        # D is zero outside the moving columns.
+        return C + self._merge(jnp.zeros_like(C), D, k)
 
-    def change(self, C, D, op: "_Operand", off: int):
+    def change(self, V, D, op: "_Operand", off: int):
         """(G, *B): the change of an operand's coefficient of the order its group computes (None: none)."""
         same = (self.col_off[op.src] == off) & self.col_moves[op.src]
         if not same.any():
             return None
         vals = D[op.src] * same.reshape(same.shape + (1,) * (D.ndim - 1))
-        return op._combine(C, vals, False)
+        return op._combine(V, vals, False)
 
     def cauchy(self, C, a: _Operand, b: _Operand, m, lo=0, top=0, weight=None):
         """Σ_{r=lo}^{m−top} w(r) a_r b_{m−r} for each member (w a function of r and m)."""
-        r = jnp.arange(self.K).reshape((1, self.K) + (1,) * (C.ndim - 2))
+        r = jnp.arange(self.K).reshape((1, self.K) + (1,) * (C.C.ndim - 2))
         A = a.cols(C)
         if weight is not None:
             A = A * weight(r.astype(jnp.float64), jnp.asarray(m, jnp.float64))
@@ -1183,12 +1237,9 @@ def _col(C, m, K):
     return lax.dynamic_index_in_dim(C, jnp.clip(m, 0, K - 1), 1, keepdims=False)
 
 
-def _write(C, m, start, val, K):
-    """``C[start:start + G, clip(m)] = val`` (val: (G, *B)), in place."""
-    m = jnp.clip(m, 0, K - 1)
-    zero = jnp.zeros((), m.dtype)
-    starts = (jnp.asarray(start, m.dtype), m) + (zero,) * (C.ndim - 2)
-    return lax.dynamic_update_slice(C, val[:, None].astype(C.dtype), starts)
+def _write(V, m, start, val, K):
+    """The pass's view with coefficient m (= k + off) of nodes start .. start + G set to val (G, *B)."""
+    return V.write(start, val)
 
 
 def _batch_last(native, last_in, last_out):
