@@ -49,8 +49,9 @@ from .ddt import ddt_p
 from .primitives import UnsupportedPrimitiveError
 from .tape import _add, _mul
 from .taylor import TaylorProgram, _Lit, _is_float, write_row
+from .trace_flags import TraceFlag
 
-__all__ = ["CompactProgram", "CompactUnsupportedError"]
+__all__ = ["CompactProgram", "CompactUnsupportedError", "batched_tangents"]
 
 
 class CompactUnsupportedError(UnsupportedPrimitiveError):
@@ -1242,6 +1243,30 @@ def _write(V, m, start, val, K):
     return V.write(start, val)
 
 
+_tangents_batch_last = TraceFlag()
+
+
+def batched_tangents(enabled: bool = True):
+    """Within the block, forward mode through a vmapped stage pass runs batch-last too.
+
+    Differentiated, a stage pass is by default the plain computation, which
+    ``jax.vmap`` then batches batch-first: right for one run's
+    sensitivities, where the primal has no batch and only the directions
+    do (the batch-last rule would compute the primal once per direction).
+    A batch's sensitivities (:meth:`solver.integrate.Integrator._run_tangents`
+    with slots) set this flag: the slots' vmap then applies the batch-last
+    rule to the pass's jvp too (RSCR, 64 points, 2 directions: 1.7-2.3 ->
+    1.0-1.1 s; workflows/benchmarks/results/sensitivity.txt).
+
+    Args:
+        enabled: the flag's value within the block.
+
+    Returns:
+        A context manager.
+    """
+    return _tangents_batch_last.set(enabled)
+
+
 def _batch_last(native, last_in, last_out):
     """A function with JAX's batching replaced by a native batch-last one.
 
@@ -1254,7 +1279,9 @@ def _batch_last(native, last_in, last_out):
     batching of the table's gathers and in-place updates changes layouts
     around each of them; a batch-last table keeps every gathered row a
     contiguous block and every operation a vector operation over the batch.
-    Differentiated, the function is the plain computation.
+    Differentiated, the function is the plain computation, or, under
+    :func:`batched_tangents`, the batch-last one (for the primal and the
+    tangents batched alike).
 
     ``native`` receives a keyword ``batched`` (False or the batch size).
     """
@@ -1288,7 +1315,7 @@ def _batch_last(native, last_in, last_out):
 
     @fn.defjvp
     def fn_jvp(primals, tangents):
-        return jax.jvp(plain, primals, tangents)
+        return jax.jvp(batched if _tangents_batch_last.on else plain, primals, tangents)
 
     return fn
 

@@ -37,7 +37,7 @@ from .serial import one_at_a_time
 from .kkt import KKTBlocks, kkt_factor, kkt_solve
 from .pointwise import levels_from_coefficients, residual_at
 from .degree import stage0_is_affine
-from .compact import CompactProgram, CompactUnsupportedError
+from .compact import CompactProgram, CompactUnsupportedError, batched_tangents
 from .tape import UnrolledProgram, _plus, _times
 from .trace_flags import TraceFlag
 from .taylor import _LINEAR as _LINEAR_NAMES
@@ -1230,7 +1230,7 @@ class Integrator:
         # slots: 1.47 -> 1.78 s, the same tangents to 7e-15); jax 0.11 compiles
         # the split out.  A single run's _run sets the flag itself.
         # The primal does not depend on the direction: vmap keeps it unbatched.
-        with tangent_seeds(), linalg.native_loops(slots is not None):
+        with tangent_seeds(), linalg.native_loops(slots is not None), batched_tangents(slots is not None):
             return jax.vmap(along, out_axes=(None, 0))({k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()},
                                                        jnp.asarray(dz0, jnp.float64))
 
