@@ -693,7 +693,7 @@ class _View:
     Written in place group by group, the table was copied whole before most
     writes: XLA:CPU fuses the cheap update into each gather that reads its
     result, so the old table stays live beside the new one (42 copies of the
-    table in the RSCR batch's program, 29% of its kernel time; one RSCR run
+    table in the RSCR batch's program, 27% of its kernel time; one RSCR run
     9.0 -> 6.4 ms without them).
     ``R`` holds, for every node, its coefficient of order ``k + off`` (the
     one the pass computes), written group by group; a read of coefficient j

@@ -363,3 +363,22 @@ def test_suite_compile_profile_sums_the_workers_files(tmp_path):
             "     10.0     1.5     0.0     6.0     2.5  f.py\n") in text
     assert text.endswith("the 2 longest tests split (seconds): total, trace, lower, xla, rest\n"
                          "     10.0     1.5     0.0     6.0     2.5  f.py::c")
+
+
+def test_the_kernel_profile_adds_up_xla_kernels_of_a_real_trace_by_kind(tmp_path):
+    """profile_kernels.py reads JAX's own profiler output: a traced run of a compiled function
+    shows its kernels (here run on the calling thread) under their kinds, and nothing else."""
+    import jax
+    import jax.numpy as jnp
+
+    prof = load_script("workflows/benchmarks/profile_kernels.py", "profile_kernels")
+    f = jax.jit(lambda x: jnp.sort(jnp.sin(x) * 2.0)[::-1])
+    x = jnp.linspace(0.0, 1.0, 4096)
+    f(x).block_until_ready()
+    with jax.profiler.trace(str(tmp_path)):
+        f(x).block_until_ready()
+    spent, count = prof.kernel_times(str(tmp_path))
+    assert count["sort"] >= 1 and spent["sort"] > 0
+    assert not any(kind.startswith(("end: ", "Thunk", "PjitFunction", "$")) for kind in spent)
+    with pytest.raises(FileNotFoundError, match="no profiler trace"):
+        prof.kernel_times(str(tmp_path / "empty"))

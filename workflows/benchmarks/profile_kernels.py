@@ -41,12 +41,15 @@ from jax._src.profiler import ProfileData
 import solver
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "mechanisms"
-# Events that wrap kernels (the executor, waits on the pool), not kernels.
-_WRAPPERS = ("ThunkExecutor", "SlinkyThreadPool", "end: ")
+# XLA:CPU marks the end of each kernel with an event of this prefix and the kernel's name.
+_END = "end: "
 
 
 def kernel_times(trace_dir: str) -> tuple[collections.Counter, collections.Counter]:
-    """Kernel time (ns) and event count by kind, over XLA's pool threads, from a profiler trace.
+    """Kernel time (ns) and event count by kind, on every thread, from a profiler trace.
+
+    A kernel is an event that XLA:CPU closes with an ``end: NAME`` marker;
+    it runs on the calling thread or on XLA's pool.
 
     Args:
         trace_dir: the directory given to :func:`jax.profiler.trace`.
@@ -60,18 +63,15 @@ def kernel_times(trace_dir: str) -> tuple[collections.Counter, collections.Count
     files = sorted(glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True))
     if not files:
         raise FileNotFoundError(f"no profiler trace (*.xplane.pb) under {trace_dir}")
-    data = ProfileData.from_file(files[-1])
+    events = [ev for plane in ProfileData.from_file(files[-1]).planes
+              for line in plane.lines for ev in line.events]
+    kernels = {ev.name[len(_END):] for ev in events if ev.name.startswith(_END)}
     spent, count = collections.Counter(), collections.Counter()
-    for plane in data.planes:
-        for line in plane.lines:
-            if not line.name.startswith("tf_XLA"):
-                continue  # the Python thread's own events wrap the kernels
-            for ev in line.events:
-                if ev.name.startswith(_WRAPPERS):
-                    continue
-                kind = re.sub(r"\.\d+$", "", ev.name)
-                spent[kind] += ev.duration_ns
-                count[kind] += 1
+    for ev in events:
+        if ev.name in kernels:
+            kind = re.sub(r"\.\d+$", "", ev.name)
+            spent[kind] += ev.duration_ns
+            count[kind] += 1
     return spent, count
 
 
