@@ -1037,15 +1037,18 @@ class CompactProgram:
 
     # ------------------------------------------------------------ evaluation
     def _stage_native(self, C, Xf, k):
-        """One stage: every node's coefficient of order ``k + off``, one pass over the groups.
+        """One stage: the table with every node's coefficient of order ``k + off``.
 
         C (n_nodes, K, *B), Xf (KX, n, *B): one table or a batch (last axis).
+        """
+        return self._merge(C, self._stage_pass(C, Xf, k).R, k)
 
-        Orders below zero (stages k < -off) write garbage into coefficient 0;
-        it is written properly at stage -off, from operands whose
-        coefficient 0 is already right (their offsets are at least the
-        node's), and nothing reads it in between except nodes that are
-        themselves below zero.
+    def _stage_pass(self, C, Xf, k) -> _View:
+        """One pass over the groups at stage k: the table as it was and every node's coefficient k + off.
+
+        A node whose order k + off is below zero (a stage k < -off) gets a
+        value that is never stored (:meth:`_merge`) and that only nodes
+        below zero themselves read.
         """
         V = _View(C, jnp.zeros((self.n_nodes,) + C.shape[2:], C.dtype), k, self.new_off)
         for g in self.inputs:
@@ -1054,7 +1057,7 @@ class CompactProgram:
             V = _write(V, m, g.start, _input_factor(m, g.param) * row[g.ops[0]], self.K)
         for g in self.groups:
             V = _EVAL[g.kind](self, V, g, k + g.off)
-        return self._merge(C, V.R, k)
+        return V
 
     def _merge(self, C, R, k):
         """``C`` with ``R[i]`` as node i's coefficient k + off_i (nodes of no order, constants and t, kept)."""
@@ -1064,10 +1067,11 @@ class CompactProgram:
     def residual(self, C, k):
         """Coefficient ``k + c_i`` of every series equation (0 for constant equations), k >= 0.
 
-        ``C`` may carry a batch on its last axis; so does the result.
+        ``C`` (a table, or a pass's :class:`_View` of one) may carry a batch
+        on its last axis; so does the result.
         """
         parts, order = [], []
-        V = _View(C)
+        V = C if isinstance(C, _View) else _View(C)
         for cc, (sel, op) in self.outputs.items():
             parts.append(op.at(V, k + cc, self.K))
             order.append(sel)
@@ -1155,16 +1159,16 @@ class CompactProgram:
             # The residual pass of stage k (its unknowns still zero), the
             # solve, then the pass committed: slope x change (_commit).
             Xf, C = carry
-            C = self._stage_native(C, Xf, k)
-            y = solve(ratio(k, c) * self.residual(C, k))
+            V = self._stage_pass(C, Xf, k)  # merged with its change, once (_commit)
+            y = solve(ratio(k, c) * self.residual(V, k))
             du = -y / ratio(k, d)
-            return self._set_stage_native(Xf, k, du), self._commit(C, k, du)
+            return self._set_stage_native(Xf, k, du), self._commit(V, k, du)
 
         C = self._stage_native(C, Xf, 0)  # stage 0, its unknowns set by the Newton iteration
         Xf, _ = lax.fori_loop(1, self.prog.p + 1, stage_k, (Xf, C))
         return Xf
 
-    def _commit(self, C, k, du):
+    def _commit(self, V, k, du):
         """The table after stage k's residual pass, corrected for its unknowns ``du``.
 
         At stage k >= 1 each node's coefficient of order m = k + off is
@@ -1177,16 +1181,17 @@ class CompactProgram:
         recomputation would form every Cauchy sum again.
 
         Args:
-            C: the table after the residual pass of stage k (n_nodes, K, *B).
+            V: the residual pass of stage k (:meth:`_stage_pass`): the table
+                (n_nodes, K, *B) and the pass's coefficients.
             k: the stage (>= 1).
             du: the stage's unknowns (n, *B); zero in the residual pass.
 
         Returns:
-            C with every node's order k + off coefficient plus its change.
+            The table with every node's order k + off coefficient, the pass's plus its change.
         """
-        trail = C.shape[2:]
-        D = jnp.zeros((self.n_nodes,) + trail, C.dtype)
-        V = _View(C)  # the deltas read coefficient 0 (older than the stage, k >= 1) and D
+        trail = V.C.shape[2:]
+        D = jnp.zeros((self.n_nodes,) + trail, V.C.dtype)
+        # The deltas read D and coefficient 0, which a stage k >= 1 does not compute.
         for g in self.inputs:
             # x_j^(l) at order m reads X[m + l]: the stage's unknown where off + l = d_j.
             hit = self.col_moves[g.start: g.start + g.size]
@@ -1199,8 +1204,7 @@ class CompactProgram:
             delta = _DELTA[g.kind](self, V, D, g, k + g.off)
             if delta is not None:
                 D = D.at[g.start: g.start + delta.shape[0]].set(delta)
-        # D is zero outside the moving columns.
-        return C + self._merge(jnp.zeros_like(C), D, k)
+        return self._merge(V.C, V.R + D, k)
 
     def change(self, V, D, op: "_Operand", off: int):
         """(G, *B): the change of an operand's coefficient of the order its group computes (None: none)."""
