@@ -61,39 +61,15 @@ def test_solves_from_two_threads_run_one_at_a_time_with_their_own_results(batch,
     two solves executing at once from two threads took both threads of a 2-core pool and hung
     (200 RSCR designs).  So a process solves one problem at a time: each thread's integration
     starts after the other's ended, and each gets the numbers it would get alone."""
-    import threading
-    import time
-
     import solver.api as api
+    from overlap import OverlapCounter, in_two_threads
 
     lengths, alone = batch
-    running, most, guard = [0], [0], threading.Lock()
-    integrate = api._integrate
-
-    def counted(*args, **kwargs):
-        with guard:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        time.sleep(0.3)  # long enough for the other thread to arrive
-        try:
-            return integrate(*args, **kwargs)
-        finally:
-            with guard:
-                running[0] -= 1
-
-    monkeypatch.setattr(api, "_integrate", counted)
-    results = [None, None]
-
-    def work(i):
-        results[i] = solver.solve_batch(PEND, {"L": lengths}, release, ["x", "x'"], t_span=(0.0, T_END),
-                                        t_eval=TIMES, tol=1e-10)
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert most[0] == 1
+    counter = OverlapCounter(pause=0.3)
+    monkeypatch.setattr(api, "_integrate", counter.wrap(api._integrate))
+    results = in_two_threads(lambda: solver.solve_batch(PEND, {"L": lengths}, release, ["x", "x'"],
+                                                        t_span=(0.0, T_END), t_eval=TIMES, tol=1e-10))
+    assert counter.most == 1
     for ds in results:
         np.testing.assert_array_equal(ds["x"].values, alone["x"].values)
 

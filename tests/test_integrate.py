@@ -436,8 +436,7 @@ def test_an_integrators_runs_from_two_threads_run_one_at_a_time_with_their_own_r
     jaxlib 0.10.2's LAPACK kernels can hang two of its batches executing at once (see
     solver.serial).  Its run, run_batch and run_tangents hold the same process-wide lock: each
     thread's program executes after the other's ended and gives the numbers it gives alone."""
-    import threading
-    import time
+    from overlap import OverlapCounter, in_two_threads
 
     integ = integrator_for(PEND, 10)
     lengths = np.array([0.5, 1.0, 1.7])
@@ -453,34 +452,12 @@ def test_an_integrators_runs_from_two_threads_run_one_at_a_time_with_their_own_r
                                                    0.0, 1.0, t_eval, 1e-10, slots=2),
     }
     alone = {name: jax.tree_util.tree_map(np.asarray, call()) for name, call in calls.items()}
-    running, most, guard = [0], [0], threading.Lock()
+    counter = OverlapCounter()
     for attr in ("_run_jit", "_run_batch_jit", "_run_tangents_jit"):
-        compiled = getattr(integ, attr)
-
-        def counted(*args, _compiled=compiled, **kwargs):
-            with guard:
-                running[0] += 1
-                most[0] = max(most[0], running[0])
-            time.sleep(0.2)  # long enough for the other thread to arrive
-            try:
-                return _compiled(*args, **kwargs)
-            finally:
-                with guard:
-                    running[0] -= 1
-
-        monkeypatch.setattr(integ, attr, counted)
+        monkeypatch.setattr(integ, attr, counter.wrap(getattr(integ, attr)))
     for name, call in calls.items():
-        results = [None, None]
-
-        def work(i, call=call):
-            results[i] = jax.tree_util.tree_map(np.asarray, call())
-
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert most[0] == 1, name
+        results = in_two_threads(lambda call=call: jax.tree_util.tree_map(np.asarray, call()))
+        assert counter.most == 1, name
         for got in results:
             jax.tree_util.tree_map(np.testing.assert_array_equal, got, alone[name])
 
