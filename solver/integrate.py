@@ -46,13 +46,29 @@ from .taylor import TaylorProgram, order_sum, write_row
 # Slot counts of run_batch's pool (see Integrator.default_slots).
 WHOLE_ROUND_SLOTS = 32
 DEFAULT_SLOTS = 128
+# XLA:CPU options of a batch (run_batch), on a CPU only: without Eigen's
+# threading of its many small contractions (0.74 -> 0.54 ms per pendulum run
+# on 2 cores; a single run is slower without it and keeps the default).
+BATCH_CPU_OPTIONS = {"xla_cpu_multi_thread_eigen": False}
+# And where XLA:CPU compiles a batch's round as one function (see
+# Integrator.round_compiles_whole: every operation vector arithmetic over the
+# slots), 512-bit vectors where the machine has them: LLVM prefers 256 bits,
+# for code that is not mostly vector arithmetic on CPUs that lower their
+# clock for wide vectors.  1,000 pendulums 7-12 % faster at the default 32
+# slots in six pairs of alternating processes (25.0 -> 23.5 ms, 26.6 -> 23.8
+# ms; AMD EPYC Zen 5).  Rounds run kernel by kernel moved by -6 to +5 %, within
+# what identical programs vary between processes here (up to 7 %), and RSCR,
+# the default sweep's model, was slower in most pairs (up to 8 %): they keep
+# the default (workflows/benchmarks/results/vector_width.txt).  The arithmetic is
+# the same: so are the results (tests/test_integrate.py).
+WHOLE_ROUND_CPU_OPTIONS = {"xla_cpu_prefer_vector_width": 512}
 # A batch's slot pool runs in rounds on a CPU (Integrator._run_batch_rounds); a
 # round ends when this fraction of its slots (at least one) have finished
 # (1,000 pendulums: 67 ms, against 72 ms at 1/64 and 76 ms at 1/4).
 _ROUND_FINISHED = 1 / 16
 
-__all__ = ["Integrator", "order_for_tol", "KKT_MIN_SIZE", "MODES", "QUICK_COMPILE", "UNROLL_MAX_OPS",
-           "UNROLL_MAX_OPS_SINGLE", "tape_ops", "choose_mode"]
+__all__ = ["Integrator", "order_for_tol", "BATCH_CPU_OPTIONS", "WHOLE_ROUND_CPU_OPTIONS", "KKT_MIN_SIZE", "MODES",
+           "QUICK_COMPILE", "UNROLL_MAX_OPS", "UNROLL_MAX_OPS_SINGLE", "tape_ops", "choose_mode"]
 
 MODES = ("auto", "unrolled", "compact", "looped")
 
@@ -489,12 +505,8 @@ class Integrator:
         else:
             self._kkt = self._mass_structure = None
         self._run_jit = jax.jit(self._run_whole, compiler_options=self.compiler_options())
-        # On a CPU the batch is faster without Eigen's threading of its many
-        # small contractions (0.74 -> 0.54 ms per pendulum run on 2 cores;
-        # a single run is slower without it, so run() keeps the default).
-        cpu_options = {"xla_cpu_multi_thread_eigen": False} if jax.default_backend() == "cpu" else {}
         self._run_batch_jit = jax.jit(self._run_batch, static_argnames=("slots",),
-                                      compiler_options=self.compiler_options(cpu_options))
+                                      compiler_options=self.batch_compiler_options())
         self._run_tangents_jit = jax.jit(self._run_tangents, static_argnames=("slots",),
                                          compiler_options=self.compiler_options())
 
@@ -506,6 +518,20 @@ class Integrator:
         """
         merged = dict(options or {}) | ({} if self.optimize else QUICK_COMPILE)
         return merged or None
+
+    def batch_compiler_options(self) -> dict | None:
+        """XLA options of :meth:`run_batch`'s program.
+
+        Returns:
+            :meth:`compiler_options` of :data:`BATCH_CPU_OPTIONS` on a CPU,
+            with :data:`WHOLE_ROUND_CPU_OPTIONS` where the round is compiled
+            as one function (:meth:`round_compiles_whole`); on an
+            accelerator, :meth:`compiler_options` alone (None when empty).
+        """
+        if jax.default_backend() != "cpu":
+            return self.compiler_options()
+        whole = WHOLE_ROUND_CPU_OPTIONS if self.round_compiles_whole() else {}
+        return self.compiler_options(BATCH_CPU_OPTIONS | whole)
 
     def _choose_linear(self, linear: str) -> str:
         choices = ("auto", "dense", "kkt")

@@ -406,6 +406,36 @@ def test_slot_pool_batch_equals_the_vmapped_batch(slots):
                                    rtol=1e-12, atol=1e-12)
 
 
+def test_a_batch_compiled_whole_is_built_for_wide_vectors_and_gives_each_problem_its_single_runs_numbers():
+    """On a CPU a batch whose round XLA compiles as one function asks for 512-bit
+    vectors (WHOLE_ROUND_CPU_OPTIONS); a batch run kernel by kernel and a single
+    run keep LLVM's default.  The option changes the machine code, not the
+    arithmetic: compiled as users get it (LLVM optimising, as the suite's quick
+    compiles do not), the batch gives every problem its own run's steps and
+    numbers, to rounding."""
+    integ = integrator_for(PEND, 12)
+    assert integ.batch_compiler_options()["xla_cpu_prefer_vector_width"] == 512
+    assert "xla_cpu_prefer_vector_width" not in integrator_for(four_bar(), 12).batch_compiler_options()
+    assert integ.compiler_options() is None
+    full = {"xla_backend_optimization_level": 3, "xla_cpu_use_fusion_emitters": True}
+    lengths = np.array([0.5, 1.0, 1.3, 1.7, 0.8, 2.0, 0.6, 1.1, 0.9])
+    t_eval = np.linspace(0, 2, 21)
+    z0 = np.stack([lengths * np.sin(0.4), 0 * lengths, lengths * np.cos(0.4), 0 * lengths], axis=1)
+    params = {"g": np.full(lengths.size, 9.81), "L": lengths}
+    u0 = np.zeros((lengths.size, 3))
+    times = (0.0, 2.0, t_eval, 1e-10, 500, jnp.inf, 0.0)
+    batch = jax.jit(integ._run_batch, static_argnames=("slots",),
+                    compiler_options=integ.batch_compiler_options() | full)(params, z0, u0, *times, slots=8)
+    one = jax.jit(integ._run_whole, compiler_options=full)
+    for i in range(lengths.size):
+        single = one({k: v[i] for k, v in params.items()}, z0[i], u0[i], *times)
+        assert int(batch["status"][i]) == int(single["status"]) == status.SUCCESS
+        assert int(batch["steps"][i]) == int(single["steps"])
+        for name in single["values"]:
+            np.testing.assert_allclose(np.asarray(batch["values"][name][i]), np.asarray(single["values"][name]),
+                                       rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("slots", [2, 4])
 def test_the_slot_pool_in_rounds_and_refilled_every_step_give_the_same_runs(slots):
     """On a CPU the slot pool runs in rounds (Integrator._run_batch_rounds);

@@ -73,7 +73,7 @@ def model_case(name: str, n: int):
 def measure(say, case: str, repeat: int):
     name, n = case.split(":")
     integ, args, slots = pendulum_case(int(n)) if name == "pendulum" else model_case(name, int(n))
-    options = {"xla_cpu_multi_thread_eigen": False}  # as Integrator's run_batch
+    options = integ.batch_compiler_options()  # as Integrator's run_batch
     calls, compiles, whole = [], [], None
     for form in (integ._run_batch_rounds, integ._run_batch_scatter):
         lowered = jax.jit(form, static_argnames=("slots",), compiler_options=options).lower(*args, slots=slots)

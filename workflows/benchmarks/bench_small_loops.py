@@ -8,7 +8,12 @@ asynchronous CPU dispatch off (``jax_cpu_enable_async_dispatch``), so a run
 executes on the calling thread instead of being handed to another.
 ``--setting unroll``: mechsweep bounds LLVM's full unrolling
 (``-unroll-full-max-count``) to loops of at most 8 trips; LLVM's own default
-has no bound (4294967295).
+has no bound (4294967295).  ``--setting vectors``: mechsweep compiles a
+batch (``run_batch``, ``solve_batch``) whose round XLA:CPU compiles as one
+function for 512-bit vectors (``xla_cpu_prefer_vector_width``,
+``solver.integrate.WHOLE_ROUND_CPU_OPTIONS``); LLVM prefers 256 bits by
+default.  Single runs and the other batches keep the default: their rows
+compile the same program under both settings.
 
 Both are read once per process, when JAX starts its backend, so each setting
 runs in child processes of its own, the settings alternating round after
@@ -26,6 +31,8 @@ Usage:
         [--repeat 20] [--out workflows/benchmarks/results/small_loops.txt]
     .venv/bin/python workflows/benchmarks/bench_small_loops.py --setting unroll --rounds 2 --repeat 20 \
         --out workflows/benchmarks/results/unroll.txt
+    .venv/bin/python workflows/benchmarks/bench_small_loops.py --setting vectors --rounds 2 --repeat 20 \
+        --out workflows/benchmarks/results/vector_width.txt
 """
 
 from __future__ import annotations
@@ -42,10 +49,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 XLA_DEFAULT = 1024
-SETTINGS = ("loops", "dispatch", "unroll")
+SETTINGS = ("loops", "dispatch", "unroll", "vectors")
 LLVM_UNROLL_DEFAULT = 4294967295  # LLVM's FullUnrollMaxCount when the option is not given
 # The child turns JAX's asynchronous dispatch back on when this is set.
 ASYNC_ENV = "BENCH_ASYNC_DISPATCH"
+# The child compiles its batches for vectors of this many bits when this is set.
+WIDTH_ENV = "BENCH_BATCH_VECTOR_WIDTH"
+LLVM_VECTOR_WIDTH = 256  # LLVM's preferred width on x86 when XLA names none
+# Batches of shipped models as a sweep runs them (solve_batch): (file, parameter varied by +-5 %, points).
+MODEL_BATCHES = (("double_pendulum.yaml", "l2", 200), ("slider_crank.yaml", "m2", 200), ("rscr.yaml", "L1", 64),
+                 ("mechanism0_lagrangian.yaml", "k", 100))
 
 
 def _python_work():
@@ -67,6 +80,10 @@ def child(repeat: int) -> dict:
     if os.environ.get(ASYNC_ENV):
         # Before the first computation: JAX reads it when it starts the CPU backend.
         jax.config.update("jax_cpu_enable_async_dispatch", True)
+    if os.environ.get(WIDTH_ENV):
+        # Read by every Integrator built after this (none is built yet).
+        from solver.integrate import WHOLE_ROUND_CPU_OPTIONS
+        WHOLE_ROUND_CPU_OPTIONS["xla_cpu_prefer_vector_width"] = int(os.environ[WIDTH_ENV])
     bp.empty_caches()
     out = {}
 
@@ -113,6 +130,13 @@ def child(repeat: int) -> dict:
     measure("pendulum, 1000 lengths: mechsweep",
             lambda: bp.block(compb.integrator.run_batch(pb, z0s, u0s, 0.0, t1, t_eval, tol, slots=256)),
             max(3, repeat // 4))
+    measure("pendulum, 1000 lengths, default slots: mechsweep",
+            lambda: bp.block(compb.integrator.run_batch(pb, z0s, u0s, 0.0, t1, t_eval, tol)), max(3, repeat // 4))
+    for file, var, n in MODEL_BATCHES:
+        model = solver.load(str(ROOT / "configs" / "mechanisms" / file))
+        table = {var: np.linspace(0.95, 1.05, n) * float(model.dae.params[var])}
+        measure(f"{file} x{n}, solve_batch: mechsweep",
+                lambda model=model, table=table: solver.solve_batch(model, table), max(3, repeat // 4))
 
     # Andrews' squeezer at tol 1e-10.
     adae = solver.DAE(bp.andrews_residual, bp.ANDREWS_NAMES + [f"l{k + 1}" for k in range(6)], {})
@@ -156,7 +180,8 @@ def main():
     ap.add_argument("--setting", choices=SETTINGS, default="loops",
                     help="loops: XLA's small-loop threshold, default against mechsweep's; "
                          "dispatch: JAX's asynchronous CPU dispatch against mechsweep's synchronous one; "
-                         "unroll: LLVM's unbounded full unrolling against mechsweep's bound")
+                         "unroll: LLVM's unbounded full unrolling against mechsweep's bound; "
+                         "vectors: a whole-compiled batch's code for 256-bit vectors against mechsweep's 512")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of child processes per setting")
     ap.add_argument("--repeat", type=int, default=20, help="timed calls per measurement in a child")
     ap.add_argument("--out", default=None, help="also write the table to this file")
@@ -182,6 +207,14 @@ def main():
         names = ("LLVM", "bounded")
         title = (f"# LLVM's full unrolling: {UNROLL_OPTION}={LLVM_UNROLL_DEFAULT} (LLVM's default, no bound) vs "
                  f"{UNROLL_MAX_TRIPS} (mechsweep's, solver/xla_setup.py); both with mechsweep's small-loop threshold")
+    elif args.setting == "vectors":
+        settings = (LLVM_VECTOR_WIDTH, 512)
+        base = {k: v for k, v in os.environ.items() if k != WIDTH_ENV}
+        envs = {w: dict(base, **{WIDTH_ENV: str(w)}) for w in settings}
+        names = ("256 bit", "512 bit")
+        title = ("# Vector width of the machine code of a batch whose round is compiled whole: 256 bits (LLVM's "
+                 "preference) vs 512 (mechsweep's, solver.integrate.WHOLE_ROUND_CPU_OPTIONS); single runs and the "
+                 "other batches keep LLVM's default under both")
     else:
         settings = ("async", "sync")
         base = {k: v for k, v in os.environ.items() if k != ASYNC_ENV}
