@@ -502,14 +502,12 @@ class _IpoptProblem:
 
 def _ipopt(k: _Kernels, x0, t, p, cfg, tol, options):
     """IPOPT from the guess, then a Newton polish. Returns as :func:`_newton` plus IPOPT's status."""
-    from .initialize import IPOPT_DEFAULTS, _run_ipopt
+    from .initialize import run_ipopt
 
     # Distance is measured in the configuration only: the multipliers follow.
     w = np.where(cfg, 1.0, 0.0) if cfg.any() else np.ones(len(x0))
-    opts = dict(IPOPT_DEFAULTS)
-    opts.update(dict(options or {}))
     n = len(x0)
-    x, status, msg = _run_ipopt(_IpoptProblem(k, t, p, x0, w), n, n, x0, opts)
+    x, status, msg = run_ipopt(_IpoptProblem(k, t, p, x0, w), n, n, x0, options)
     if not np.all(np.isfinite(x)):
         x = np.array(x0, dtype=float)
     x, it, ok, res, lim = _newton(k, x, t, p, cfg, tol)

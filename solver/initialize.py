@@ -46,8 +46,8 @@ from .errors import InputError
 from .integrate import Integrator
 
 __all__ = ["parse_values", "batched_newton", "InitialValueError", "StateSpec", "ipopt_point",
-           "IpoptDerivatives", "hidden_jacobian_pattern", "IPOPT_DEFAULTS", "ASSEMBLY_TOL", "state_scale",
-           "state_scales"]
+           "IpoptDerivatives", "hidden_jacobian_pattern", "IPOPT_DEFAULTS", "run_ipopt", "ASSEMBLY_TOL",
+           "state_scale", "state_scales"]
 
 # A state whose hidden constraints are below this (times its scale) is consistent.
 ASSEMBLY_TOL = 1e-10
@@ -549,9 +549,31 @@ class _Problem:
         return vals
 
 
-def _run_ipopt(problem: _Problem, n: int, m: int, x0, options: Mapping):
+def run_ipopt(problem, n: int, m: int, x0, options: Mapping | None = None):
+    """IPOPT on ``n`` unknowns with ``m`` equality constraints ``g(x) = 0``, silenced.
+
+    The one place that starts IPOPT: consistent initial values
+    (:func:`ipopt_point`) and equilibria (:mod:`solver.equilibrium`) both
+    call it.
+
+    Args:
+        problem: a cyipopt problem object (``objective``, ``gradient``,
+            ``constraints``, ``jacobian``, their structures, ``hessian``).
+        n, m: unknowns and constraints.
+        x0: the starting point (n,).
+        options: IPOPT options over :data:`IPOPT_DEFAULTS` (which silence
+            IPOPT's output and banner).
+
+    Returns:
+        (x, status, message): IPOPT's last iterate, its status code and its
+        status message.
+
+    Raises:
+        InputError: IPOPT refused an option (name or value).
+    """
     import cyipopt
 
+    options = {**IPOPT_DEFAULTS, **dict(options or {})}
     nlp = cyipopt.Problem(n=n, m=m, problem_obj=problem, lb=np.full(n, -1e20), ub=np.full(n, 1e20),
                           cl=np.zeros(m), cu=np.zeros(m))
     for key, val in options.items():
@@ -631,8 +653,6 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
     if len(rows) == 0:
         return z_hat.copy()
     w = np.ones(len(free_idx)) if spec.weights is None else np.asarray(spec.weights, dtype=float)[free_idx]
-    opts = dict(IPOPT_DEFAULTS)
-    opts.update(dict(options or {}))
     over = len(rows) > len(free_idx)
     if over:
         # IPOPT refuses more equalities than unknowns; a consistent
@@ -641,7 +661,7 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
         z = _gauss_newton(der, params, t0, z_hat, free_idx, rows, 40, tol)
     else:
         prob = _Problem(der, params, t0, z_hat, free_idx, rows, w, z_hat)
-        x, status, msg = _run_ipopt(prob, len(free_idx), len(rows), z_hat[free_idx], opts)
+        x, status, msg = run_ipopt(prob, len(free_idx), len(rows), z_hat[free_idx], options)
         z = prob.full(x) if np.all(np.isfinite(x)) else z_hat
         if status in _IPOPT_OK:
             # IPOPT stops at its own scaled tolerance: finish to rounding.
