@@ -569,9 +569,17 @@ def _mechanical_dof(dae) -> str:
     A Lagrangian DAE counts its coordinates and constraint rows; another DAE
     whose differentiated unknowns are all second order (a mechanism written
     out) has half as many as its initial values; otherwise it is undefined.
+    Drivers are not counted as constraints of the mechanism: they prescribe
+    some of its degrees of freedom, which are named, and those left free are
+    counted (a crank driven at constant speed: 1, 1 of them driven: 0 free).
     """
     if hasattr(dae, "n_q") and hasattr(dae, "n_c"):
-        return str(int(dae.n_q) - int(dae.n_c))
+        drivers = tuple(getattr(dae, "drivers", ()))
+        dof = int(dae.n_q) - (int(dae.n_c) - len(drivers))
+        if not drivers:
+            return str(dof)
+        names = ", ".join(d.name for d in drivers)
+        return f"{dof}, {len(drivers)} of them driven ({names}): {dof - len(drivers)} free"
     d = np.asarray(dae.structure.d, dtype=int)
     if d.size and set(d.tolist()) <= {0, 2}:
         return str(int(dae.structure.dof) // 2)

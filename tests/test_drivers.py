@@ -219,6 +219,16 @@ def test_mechanism_driver_force_is_newtons_with_the_rod_tension_eliminated():
     assert ds.torque_Bx.attrs["units"] == "N"
 
 
+def test_check_counts_a_driven_degree_of_freedom_as_driven_not_as_a_constraint(tmp_path, capsys):
+    # The driven pendulum: one coordinate, no constraint of its own, its angle
+    # prescribed: a 1-DOF mechanism with that DOF driven, none left free.
+    path = tmp_path / "driven.yaml"
+    path.write_text(PENDULUM)
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "mechanical DOF (coordinates - constraints): 1, 1 of them driven (theta): 0 free\n" in out
+
+
 # ------------------------------------------------------------------ RSCR at constant crank speed
 @pytest.fixture(scope="module")
 def rscr_run(tmp_path_factory):
