@@ -29,11 +29,10 @@ from solver import status as codes
 from solver.sensitivity import metric_tangent, sensitivity_name
 from solver.errors import InputError
 
-__all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "store_bytes", "check_store_size",
-           "check_batch_memory",
-           "estimate_run", "load_model", "structural_names", "structural_sizes", "rebuild_structural",
-           "group_context", "remember_model", "MODEL_BUILDS", "check_point_values",
-           "RANGE_CHECK_POINTS"]
+__all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "scalar_series", "store_bytes",
+           "check_store_size", "check_batch_memory", "estimate_run", "load_model", "structural_names",
+           "structural_sizes", "rebuild_structural", "group_context", "remember_model", "MODEL_BUILDS",
+           "check_point_values", "RANGE_CHECK_POINTS"]
 
 REDUCERS = {
     "min": lambda a: np.nanmin(a, axis=1),
@@ -305,21 +304,24 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
             raise InputError(f"unknown output variable {w!r}; the model's variables are {', '.join(names)}",
                              file=str(spec.path), path="Outputs.variables")
     metrics = {}
+    series = scalar_series(dae)
     for mname, m in spec.outputs.metrics.items():
         target = _component_index(dae, m.of)
-        if target is None and m.of != "constraint_residual":
+        if target is None and m.of not in series:
+            vector = next((v.name for v in dae.variables if v.shape != ()), None)
+            component = f"a component such as {vector}[0] or Bx, " if vector else ""
             raise InputError(f"metric {mname!r}: unknown output {m.of!r}; use a variable ({', '.join(names)}), "
-                             f"a component such as {names[0]}[0] or Bx, or constraint_residual",
+                             f"{component}or another time series of the run ({', '.join(series)})",
                              file=str(spec.path), path=f"Outputs.metrics.{mname}.of")
         metrics[mname] = (m.of, m.reduce)
     try:
         sens = check_names(dae, list(spec.outputs.sensitivities))
     except InputError as err:
         raise InputError(err.message, file=str(spec.path), path="Outputs.sensitivities") from None
-    bad = [m for m, (of, _) in metrics.items() if of == "constraint_residual"] if sens else []
+    bad = [(m, of) for m, (of, _) in metrics.items() if of in series] if sens else []
     if bad:
-        raise InputError(f"metric {bad[0]!r} reduces constraint_residual, which has no sensitivity; "
-                         "remove Outputs.sensitivities or that metric",
+        raise InputError(f"metric {bad[0][0]!r} reduces {bad[0][1]}, which has no sensitivity (only variables "
+                         "and their components have); remove Outputs.sensitivities or that metric",
                          file=str(spec.path), path="Outputs.sensitivities")
     t = _times(spec, model)
     layout, coords = output_layout(dae, wanted)
@@ -668,14 +670,36 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     return BatchResult(status=status, steps=ds["steps"].values, data=data, message=msg)
 
 
+def scalar_series(dae) -> list[str]:
+    """The run's scalar time series a metric may reduce besides a variable or its components.
+
+    The derivatives of scalar variables (``x_d1``), ``constraint_residual``,
+    the energy and its balance (``energy``, ``energy_change``,
+    ``dissipated``, where the model has them) and each driver's
+    ``torque_{driver}``: every output of :func:`solver.solution.output_layout`
+    over time alone that is not a variable itself.
+
+    Args:
+        dae: the model's DAE.
+
+    Returns:
+        their names, in the dataset's order.
+    """
+    from solver.solution import output_layout
+
+    layout, _ = output_layout(dae)
+    return [name for name, (dims, _) in layout.items() if dims == ("time",) and name not in dae.var_index]
+
+
 def _metric_series(dae, ds, of: str, param: str | None = None) -> np.ndarray:
-    """(B, T) series a metric reduces: a variable (norm of a vector), a component, or the residual.
+    """(B, T) series a metric reduces: a variable (norm of a vector), a component, or another series.
 
     With ``param``, the series' derivative with respect to that parameter
-    (from ``d{var}_d{param}``; a norm's derivative is ``v·dv/|v|``).
+    (from ``d{var}_d{param}``; a norm's derivative is ``v·dv/|v|``); only
+    variables and their components have one.
     """
-    if of == "constraint_residual":
-        return np.asarray(ds["constraint_residual"].values, dtype=float)
+    if _component_index(dae, of) is None:
+        return np.asarray(ds[of].values, dtype=float)
     var, idx = _component_index(dae, of)
     series = np.asarray(ds[var].values, dtype=float)
     B, T = series.shape[:2]

@@ -121,7 +121,9 @@ class Metric:
     """A scalar reduction per point, evaluated by the pipeline.
 
     Attributes:
-        of: a variable or component name (``B``, ``By``, ``q[3]``...).
+        of: a variable or component name (``B``, ``By``, ``q[3]``...) or
+            another time series of the run (``x_d1``, ``energy``,
+            ``torque_phi``...: :func:`sweep.pipeline.scalar_series`).
         reduce: one of :data:`REDUCTIONS`.
     """
 

@@ -116,6 +116,10 @@ Sweep:
   zip:
     m: {values: [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]}
     L: {values: [0.4, 0.6, 0.8, 1.0, 1.2, 1.4]}
+Outputs:
+  metrics:
+    peak_torque: {of: torque_theta, reduce: absmax}
+    top_speed: {of: theta_d1, reduce: max}
 Batch: 3
 """)
     spec = load_sweep(sweep_file)
@@ -134,6 +138,30 @@ Batch: 3
     for i in range(6):
         m, length = float(ds.m.values[i]), float(ds.L.values[i])
         np.testing.assert_allclose(tau[i], hand_torque(t, m=m, length=length), rtol=0, atol=1e-8)
+        # Metrics reduce any time series of the run, the drive's torque and a
+        # derivative included: the peak motor torque per design, and θ' = A ω cos ωt
+        # at its largest, A ω, at t = 0.
+        peak = np.max(np.abs(hand_torque(t, m=m, length=length)))
+        assert float(ds.peak_torque.values[i]) == pytest.approx(peak, abs=1e-8)
+        assert float(ds.top_speed.values[i]) == pytest.approx(A * W, abs=1e-10)
+
+
+def test_a_metric_of_a_series_without_sensitivities_is_refused_with_sensitivities(pendulum, capsys):
+    model, _ = pendulum
+    sweep_file = Path(model.path).parent / "sweep_sens.yaml"
+    sweep_file.write_text("Model: driven.yaml\nSweep: {product: {L: [0.5, 1.0]}}\n"
+                          "Outputs: {metrics: {peak: {of: torque_theta, reduce: absmax}}, sensitivities: [L]}\n")
+    assert main(["sweep", str(sweep_file), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"{sweep_file}: Outputs.sensitivities: metric 'peak' reduces torque_theta, which has "
+                        "no sensitivity (only variables and their components have); remove "
+                        "Outputs.sensitivities or that metric\n")
+    sweep_file.write_text("Model: driven.yaml\nSweep: {product: {L: [0.5, 1.0]}}\n"
+                          "Outputs: {metrics: {peak: {of: torque, reduce: absmax}}}\n")
+    assert main(["sweep", str(sweep_file), "--dry-run"]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"{sweep_file}: Outputs.metrics.peak.of: metric 'peak': unknown output 'torque'; use a variable (theta, lam), "
+        "a component such as lam[0] or Bx, or another time series of the run (theta_d1, constraint_residual, energy, energy_change, torque_theta)\n")
 
 
 # ------------------------------------------------------------------ Python API
