@@ -698,9 +698,10 @@ def _metric_series(dae, ds, of: str, param: str | None = None) -> np.ndarray:
     (from ``d{var}_d{param}``; a norm's derivative is ``v·dv/|v|``); only
     variables and their components have one.
     """
-    if _component_index(dae, of) is None:
+    target = _component_index(dae, of)
+    if target is None:
         return np.asarray(ds[of].values, dtype=float)
-    var, idx = _component_index(dae, of)
+    var, idx = target
     series = np.asarray(ds[var].values, dtype=float)
     B, T = series.shape[:2]
     tangent = None if param is None else np.asarray(ds[sensitivity_name(var, param)].values, dtype=float)
