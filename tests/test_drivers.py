@@ -160,8 +160,9 @@ def test_a_metric_of_a_series_without_sensitivities_is_refused_with_sensitivitie
                           "Outputs: {metrics: {peak: {of: torque, reduce: absmax}}}\n")
     assert main(["sweep", str(sweep_file), "--dry-run"]) == 2
     assert capsys.readouterr().err.endswith(
-        f"{sweep_file}: Outputs.metrics.peak.of: metric 'peak': unknown output 'torque'; use a variable (theta, lam), "
-        "a component such as lam[0] or Bx, or another time series of the run (theta_d1, constraint_residual, energy, energy_change, torque_theta)\n")
+        f"{sweep_file}: Outputs.metrics.peak.of: metric 'peak': unknown output 'torque'; use a variable "
+        "(theta, lam), a component such as lam[0] or Bx, or another time series of the run (theta_d1, "
+        "constraint_residual, energy, energy_change, torque_theta)\n")
 
 
 # ------------------------------------------------------------------ Python API
