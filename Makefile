@@ -21,7 +21,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder tests
 
 run: $(STAMP)
-	$(PY) -m sweep.runner_cli
+	$(PY) -m sweep.cli.sweep_command
 
 bench: $(STAMP)
 	$(PY) workflows/benchmarks/bench_solver.py --out workflows/benchmarks/results/solver.txt

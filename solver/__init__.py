@@ -9,7 +9,7 @@ Front door::
 """
 
 # First: XLA reads its flags when JAX starts its backend (see xla_setup).
-from . import xla_setup  # noqa: F401
+from solver.integrate import xla_setup  # noqa: F401
 
 import jax as _jax  # noqa: E402
 
@@ -19,12 +19,15 @@ import jax as _jax  # noqa: E402
 # module sets it again.
 _jax.config.update("jax_enable_x64", True)
 
-from .dae import DAE, ddt, DAEDefinitionError  # noqa: E402
-from .errors import InputError  # noqa: E402
-from .api import solve, solve_batch, integrator_for, consistent_point  # noqa: E402
-from .compiled import Compiled, compiled_model, compile_clock  # noqa: E402
-from .integrate import order_for_tol  # noqa: E402
-from . import status  # noqa: E402
+from solver.dae.problem import DAE, ddt, DAEDefinitionError  # noqa: E402
+from solver.errors import InputError  # noqa: E402
+from solver.api import solve, solve_batch, integrator_for, consistent_point  # noqa: E402
+from solver.compiled import Compiled, compiled_model, compile_clock  # noqa: E402
+from solver.integrate.integrator import order_for_tol  # noqa: E402
+from solver import status  # noqa: E402
+from solver import module_aliases as _module_aliases  # noqa: E402
+
+_module_aliases.install(_module_aliases.SOLVER_MOVED)
 
 __all__ = ["DAE", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
            "consistent_point", "order_for_tol", "compile_clock", "InputError",
@@ -35,19 +38,19 @@ def __getattr__(name):
     # Facilities written on top of the core load lazily (and may be absent
     # while they are being built).
     if name == "lagrangian":
-        from .lagrangian import lagrangian
+        from solver.mechanics.lagrangian import lagrangian
 
         return lagrangian
     if name == "load":
-        from .models import load
+        from solver.models import load
 
         return load
     if name == "equilibrium":
-        from .equilibrium import equilibrium
+        from solver.analysis.equilibrium import equilibrium
 
         return equilibrium
     if name == "lagrangian_ds":
-        from .siconos import lagrangian_ds
+        from solver.mechanics.siconos import lagrangian_ds
 
         return lagrangian_ds
     raise AttributeError(f"module 'solver' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Both go the same way down: check the arguments → the compiled model
 (:func:`solver.compiled.compiled_model`) → consistent initial values (Newton, IPOPT
-where it misses) → integration → :mod:`solver.solution` names the outputs.
+where it misses) → integration → :mod:`solver.results.solution` names the outputs.
 ``solve_batch`` is the one way to solve many designs: the sweep pipeline calls
 it and nothing below it.
 """
@@ -16,16 +16,16 @@ import numpy as np
 
 import jax
 
-from . import status as st
-from .compiled import Compiled, compile_clock, compiled_model, compiled_of
-from .dae import DAE
-from .errors import InputError
-from .initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values
-from .integrate import Integrator, order_for_tol, pad_output_times
-from .serial import one_at_a_time
-from .sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
+from solver import status as st
+from solver.compiled import Compiled, compile_clock, compiled_model, compiled_of
+from solver.dae.problem import DAE
+from solver.errors import InputError
+from solver.integrate.initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values
+from solver.integrate.integrator import Integrator, order_for_tol, pad_output_times
+from solver.integrate.solve_lock import one_at_a_time
+from solver.integrate.sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
                           sensitivity_series)
-from .solution import build_batch_dataset, build_dataset
+from solver.results.solution import build_batch_dataset, build_dataset
 
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
 
@@ -40,11 +40,11 @@ def integrator_for(dae: DAE, order: int, linear: str = "auto", mode: str = "auto
         dae: the DAE.
         order: Taylor order p.
         linear: stage solver, ``auto``/``dense``/``kkt`` (see
-            :class:`solver.integrate.Integrator`).
+            :class:`solver.integrate.integrator.Integrator`).
         mode: Taylor engine, ``auto``/``unrolled``/``compact``/``looped``.
 
     Returns:
-        :class:`solver.integrate.Integrator`.
+        :class:`solver.integrate.integrator.Integrator`.
 
     Raises:
         InputError: a bad ``linear``, ``mode`` or order.
@@ -61,7 +61,7 @@ def consistent_point(integ: Integrator | Compiled, params, t0: float, spec: Stat
         integ: the integrator (from :func:`integrator_for`) or compiled model.
         params: parameter dict.
         t0: initial time.
-        spec: guesses and fixed entries (:func:`solver.initialize.parse_values`).
+        spec: guesses and fixed entries (:func:`solver.integrate.initialize.parse_values`).
         method: ``"newton"`` (Gauss–Newton only), ``"ipopt"`` (nearest point
             by IPOPT) or ``"auto"`` (Newton, IPOPT where Newton fails).
         ipopt_options: extra IPOPT options.
@@ -163,7 +163,7 @@ def _integrate_rows(integ: Integrator, params_b, z0, u0, t0, t1, t_rows, tol, ma
 
 
 def _start_tangents(comp: Compiled, full: dict, t0, z0, free, names, values, fixed):
-    """(B, k, n_state) tangents of B consistent points (:mod:`solver.sensitivity`).
+    """(B, k, n_state) tangents of B consistent points (:mod:`solver.integrate.sensitivity`).
 
     ``values`` and ``fixed`` are the initial values as :func:`solve` takes
     them: where ``values`` is a function of the parameters, the fixed
@@ -213,7 +213,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
     Args:
         dae: the DAE.
         t_span: (t0, t1).
-        values: initial values/guesses (see :func:`solver.initialize.parse_values`),
+        values: initial values/guesses (see :func:`solver.integrate.initialize.parse_values`),
             or a function ``values(params) -> mapping`` of the full parameter
             dict (a model's ``initial_values``: with sensitivities, its fixed
             entries' dependence on the parameters is differentiated too).
@@ -228,7 +228,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
         init: initialisation method (``auto``/``newton``/``ipopt``).
         ipopt_options: options passed to IPOPT.
         linear: stage solver (``auto``/``dense``/``kkt``, see
-            :class:`solver.integrate.Integrator`); ``auto`` picks the
+            :class:`solver.integrate.integrator.Integrator`); ``auto`` picks the
             structured KKT solve for large block-diagonal Lagrangian models.
         mode: Taylor engine: ``unrolled`` (straight-line code per order,
             fast steps, compile time growing with order and model size),
@@ -236,7 +236,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             independent of the order and of the number of parts),
             ``looped`` (a loop over the orders) or ``auto`` (for one run
             unrolled up to 5,000 operations, compact above: compiling is
-            most of a single run; :func:`solver.integrate.choose_mode`).
+            most of a single run; :func:`solver.integrate.integrator.choose_mode`).
         optimize: compile with LLVM's optimisation (default).  ``False``
             compiles up to 2x faster and runs several times slower (same
             results up to rounding): for a first look at a large model,
@@ -248,7 +248,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             holds ``d{var}_d{P}(time)`` for every variable: the derivative of
             the computed solution (consistent initial point and
             integration, by forward mode at the run's step sequence;
-            :mod:`solver.sensitivity`).
+            :mod:`solver.integrate.sensitivity`).
 
     Returns:
         xarray.Dataset (DESIGN.md schema) with ``status`` (0 = success),
@@ -259,7 +259,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
     Raises:
         InputError: bad arguments or initial values.
         InitialValueError: no consistent initial point.
-        solver.structure.StructurallySingularError: the DAE has no finite
+        solver.dae.structure.StructurallySingularError: the DAE has no finite
             transversal.
     """
     with compile_clock() as clock:
@@ -353,8 +353,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     The one way to solve many designs (the sweep pipeline calls it): every
     point is initialised by vmapped Gauss–Newton (IPOPT for the points it
     misses), all are integrated together by
-    :meth:`solver.integrate.Integrator.run_batch` on one compiled model, and
-    :mod:`solver.solution` names the outputs as :func:`solve` does.  A point
+    :meth:`solver.integrate.integrator.Integrator.run_batch` on one compiled model, and
+    :mod:`solver.results.solution` names the outputs as :func:`solve` does.  A point
     that fails (no consistent initial values, step too small, …) has NaN
     series and its status code; it never stops the batch.
 
@@ -375,7 +375,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         tol, order, max_steps, h_max, init, ipopt_options, linear, mode, optimize: as
             for :func:`solve` (default the model's settings).
         slots: problems advanced together by ``run_batch`` (see there);
-            None: the integrator's :meth:`~solver.integrate.Integrator.default_slots`.
+            None: the integrator's :meth:`~solver.integrate.integrator.Integrator.default_slots`.
         sensitivities: scalar parameter names P; adds ``d{var}_d{P}(point,
             time)`` as :func:`solve` does (forward mode through every
             point's initialisation and integration).

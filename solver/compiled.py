@@ -4,12 +4,12 @@ A :class:`Compiled` is built once per (DAE, order, stage solver) by
 :func:`compiled_model` and kept in this module's one registry, weakly keyed by the
 DAE, so it lives exactly as long as its DAE.  It owns
 
-* the :class:`~solver.integrate.Integrator` (whose ``run``/``run_batch`` are
+* the :class:`~solver.integrate.integrator.Integrator` (whose ``run``/``run_batch`` are
   jitted on it),
 * the vmapped Gauss–Newton of the consistent initialisation,
 * IPOPT's jitted constraint, sparse Jacobian and Hessian functions,
 * the per-output-time constraint-residual, energy and balance series
-  (dissipated energy, momenta: :mod:`solver.balance`),
+  (dissipated energy, momenta: :mod:`solver.results.balance`),
 
 and the one initialisation policy: Gauss–Newton for every point at once,
 IPOPT for the points Newton misses (:meth:`Compiled.consistent_points`).
@@ -28,14 +28,14 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from .errors import InputError
-from .initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
+from solver.errors import InputError
+from solver.integrate.initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
                          ipopt_point, state_scales)
-from .initialize import _residual_list  # the one wording of violated constraints
-from .balance import balance_kernels, balance_series, coordinate_levels
-from .integrate import MODES, Integrator, _device_number
-from .taylor import TaylorProgram
-from .sensitivity import consistent_tangents
+from solver.integrate.initialize import _residual_list  # the one wording of violated constraints
+from solver.results.balance import balance_kernels, balance_series, coordinate_levels
+from solver.integrate.integrator import MODES, Integrator, _device_number
+from solver.taylor.program import TaylorProgram
+from solver.integrate.sensitivity import consistent_tangents
 
 __all__ = ["Compiled", "compiled_model", "compile_clock", "INIT_METHODS", "LINEAR_CHOICES"]
 
@@ -112,13 +112,13 @@ def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", ba
         dae: the DAE (:class:`solver.DAE` or a Lagrangian one).
         order: Taylor order p (2 to 60).
         linear: stage solver, one of ``auto``/``dense``/``kkt`` (see
-            :class:`solver.integrate.Integrator`).
+            :class:`solver.integrate.integrator.Integrator`).
         mode: Taylor engine, ``auto``/``unrolled``/``compact``/``looped`` (see
-            :func:`solver.integrate.choose_mode`).
+            :func:`solver.integrate.integrator.choose_mode`).
         batch: for ``mode="auto"``: an engine for batches (default) or for
             single runs (``solve``), which may differ.
         optimize: compile the runs with LLVM's optimisation (default), or
-            quickly (see :class:`solver.integrate.Integrator`).
+            quickly (see :class:`solver.integrate.integrator.Integrator`).
 
     Returns:
         The :class:`Compiled` of ``(dae, order, linear, mode[, batch], optimize)``;
@@ -167,7 +167,7 @@ class Compiled:
         order: Taylor order p.
         linear: the stage solver asked for (``integrator.linear`` is the one
             chosen).
-        integrator: the :class:`~solver.integrate.Integrator`.
+        integrator: the :class:`~solver.integrate.integrator.Integrator`.
 
     The jitted functions are built on first use (``functools.cached_property``)
     and compiled by JAX on first call for each shape.
@@ -188,7 +188,7 @@ class Compiled:
 
     @functools.cached_property
     def start_tangents(self):
-        """jit(vmap(:func:`solver.sensitivity.consistent_tangents`)):
+        """jit(vmap(:func:`solver.integrate.sensitivity.consistent_tangents`)):
         (params (B,…), t0, z0 (B,n), free (B,n), dparams (B,k,…), dz_fixed (B,k,n)) -> (B,k,n)."""
         integ = self.integrator
         return jax.jit(jax.vmap(lambda p, t0, z, free, dp, dz: consistent_tangents(integ, p, t0, z, free, dp, dz),
@@ -213,7 +213,7 @@ class Compiled:
 
     @functools.cached_property
     def balance_kernels(self) -> dict:
-        """The jitted kernels of the balance outputs (:func:`solver.balance.balance_kernels`)."""
+        """The jitted kernels of the balance outputs (:func:`solver.results.balance.balance_kernels`)."""
         return balance_kernels(self.dae)
 
     @property
@@ -277,7 +277,7 @@ class Compiled:
     def balance_series(self, values, t_eval, params, energy) -> dict:
         """The balance outputs (energy change, dissipated energy, momenta) of a batch of runs.
 
-        :func:`solver.balance.balance_series` with this compiled model's
+        :func:`solver.results.balance.balance_series` with this compiled model's
         kernels (:attr:`balance_kernels`, compiled once).
 
         Args: as :meth:`constraint_residual_series`, and ``energy``: the
@@ -297,8 +297,8 @@ class Compiled:
         The one initialisation policy of the package: every point is solved
         by vmapped Gauss–Newton (one compiled call for the batch, unless
         ``method="ipopt"``); a point whose residual stays above
-        :data:`~solver.initialize.ASSEMBLY_TOL` times its scale is retried by
-        :func:`~solver.initialize.ipopt_point` (unless ``method="newton"``).
+        :data:`~solver.integrate.initialize.ASSEMBLY_TOL` times its scale is retried by
+        :func:`~solver.integrate.initialize.ipopt_point` (unless ``method="newton"``).
         A point that neither assembles gets ``ok = False`` and a message; no
         exception, so one bad design never stops a batch.
 
@@ -311,7 +311,7 @@ class Compiled:
             method: ``auto``, ``newton`` or ``ipopt``.
             ipopt_options: options for IPOPT.
             newton_iters: Gauss–Newton iteration limit.
-            specs: optional per-point :class:`~solver.initialize.StateSpec`
+            specs: optional per-point :class:`~solver.integrate.initialize.StateSpec`
                 handed to IPOPT (its weights and the entries the user gave,
                 for the messages); default built from ``z_hat`` and ``free``.
 
@@ -394,7 +394,7 @@ class Compiled:
         Args:
             params: parameter dict (no batch axis).
             t0: initial time.
-            spec: guesses and fixed entries (:func:`solver.initialize.parse_values`).
+            spec: guesses and fixed entries (:func:`solver.integrate.initialize.parse_values`).
             method: ``auto``, ``newton`` or ``ipopt``.
             ipopt_options: extra IPOPT options.
 
@@ -433,7 +433,7 @@ class Compiled:
 
         A diagnosis for ``mechsweep check``, separate from the integration
         code: the stage-0 Newton of this compiled model
-        (:meth:`~solver.integrate.Integrator.stage0_system`), without the
+        (:meth:`~solver.integrate.integrator.Integrator.stage0_system`), without the
         later stages, so its order does not matter.
 
         Args:

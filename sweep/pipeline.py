@@ -26,7 +26,7 @@ import numpy as np
 
 import solver
 from solver import status as codes
-from solver.sensitivity import metric_tangent, sensitivity_name
+from solver.integrate.sensitivity import metric_tangent, sensitivity_name
 from solver.errors import InputError
 
 __all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "scalar_series", "store_bytes",
@@ -291,8 +291,8 @@ def _times(spec, model) -> np.ndarray:
 
 def _context(spec, model, override, constants, structural=None) -> SweepContext:
     """The context of a sweep (or of one structure group) on a built model."""
-    from solver.sensitivity import check_names, sensitivity_layout, sensitivity_name
-    from solver.solution import output_layout
+    from solver.integrate.sensitivity import check_names, sensitivity_layout, sensitivity_name
+    from solver.results.solution import output_layout
     from sweep.store import Schema, effective_batch
 
     dae = model.dae
@@ -676,7 +676,7 @@ def scalar_series(dae) -> list[str]:
     The derivatives of scalar variables (``x_d1``), ``constraint_residual``,
     the energy and its balance (``energy``, ``energy_change``,
     ``dissipated``, where the model has them) and each driver's
-    ``torque_{driver}``: every output of :func:`solver.solution.output_layout`
+    ``torque_{driver}``: every output of :func:`solver.results.solution.output_layout`
     over time alone that is not a variable itself.
 
     Args:
@@ -685,7 +685,7 @@ def scalar_series(dae) -> list[str]:
     Returns:
         their names, in the dataset's order.
     """
-    from solver.solution import output_layout
+    from solver.results.solution import output_layout
 
     layout, _ = output_layout(dae)
     return [name for name, (dims, _) in layout.items() if dims == ("time",) and name not in dae.var_index]

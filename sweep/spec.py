@@ -27,7 +27,7 @@ n]`` as in numpy (logspace in decades: ``10**a .. 10**b``), and ``range:
 when ``stop`` is reached within a relative tolerance of 1e-9 of a step (so
 ``range: [0, 1, 0.1]`` has 11 values despite rounding); the step may be
 negative but not zero or of the wrong sign.  Values are numbers, or constant
-expression strings such as ``pi/4`` (evaluated by :mod:`solver.expr`).
+expression strings such as ``pi/4`` (evaluated by :mod:`solver.models.expr`).
 
 Expansion order (fixed, so the same file always gives the same table): the
 groups combine by Cartesian product, product axes first in file order, then
@@ -62,8 +62,8 @@ import numpy as np
 
 from solver.errors import (MAX_OUTPUT_BYTES, MAX_STORE_BYTES, InputError, how_to_raise, limit,
                            size_limit_message)
-from solver.expr import evaluate_constant
-from solver.yamlio import (Locator, check_keys, check_regular_file, describe_value, format_path,
+from solver.models.expr import evaluate_constant
+from solver.models.yamlio import (Locator, check_keys, check_regular_file, describe_value, format_path,
                            load_yaml,
                            require_document, require_int, require_list, require_mapping,
                            require_number, require_str)

@@ -94,7 +94,7 @@ import zarr
 
 from solver import status as st
 from solver.errors import InputError
-from solver.solution import package_versions
+from solver.results.solution import package_versions
 
 __all__ = [
     "BatchResult", "Schema", "MODES", "create_template", "prepare_store", "plan_store",

@@ -265,7 +265,7 @@ def describe_groups(spec, names: list[str], groups: list[Group], need: float) ->
 # ------------------------------------------------------------------ the root
 
 def _root_attrs_for(spec, names: list[str], groups: list[Group]) -> dict:
-    from solver.solution import package_versions
+    from solver.results.solution import package_versions
 
     return {
         ROOT_MARK: STRUCTURAL_FORMAT,
@@ -525,7 +525,7 @@ def _run_groups(spec, names, groups, out, client, mode, progress, note) -> Struc
 def run_structural_file(spec, base, names, out, *, workers=None, scheduler=None,
                         scheduler_file=None, cluster=None, mode="resume", dry_run=False,
                         progress=True, plot=None, echo=print, estimate=False):
-    """:func:`sweep.runner_cli.run_sweep_file` for a sweep with structural parameters.
+    """:func:`sweep.cli.sweep_command.run_sweep_file` for a sweep with structural parameters.
 
     The names are checked (structural values must be whole numbers), the
     groups planned and every group's model built once before anything is
@@ -533,7 +533,7 @@ def run_structural_file(spec, base, names, out, *, workers=None, scheduler=None,
     size (``--estimate``: compile and run each group's first batch).
 
     ``plot``: a function drawing the summary picture (store path -> PNG path
-    or None; :func:`sweep.runner_cli.summary_plot`), or None for none.
+    or None; :func:`sweep.cli.sweep_command.summary_plot`), or None for none.
 
     Returns:
         A :class:`StructuralSummary`, or None for a dry run.

@@ -7,7 +7,7 @@ compiles everything once); results do not depend on it.
 **A quick compile: LLVM at -O0, XLA's older emitters.**  The suite compiles
 hundreds of programs and runs each for moments, so it compiles every program
 as ``solve(optimize=False)`` does (:data:`TEST_XLA_FLAGS` =
-:data:`solver.integrate.QUICK_COMPILE`, for every program, through
+:data:`solver.integrate.integrator.QUICK_COMPILE`, for every program, through
 ``XLA_FLAGS``).  LLVM's optimisation of the machine code was most of what
 the suite waited for: from an empty compile cache it took 19:38 with it and
 14:24 without (XLA's compile 1,231 -> 631 CPU-seconds), while a run of RSCR's

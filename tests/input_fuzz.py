@@ -25,7 +25,7 @@ Each case is one command (``Case.command``):
   (whose file is mutated too, one time in four).
 
 :func:`run_case` writes a case into a fresh folder and runs it in-process
-through :func:`sweep.cli.main`, and returns an :class:`Outcome`: the exit
+through :func:`sweep.cli.app.main`, and returns an :class:`Outcome`: the exit
 code, whether a traceback was printed or an exception escaped, whether it
 ran past its time limit, and any file written outside its folder.
 :class:`CaseRunner` does the same in a child process, started afresh every
@@ -317,7 +317,7 @@ def _file(draw, base, ops: list, mutate: bool = True) -> str:
 @lru_cache(maxsize=None)
 def _base_data(name: str) -> dict:
     """A base model's data as the project's loader reads it (YAML 1.2 numbers)."""
-    from solver.yamlio import load_yaml
+    from solver.models.yamlio import load_yaml
 
     data, _ = load_yaml(BASES[name].file)
     return data
@@ -440,7 +440,7 @@ def run_case(case: Case, folder: Path, seconds: int = CASE_SECONDS) -> Outcome:
         :class:`Outcome`; ``stray`` lists files created, changed or deleted
         outside ``folder`` in its parent (the working directory of the run).
     """
-    from sweep.cli import main
+    from sweep.cli.app import main
 
     folder.mkdir(parents=True)
     (folder / "model.yaml").write_text(case.model_text, encoding="utf-8")

@@ -1,12 +1,12 @@
 """Models for the tests (and the initialisation benchmark), not part of the package.
 
 Mechanical models built with the Lagrangian facility: each builder returns a
-:class:`solver.lagrangian.LagrangianDAE` whose physical constants are DAE
+:class:`solver.mechanics.lagrangian.LagrangianDAE` whose physical constants are DAE
 parameters (so sweeps can vary them).  Most come from the talk
 (``shared/seeds/000_8ef9bbbd8e3e220d.txt``); the car is the "rigid frame on
 four springs" of the vehicle-dynamics article.  Helpers give consistent
 initial values where they are not obvious.  The cloth lives in
-:mod:`solver.cloth` (production code builds it) and is re-exported here.
+:mod:`solver.mechanics.cloth` (production code builds it) and is re-exported here.
 
 Below them, a planar four-bar linkage written as a plain :class:`solver.DAE`
 with its closed-form assembly, for the initialisation tests.
@@ -21,11 +21,11 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from solver.cloth import cloth, cloth_rest_positions
-from solver.dae import DAE
+from solver.mechanics.cloth import cloth, cloth_rest_positions
+from solver.dae.problem import DAE
 from solver.errors import InputError
-from solver.lagrangian import LagrangianDAE, lagrangian, point_force
-from solver.natural import assemble
+from solver.mechanics.lagrangian import LagrangianDAE, lagrangian, point_force
+from solver.mechanics.natural import assemble
 
 __all__ = [
     "pendulum_cartesian", "pendulum_angle", "pendulum_chain", "two_particles_spring",

@@ -175,7 +175,7 @@ def test_one_compiled_model_per_dae_and_order():
 
 
 def test_a_quick_compile_is_its_own_compiled_model_with_llvm_at_o0():
-    from solver.integrate import QUICK_COMPILE
+    from solver.integrate.integrator import QUICK_COMPILE
 
     quick = solver.compiled_model(PEND, 6, optimize=False)
     assert quick is not solver.compiled_model(PEND, 6) and solver.compiled_model(PEND, 6, optimize=False) is quick
@@ -205,7 +205,7 @@ def test_a_quick_compile_gives_the_same_run_and_says_so(tmp_path):
 
 
 def test_output_counts_of_one_bucket_share_one_compiled_run_and_lose_nothing():
-    # 21 and 24 output times both run on 24 rows (solver.integrate.output_rows).
+    # 21 and 24 output times both run on 24 rows (solver.integrate.integrator.output_rows).
     dae = solver.DAE(pendulum, variables=["x", "y", "lam"], params={"g": 9.81, "L": 1.0})
     runs = {n: solver.solve(dae, (0.0, T_END), release({"L": 1.0}), ["x", "x'"], tol=1e-10, samples=n)
             for n in (21, 24)}

@@ -1,4 +1,4 @@
-"""Balance outputs (solver/balance.py) against conservation laws.
+"""Balance outputs (solver/results/balance.py) against conservation laws.
 
 References nobody here wrote: the work-energy theorem (a damped model's
 energy change plus the energy its Rayleigh forces dissipated is zero),
@@ -120,7 +120,7 @@ def test_a_pendulums_angular_momentum_changes_at_the_gravity_torque():
 
 
 def test_a_dae_without_energy_has_no_balance_outputs():
-    from solver.solution import output_layout
+    from solver.results.solution import output_layout
 
     dae = solver.DAE(lambda t, v, p: [v["x"][1] + v["x"][0]], variables=["x"])
     layout, coords = output_layout(dae)

@@ -39,7 +39,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import solver
-from solver.integrate import order_for_tol
+from solver.integrate.integrator import order_for_tol
 
 sp = pytest.importorskip("sympy")
 me = pytest.importorskip("sympy.physics.mechanics")
@@ -221,7 +221,7 @@ def test_the_animation_follows_the_car(car, car_run):
     """The camera tracks the four strut mounts; every link (the frame and the
     four struts) joins drawn points, and the view stays the car's size while
     the car drives 15 m."""
-    from solver.plot import follow_limits
+    from solver.results.plot import follow_limits
 
     anim = car.animation
     assert anim["follow"] == ["P1", "P2", "P3", "P4"]
@@ -247,7 +247,7 @@ def test_the_car_through_the_command_line(tmp_path, capsys, monkeypatch, car_run
     run (1e-12) does, to 1e-8."""
     import jax
 
-    from sweep.cli import main
+    from sweep.cli.app import main
 
     # The command line's persistent compilation cache is this session's
     # (tests/conftest.py), so simulate loads the program the module compiled.

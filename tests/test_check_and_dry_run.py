@@ -4,7 +4,7 @@
   structural analysis but make the system Jacobian singular at the initial
   point (``simulate`` would stop with ``singular_jacobian``): exit 2, naming
   the dependent equations and the undetermined unknowns.  A regular model
-  prints its condition number.  :func:`solver.diagnose.analyse_jacobian` is
+  prints its condition number.  :func:`solver.analysis.diagnose.analyse_jacobian` is
   tested on matrices whose null spaces are known.
 * ``sweep --dry-run``: unknown parameter and output names exit 2 listing the
   valid choices; the store size is printed; ``--estimate`` compiles and runs
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from pendulum_sweep import write_pendulum_sweep
-from solver.diagnose import COND_MAX, analyse_jacobian
-from sweep.cli import main
+from solver.analysis.diagnose import COND_MAX, analyse_jacobian
+from sweep.cli.app import main
 from models_for_tests import PENDULUM_YAML
 
 ERR = "mechsweep: error: "

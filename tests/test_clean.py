@@ -1,4 +1,4 @@
-"""Tape cleaning (solver/clean.py): what it removes, and that it changes no value.
+"""Tape cleaning (solver/taylor/clean.py): what it removes, and that it changes no value.
 
 The rewrites are checked on a residual written with each redundancy in it,
 and on a Lagrangian mechanism whose residual is built by AD: the Taylor
@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 
 import solver
-from solver.integrate import Integrator, tape_ops
-from solver.taylor import TaylorProgram
+from solver.integrate.integrator import Integrator, tape_ops
+from solver.taylor.program import TaylorProgram
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "mechanisms"
 
@@ -79,7 +79,7 @@ def test_a_lagrangian_mechanism_loses_a_third_of_its_tape_and_none_of_its_values
     assert prog.clean_stats.after <= 0.67 * prog.clean_stats.before
     assert tape_ops(prog) < tape_ops(raw)
     comp = solver.compiled_model(dae, 8, mode="unrolled")
-    from solver.initialize import parse_values
+    from solver.integrate.initialize import parse_values
 
     spec = parse_values(comp.integrator, m.initial_values(), m.fixed)
     params = {k: jnp.asarray(v) for k, v in dae.params.items()}

@@ -13,7 +13,7 @@ import pytest
 import xarray as xr
 from PIL import Image
 
-from sweep.cli import main
+from sweep.cli.app import main
 
 PENDULUM = """Title: Short pendulum
 Kind: DAE
@@ -132,7 +132,7 @@ def test_simulate_out_netcdf_round_trips_and_plots(files, tmp_path, capsys):
     """netCDF-3 (scipy's writer) stores neither lists of strings nor a
     ``variables`` attribute of its own: the result still writes, reopens
     with the same attributes and values, and plots."""
-    from sweep.cli import open_result
+    from sweep.cli.app import open_result
 
     nc = tmp_path / "run.nc"
     assert main(["simulate", str(files / "pendulum.yaml"), "--json", "--out", str(nc)]) == 0
@@ -147,7 +147,7 @@ def test_simulate_out_netcdf_round_trips_and_plots(files, tmp_path, capsys):
 def test_simulate_store_opens_quietly_and_records_the_order_used(pendulum_run):
     import warnings
 
-    from solver.integrate import order_for_tol
+    from solver.integrate.integrator import order_for_tol
 
     _, _, _, run = pendulum_run
     with warnings.catch_warnings():
@@ -163,7 +163,7 @@ def test_text_coordinates_are_stored_as_variable_length_strings_without_a_zarr_w
     stores write text as variable-length strings, which read back equal."""
     import warnings
 
-    from sweep.cli import open_result, write_result
+    from sweep.cli.app import open_result, write_result
 
     ds = xr.Dataset({"w": (("time", "axis"), np.arange(6.0).reshape(2, 3)), "note": ("time", np.array(["a", "bc"]))},
                     coords={"time": [0.0, 1.0], "axis": np.array(["x", "y", "z"])})
@@ -180,7 +180,7 @@ def test_text_coordinates_are_stored_as_variable_length_strings_without_a_zarr_w
 def test_json_final_over_1000_values_goes_to_a_file(tmp_path, capsys):
     import argparse
 
-    from sweep.cli import FINAL_MAX, _spill_final
+    from sweep.cli.app import FINAL_MAX, _spill_final
 
     small = {"status": "success", "final": {"x": 1.0}, "steps": 3}
     args = argparse.Namespace(out=str(tmp_path / "run.zarr"), model="m.yaml")

@@ -1,4 +1,4 @@
-"""The compact Taylor engine (solver/compact.py): a scalar tape evaluated in groups.
+"""The compact Taylor engine (solver/taylor/compact.py): a scalar tape evaluated in groups.
 
 What it promises beyond the coefficient checks in test_taylor.py (every
 primitive against nested jacfwd, all engines):
@@ -28,8 +28,8 @@ import jax.numpy as jnp
 import solver
 from models_for_tests import pendulum_chain
 from solver.api import integrator_for
-from solver.compact import CompactProgram, CompactUnsupportedError
-from solver.taylor import TaylorProgram
+from solver.taylor.compact import CompactProgram, CompactUnsupportedError
+from solver.taylor.program import TaylorProgram
 
 
 def compact_of(dae, order):
@@ -154,7 +154,7 @@ def test_an_operation_it_cannot_decompose_is_named_and_auto_falls_back(monkeypat
     with pytest.raises(CompactUnsupportedError, match="cannot decompose the operation 'dynamic_slice'.*"
                                                       "its indices depend on the parameters"):
         integrator_for(dae, 6, mode="compact")
-    import solver.integrate as integrate
+    import solver.integrate.integrator as integrate
 
     monkeypatch.setattr(integrate, "UNROLL_MAX_OPS", 0)  # auto would choose compact
     s = dae.structure
@@ -170,7 +170,7 @@ def test_auto_takes_compact_for_one_run_of_a_medium_model_and_unrolled_for_its_b
     the compile time), solve_batch() the unrolled one (the fastest steps)."""
     from pathlib import Path
 
-    from solver.integrate import UNROLL_MAX_OPS, UNROLL_MAX_OPS_SINGLE, choose_mode, tape_ops
+    from solver.integrate.integrator import UNROLL_MAX_OPS, UNROLL_MAX_OPS_SINGLE, choose_mode, tape_ops
 
     model = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "mechanism0.yaml")
     s = model.dae.structure

@@ -1,7 +1,7 @@
 """solver.concrete: build-time evaluation in numpy gives what JAX's own primitives give, bit for bit.
 
 Each case is a small ``lax`` function; every equation of its jaxpr is
-evaluated by :func:`solver.concrete.evaluate` and by binding the primitive
+evaluated by :func:`solver.dae.concrete.evaluate` and by binding the primitive
 (XLA), on values drawn by hypothesis (NaN, infinities, signed zeros and
 subnormal numbers, which XLA:CPU flushes to zero in arithmetic, included),
 and the two must be equal in value, sign and dtype.  The shapes and
@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from solver.concrete import NUMPY_RULES, evaluate
+from solver.dae.concrete import NUMPY_RULES, evaluate
 
 jax.config.update("jax_enable_x64", True)
 

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 import solver
 from solver.api import integrator_for
-from solver.degree import residual_degrees, stage0_is_affine
+from solver.taylor.degree import residual_degrees, stage0_is_affine
 
 from models_for_tests import car, four_bar, pendulum_cartesian, pendulum_chain
 
@@ -158,7 +158,7 @@ def test_one_newton_step_gives_the_newton_loop_leading_derivatives():
 
 def test_a_run_with_one_step_stage0_is_the_run_with_the_newton_loop():
     """The whole integration changes by rounding only: same steps, same outputs."""
-    from solver.integrate import Integrator
+    from solver.integrate.integrator import Integrator
 
     integ = integrator_for(solver.DAE(_pendulum, ["x", "y", "lam"], PEND), 10)
     looped = Integrator(integ.prog, mode=integ.mode)

@@ -26,11 +26,11 @@ import xarray as xr
 
 from solver import status as st
 from solver.errors import InputError
-from sweep import design as design_mod
-from sweep.cli import main
-from sweep.design import build_problem, evaluate, rank_store, run_design
-from sweep.design_spec import OptimizerSettings, load_design
-from sweep.runner_cli import run_sweep_file
+from sweep.design import optimize as design_mod
+from sweep.cli.app import main
+from sweep.design.optimize import build_problem, evaluate, rank_store, run_design
+from sweep.design.spec import OptimizerSettings, load_design
+from sweep.cli.sweep_command import run_sweep_file
 
 ROOT = Path(__file__).resolve().parents[1]
 RSCR_DESIGN = ROOT / "configs" / "design" / "rscr_curve.yaml"
@@ -77,7 +77,7 @@ def rscr_spec():
 
 @pytest.fixture(scope="module")
 def rscr(rscr_spec):
-    """The shipped config's context; its model (compiled once) stays in sweep.design's cache."""
+    """The shipped config's context; its model (compiled once) stays in sweep.design.optimize's cache."""
     return build_problem(rscr_spec)
 
 
@@ -254,7 +254,7 @@ def test_starts_run_in_parallel_on_a_local_cluster(pendulum):
 
 # ------------------------------------------------------------ failed design points
 def _failing(monkeypatch, fails):
-    """sweep.design.evaluate with a region of designs that 'cannot assemble'."""
+    """sweep.design.optimize.evaluate with a region of designs that 'cannot assemble'."""
     real = design_mod.evaluate
     calls = {"failed": 0}
 

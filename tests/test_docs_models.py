@@ -22,7 +22,7 @@ import pytest
 import solver
 from solver.errors import InputError
 from solver.models import dae_kind, lagrangian_kind, mechanism_kind, model as model_mod
-from solver.yamlio import load_yaml
+from solver.models.yamlio import load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "models.md"
@@ -125,7 +125,7 @@ def test_every_key_the_readers_accept_is_documented(keys):
 
 
 def test_every_function_of_the_expression_language_is_documented():
-    from solver.expr import FUNCTIONS
+    from solver.models.expr import FUNCTIONS
 
     text = DOC.read_text(encoding="utf-8")
     section = text[text.index("### Functions"):text.index("### Vectors")]

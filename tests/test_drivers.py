@@ -32,8 +32,8 @@ import jax.numpy as jnp
 
 import solver
 from solver.errors import InputError
-from solver.solution import output_layout
-from sweep.cli import main
+from solver.results.solution import output_layout
+from sweep.cli.app import main
 from sweep.pipeline import batch_fn, build_context, remember_model
 from sweep.run import run_sweep
 from sweep.spec import load_sweep

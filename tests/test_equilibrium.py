@@ -26,9 +26,9 @@ import pytest
 from scipy.optimize import brentq, minimize, root
 
 import solver
-from solver.equilibrium import Equilibrium, EquilibriumError
+from solver.analysis.equilibrium import Equilibrium, EquilibriumError
 from solver.errors import InputError
-from sweep.cli import main
+from sweep.cli.app import main
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "mechanisms"
 

@@ -9,7 +9,7 @@ nothing read from a file is executed.
 
 import pytest
 
-from sweep.cli import main
+from sweep.cli.app import main
 from models_for_tests import PENDULUM_YAML
 
 BASE = PENDULUM_YAML

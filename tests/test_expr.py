@@ -1,4 +1,4 @@
-"""Specification of the safe expression language (solver/expr.py).
+"""Specification of the safe expression language (solver/models/expr.py).
 
 References are Python's own arithmetic and precedence, the ``math`` and
 ``numpy`` functions, and closed-form time derivatives.
@@ -16,9 +16,9 @@ from hypothesis import given, settings, strategies as st
 import jax
 import jax.numpy as jnp
 
-from solver import dae
+from solver.dae import problem as dae
 from solver.errors import InputError
-from solver.expr import (
+from solver.models.expr import (
     FUNCTIONS, MAX_LENGTH, MAX_NESTING, MAX_ORDER, RESERVED_NAMES, BinOp, Call,
     ConstantScope, Const, Deriv, Expr, ExprError, Index, Name, Neg, Num, Vector,
     check_name, evaluate_constant, parse,

@@ -1,4 +1,4 @@
-"""``solver.tape.fence``: values computed once for all the kernels that read them.
+"""``solver.taylor.tape.fence``: values computed once for all the kernels that read them.
 
 XLA:CPU's fusion recomputes a cheap shared operation inside every fused
 kernel that reads it; the unrolled Taylor engine passes each stage's new
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 import solver
-from solver.tape import UnrolledProgram, fence
+from solver.taylor.tape import UnrolledProgram, fence
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,7 +98,7 @@ def test_a_batch_fences_on_a_value_the_whole_batch_shares():
     # Fenced on each element's own time, every fence is a loop with a batched
     # condition, which XLA runs with a select of every fenced value per trip;
     # a batch's step is fenced on its end time t1, which all elements share.
-    from solver.integrate import order_for_tol
+    from solver.integrate.integrator import order_for_tol
 
     def residual(t, v, p):
         x, y, lam = v["x"], v["y"], v["lam"]

@@ -5,7 +5,7 @@ pendulum, the ``Mechanism`` Mechanism0, the ``Lagrangian`` double pendulum)
 and of small sweeps of them (:mod:`input_fuzz`: keys, types, numbers,
 expressions and the YAML text) run through ``mechsweep check``, ``mechsweep
 sweep --dry-run`` and, for a small share, ``mechsweep simulate`` of a short
-run (:func:`sweep.cli.main`), in a child process
+run (:func:`sweep.cli.app.main`), in a child process
 (:class:`input_fuzz.CaseRunner`: what the cases compile stays out of this
 process, and a case that kills its process is a crash, not the end of the
 test run).  Every case must end in exit 0, 1 or 2 with no traceback printed

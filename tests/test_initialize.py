@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import solver
 from solver.api import integrator_for
 from models_for_tests import four_bar, four_bar_assembly
-from solver.initialize import InitialValueError, StateSpec, hidden_jacobian_pattern, parse_values
+from solver.integrate.initialize import InitialValueError, StateSpec, hidden_jacobian_pattern, parse_values
 
 ORDER = 4  # the hidden constraints do not depend on the Taylor order: keep compiles small
 
@@ -334,7 +334,7 @@ def test_each_initial_value_lands_at_its_state_entry_or_leading_derivative_guess
     # entry (x, e, l) divided by l!, at the leading order to the guess of
     # x^(d) (over d!), later names overwrite earlier ones; a fixed name
     # clears its entries' free flags.  The parsing is cached per name and
-    # per list of fixed names (solver/initialize.py), so the same names
+    # per list of fixed names (solver/integrate/initialize.py), so the same names
     # parsed twice in a row must give the same spec.
     integ = integrator_for(VEC, ORDER)
     d = integ.prog.d
@@ -399,7 +399,7 @@ def test_bad_initial_values_are_refused_every_time_with_the_same_message(values,
 
 
 def test_a_batchs_state_scales_are_each_rows_scale():
-    from solver.initialize import state_scale, state_scales
+    from solver.integrate.initialize import state_scale, state_scales
 
     Z = np.array([[0.5, -0.2], [3.0, -7.5], [np.nan, 0.1], [np.inf, 2.0]])
     assert list(state_scales(Z)) == [1.0, 7.5, 1.0, np.inf]

@@ -1,6 +1,6 @@
 """Input limits and argument checks: every case exits 2 with a clear message.
 
-End to end through ``sweep.cli.main`` (as ``mechsweep`` runs it): YAML alias
+End to end through ``sweep.cli.app.main`` (as ``mechsweep`` runs it): YAML alias
 bombs and deep nesting, output sizes, batch and grid sizes, ``--workers``,
 ``--out`` targets, MODEL paths that are not model files, and initial values
 that cannot be met.  Every case but the last fails before anything is
@@ -15,7 +15,7 @@ import pytest
 
 import solver
 from solver.errors import InputError
-from sweep.cli import main
+from sweep.cli.app import main
 from models_for_tests import PENDULUM_YAML
 
 PENDULUM = PENDULUM_YAML
@@ -68,7 +68,7 @@ def message(tmp, capsys, *argv) -> str:
 # ------------------------------------------------------------------ YAML limits
 def timed_message(tmp, capsys, *argv) -> tuple[str, float]:
     """(message, seconds) of a second run of the command: the first, untimed, pays the
-    lazy imports of the command (``sweep.cli`` imports its subcommands when run), so
+    lazy imports of the command (``sweep.cli.app`` imports its subcommands when run), so
     only the reading and refusing of the file is timed."""
     first = message(tmp, capsys, *argv)
     start = time.perf_counter()
@@ -233,7 +233,7 @@ def test_huge_cloth_grid_is_refused_with_its_memory(tmp, capsys):
     assert message(tmp, capsys, "check", tmp / "cloth.yaml") == \
         f"TMP/cloth.yaml:5: Generator.cloth.rows: {expected}"
     with pytest.raises(InputError) as err:
-        solver.cloth.cloth(100_000, 100_000)
+        solver.mechanics.cloth.cloth(100_000, 100_000)
     assert str(err.value) == f"cloth: {expected}"
 
 

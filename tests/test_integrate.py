@@ -15,9 +15,9 @@ from hypothesis import strategies as hst
 
 import solver
 from solver import status
-from solver.integrate import output_rows, pad_output_times
+from solver.integrate.integrator import output_rows, pad_output_times
 from solver.api import integrator_for
-from solver.initialize import parse_values
+from solver.integrate.initialize import parse_values
 
 from models_for_tests import four_bar
 
@@ -174,7 +174,7 @@ def test_outputs_in_chunks_equal_outputs_in_one_array(monkeypatch, n_out, t_last
     # the integration goes on after the last output.  The same run with every
     # output in one array (the layout under mechsweep's threshold) must give
     # the same numbers, bit for bit, and the exact solution.
-    from solver import xla_setup
+    from solver.integrate import xla_setup
 
     theta0, t1 = 1.2, 3.0
     t_eval = np.linspace(0.0, t_last, n_out) if n_out > 1 else np.array([t_last])
@@ -221,8 +221,8 @@ def test_a_small_models_run_keeps_its_set_up_in_its_loop_with_the_unwrapped_runs
     # run is wrapped in a loop of one trip (Integrator._run_whole): outside
     # it, only the loop and the initial values of its results (one kernel
     # per result) and of its flag remain.  Same numbers as the unwrapped run.
-    from solver import xla_setup
-    from solver.integrate import _device_number
+    from solver.integrate import xla_setup
+    from solver.integrate.integrator import _device_number
 
     assert xla_setup.loops_compiled_whole()
     theta0, t1 = 1.2, 3.0
@@ -251,7 +251,7 @@ def test_output_times_are_copied_to_the_device_once_per_content():
     # same content (a new array each call, as solve() pads it) is not copied
     # again, a different content is, and what is not a 1-D float64 numpy
     # array (lists, device arrays, tracers, very long arrays) passes as given.
-    from solver.integrate import CACHED_TIMES_MAX, _device_times
+    from solver.integrate.integrator import CACHED_TIMES_MAX, _device_times
 
     a = _device_times(np.linspace(0.0, 1.0, 11))
     assert isinstance(a, jax.Array) and _device_times(np.linspace(0.0, 1.0, 11)) is a
@@ -311,7 +311,7 @@ def loops_xla_copies_to_find_a_counter(hlo_text: str) -> list[tuple]:
     """Loops whose condition reads one carry element that the body computes from others.
 
     XLA's loop passes copy the whole computation of such an element's
-    update to test whether it is a counter (solver.integrate.step_loop_condition).
+    update to test whether it is a counter (solver.integrate.integrator.step_loop_condition).
     Returns (condition, element, other elements its update reads) per loop.
     """
     comps = _hlo_computations(hlo_text)
@@ -464,7 +464,7 @@ def test_the_slot_pool_in_rounds_and_refilled_every_step_give_the_same_runs(slot
 def test_an_integrators_runs_from_two_threads_run_one_at_a_time_with_their_own_results(monkeypatch):
     """solve and solve_batch are not the only doors: integrator_for's Integrator is public, and
     jaxlib 0.10.2's LAPACK kernels can hang two of its batches executing at once (see
-    solver.serial).  Its run, run_batch and run_tangents hold the same process-wide lock: each
+    solver.integrate.solve_lock).  Its run, run_batch and run_tangents hold the same process-wide lock: each
     thread's program executes after the other's ended and gives the numbers it gives alone."""
     from overlap import OverlapCounter, in_two_threads
 
@@ -565,7 +565,7 @@ class _CircleOfferingKKT(solver.DAE):
         super().__init__(_circle, ["x", "y", "lam"], {"g": 9.81, "L": 1.0})
 
     def kkt_blocks(self):
-        from solver.kkt import KKTBlocks, MassBlocks
+        from solver.numerics.kkt import KKTBlocks, MassBlocks
 
         index = np.array([[0], [1]])
         return KKTBlocks(coords=("x", "y"), n_q=2, n_c=1,
@@ -577,8 +577,8 @@ class _CircleOfferingKKT(solver.DAE):
 
 
 def test_any_dae_offering_kkt_blocks_gets_the_structured_solve_with_the_dense_result():
-    from solver.integrate import Integrator
-    from solver.taylor import TaylorProgram
+    from solver.integrate.integrator import Integrator
+    from solver.taylor.program import TaylorProgram
 
     dae = _CircleOfferingKKT()
     s = dae.structure
@@ -618,7 +618,7 @@ def test_padded_output_times_are_never_written_and_change_no_output(monkeypatch,
     # rows stay NaN, in one output array or in chunks (XLA's own threshold:
     # 32 rows here, so the 65 -> 96 padding spans chunks), and the real rows
     # are the unpadded run's, bit for bit.
-    from solver import xla_setup
+    from solver.integrate import xla_setup
 
     if threshold == "xla_default":
         monkeypatch.setattr(xla_setup, "loop_byte_threshold", lambda: xla_setup.XLA_DEFAULT_LOOP_BYTES)

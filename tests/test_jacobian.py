@@ -1,4 +1,4 @@
-"""solver.jacobian.jacfwd equals jax.jacfwd, and its basis is literal data in the compiled program."""
+"""solver.numerics.jacobian.jacfwd equals jax.jacfwd, and its basis is literal data in the compiled program."""
 
 import jax
 import jax.numpy as jnp
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import solver  # noqa: F401  (x64)
-from solver.integrate import take_static
-from solver.jacobian import jacfwd
+from solver.integrate.integrator import take_static
+from solver.numerics.jacobian import jacfwd
 
 
 def f_tree(x):
@@ -53,7 +53,7 @@ def test_take_static_equals_fancy_indexing(rows, cols):
 def test_a_large_input_keeps_an_iota_basis_and_the_same_jacobian():
     # Past CONSTANT_IDENTITY_MAX inputs the basis is jnp.eye: as a constant it
     # would put n² numbers into the executable.
-    from solver.linalg import CONSTANT_IDENTITY_MAX, identity
+    from solver.numerics.linalg import CONSTANT_IDENTITY_MAX, identity
 
     n = CONSTANT_IDENTITY_MAX + 1
     assert isinstance(identity(CONSTANT_IDENTITY_MAX), np.ndarray)

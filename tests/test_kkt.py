@@ -1,4 +1,4 @@
-"""The structured KKT solve (solver/kkt.py), against numpy's dense solver.
+"""The structured KKT solve (solver/numerics/kkt.py), against numpy's dense solver.
 
 Specification: for M block diagonal (given by its diagonal blocks, contiguous
 or scattered over the coordinates) and a constraint Jacobian G,
@@ -20,7 +20,7 @@ from hypothesis import given, settings, strategies as st
 import jax
 import jax.numpy as jnp
 
-from solver.kkt import KKTBlocks, MassBlocks, kkt_factor, kkt_solve
+from solver.numerics.kkt import KKTBlocks, MassBlocks, kkt_factor, kkt_solve
 
 
 def spd_blocks(rng, nb, b):

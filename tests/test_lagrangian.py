@@ -16,9 +16,9 @@ import jax.numpy as jnp
 
 import solver
 import models_for_tests as ex
-from solver.dae import DAE
+from solver.dae.problem import DAE
 from solver.errors import InputError
-from solver.lagrangian import LagrangianDAE, MassBlocks, lagrangian, point_force, solve_kkt
+from solver.mechanics.lagrangian import LagrangianDAE, MassBlocks, lagrangian, point_force, solve_kkt
 
 RNG = np.random.default_rng(20240601)
 
@@ -473,7 +473,7 @@ def test_solver_lagrangian_is_callable_from_the_package():
 # ----------------------------------------------------------- natural coordinates
 from scipy.spatial.transform import Rotation  # noqa: E402
 
-from solver import natural  # noqa: E402
+from solver.mechanics import natural  # noqa: E402
 
 
 def test_rod_kinetic_energy_is_the_integral_over_the_rod():
@@ -585,8 +585,8 @@ def test_kkt_blocks_hand_the_integrator_the_mass_blocks_and_constraints_as_data(
 
 # ----------------------------------------------------------- integrator's choice
 def test_integrator_linear_choice_and_its_errors():
-    from solver.integrate import Integrator
-    from solver.taylor import TaylorProgram
+    from solver.integrate.integrator import Integrator
+    from solver.taylor.program import TaylorProgram
 
     def integ(dae, linear="auto"):
         s = dae.structure

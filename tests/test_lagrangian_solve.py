@@ -13,8 +13,8 @@ import jax.numpy as jnp
 
 import solver
 import models_for_tests as ex
-from solver import natural
-from solver.lagrangian import lagrangian
+from solver.mechanics import natural
+from solver.mechanics.lagrangian import lagrangian
 
 
 def _energy(dae, ds):

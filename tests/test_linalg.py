@@ -7,7 +7,7 @@ import scipy.linalg as sl
 import jax
 import jax.numpy as jnp
 
-from solver import linalg
+from solver.numerics import linalg
 
 SIZES = [1, 2, 3, linalg.FACTOR_UNROLL_MAX, linalg.FACTOR_UNROLL_MAX + 1, linalg.SOLVE_UNROLL_MAX,
          linalg.SOLVE_UNROLL_MAX + 1, 12]

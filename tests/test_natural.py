@@ -1,4 +1,4 @@
-"""Natural-coordinate kinematics and energies (solver/natural.py) against references.
+"""Natural-coordinate kinematics and energies (solver/mechanics/natural.py) against references.
 
 The references are computed here with numpy, independently of the module:
 a rigid body is a cloud of point masses moved by a known rotation and
@@ -15,7 +15,7 @@ from scipy.spatial.transform import Rotation
 import jax
 import jax.numpy as jnp
 
-from solver import natural
+from solver.mechanics import natural
 from solver.errors import InputError
 
 RNG = np.random.default_rng(20240611)
@@ -159,7 +159,7 @@ def test_canonical_mass_properties_follow_the_frame_rule():
 
 
 def test_the_functions_accept_traced_geometry():
-    # As solver.mechanism uses them: geometry and mass are traced parameters.
+    # As solver.mechanics.mechanism uses them: geometry and mass are traced parameters.
     r, m, M, c, I, _ = _cloud(3)
     local = RNG.uniform(-2, 2, (3, 3))
     local -= local[0]                                  # A at the local origin

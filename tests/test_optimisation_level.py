@@ -34,7 +34,7 @@ def _runs_optimised() -> dict:
 
 def test_the_suite_compiles_as_a_quick_compile_does():
     """conftest.py's flags (set before JAX starts, for every program) are the per-program options of optimize=False."""
-    from solver.integrate import QUICK_COMPILE
+    from solver.integrate.integrator import QUICK_COMPILE
 
     def flag(value):
         return str(value).lower() if isinstance(value, bool) else str(value)

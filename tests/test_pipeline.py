@@ -90,7 +90,7 @@ def test_sweep_constants_reach_the_simulation(tmp_path):
 def moon_store(tmp_path_factory):
     """The pendulum sweep (6 points) with ``Batch: 5000``, ``constants: {g: 1.6}`` and an
     Override, run in this process into a store; every ``solve_batch`` call's size recorded."""
-    from sweep.runner_cli import run_sweep_file
+    from sweep.cli.sweep_command import run_sweep_file
 
     folder = tmp_path_factory.mktemp("moon")
     sweep_file = write_pendulum_sweep(folder)
@@ -148,7 +148,7 @@ def test_a_store_records_the_constants_override_and_sweep_file(moon_store):
     assert same.attrs["parameters"] == attrs["parameters"]
     # the stored model is rebuilt with its Override (as `animate STORE` does)
     from solver.models import load_data
-    from solver.yamlio import load_yaml
+    from solver.models.yamlio import load_yaml
 
     data, loc = load_yaml(attrs["model_yaml"], file=attrs["model_path"])
     assert load_data(data, loc, loc.file, json.loads(attrs["model_overrides"])).tend == 0.5

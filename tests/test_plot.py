@@ -1,4 +1,4 @@
-"""Pictures (solver/plot.py): panels, the up direction, links, MP4 checks, large models.
+"""Pictures (solver/results/plot.py): panels, the up direction, links, MP4 checks, large models.
 
 No integration here: results are made by hand, so the tests are about the
 pictures, and fast.
@@ -10,9 +10,9 @@ import xarray as xr
 from PIL import Image
 
 import solver
-from solver import plot
+from solver.results import plot
 from solver.errors import InputError
-from sweep.cli import main
+from sweep.cli.app import main
 
 CHAIN = """Title: Hanging pair
 Kind: Lagrangian

@@ -1,4 +1,4 @@
-"""The residual at a point with ``ddt`` expanded (solver/pointwise.py), and the
+"""The residual at a point with ``ddt`` expanded (solver/taylor/pointwise.py), and the
 system Jacobian built from it.
 
 References: derivatives written out by hand (product and chain rules), and
@@ -15,9 +15,9 @@ import jax
 import jax.numpy as jnp
 
 import solver
-from solver.integrate import Integrator
-from solver.pointwise import residual_at
-from solver.taylor import TaylorProgram
+from solver.integrate.integrator import Integrator
+from solver.taylor.pointwise import residual_at
+from solver.taylor.program import TaylorProgram
 
 
 def _program(fn, names, params=None, order=4):

@@ -13,7 +13,7 @@ import pytest
 import solver
 from solver.errors import InputError
 from solver.models.repeat import expand
-from solver.yamlio import load_yaml
+from solver.models.yamlio import load_yaml
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "mechanisms"
 

@@ -331,7 +331,7 @@ def test_free_body_files_through_the_command_line(name, tmp_path, capsys, monkey
     ends where the module's run of free_body.yaml is at t = 1 (1e-9)."""
     import jax
 
-    from sweep.cli import main
+    from sweep.cli.app import main
 
     # The command line's persistent compilation cache is this session's
     # (tests/conftest.py), so simulate loads the program the module's solves

@@ -11,7 +11,7 @@ C = C1 + mu v(C1) with v = cos(gamma) w + sin(gamma) C1/L3 × w the axis fixed
 in the crank (part 3).
 
 The rigid form is built here in Python with :func:`solver.lagrangian` and
-:mod:`solver.natural`.  Part 2 (the coupler B–C, which slides and turns on
+:mod:`solver.mechanics.natural`.  Part 2 (the coupler B–C, which slides and turns on
 the crank's axis v) is a 3-D rigid body whose basic points/vectors are
 [C (point), B (point), V2 (vector)], V2 a body-fixed unit vector
 perpendicular to BC along the cylinder axis: a ``RigidFrame`` of kinds
@@ -56,8 +56,8 @@ import pytest
 import jax.numpy as jnp
 
 import solver
-from solver import natural
-from solver.lagrangian import lagrangian
+from solver.mechanics import natural
+from solver.mechanics.lagrangian import lagrangian
 
 RSCR = Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "rscr.yaml"
 T_END, TOL = 1.0, 1e-12

@@ -85,7 +85,7 @@ def test_spring_chain_through_the_command_line(tmp_path, capsys):
     """``check`` and a short ``simulate --json`` of the shipped file, as a user runs them."""
     import json
 
-    from sweep.cli import main
+    from sweep.cli.app import main
 
     path = tmp_path / "spring_chain.yaml"
     text = (CONFIGS / "spring_chain.yaml").read_text()
@@ -112,7 +112,7 @@ def test_a_structural_set_rebuilds_the_model_and_says_so(tmp_path, capsys):
     3-particle normal mode."""
     import json
 
-    from sweep.cli import main
+    from sweep.cli.app import main
 
     path = tmp_path / "spring_chain.yaml"
     path.write_text((CONFIGS / "spring_chain.yaml").read_text().replace("  tend: 5\n", "  tend: 1\n"))
@@ -186,7 +186,7 @@ def test_the_chain_started_in_a_plane_follows_the_textbook_angle_equations(pendu
 def test_the_chain_of_pendula_through_the_command_line(tmp_path, capsys):
     import json
 
-    from sweep.cli import main
+    from sweep.cli.app import main
 
     path = tmp_path / "chain.yaml"
     path.write_text((CONFIGS / "pendulum_chain3d.yaml").read_text().replace("  tend: 3\n", "  tend: 0.5\n"))

@@ -15,8 +15,8 @@ from scipy.special import ellipj, ellipk
 
 import solver
 from solver.errors import InputError
-from solver.sensitivity import check_names, metric_tangent
-from sweep.runner_cli import run_sweep_file
+from solver.integrate.sensitivity import check_names, metric_tangent
+from sweep.cli.sweep_command import run_sweep_file
 from sweep.spec import load_sweep
 
 PENDULUM = "configs/mechanisms/pendulum.yaml"
@@ -118,7 +118,7 @@ def test_solve_batch_sensitivities_are_each_points_single_run_sensitivities(pend
 
 def test_a_compact_batchs_sensitivities_are_each_points_single_run_sensitivities():
     """Forward mode through a batch on the compact engine runs batch-last (the slots' vmap applies
-    the engine's own batching to the stage passes' jvp: solver.compact.batched_tangents); one run's
+    the engine's own batching to the stage passes' jvp: solver.taylor.compact.batched_tangents); one run's
     runs the plain passes.  Two different computations of the same derivatives: they must agree."""
     model = solver.load(FOURBAR)
     lengths = np.array([2.9, 3.1])
@@ -241,7 +241,7 @@ def test_seeded_carries_make_the_sensitivities_trace_each_loop_once_with_the_sam
     from jax._src.interpreters import ad, batching
     from jax.extend.core import jaxpr_as_fun
 
-    import solver.integrate as si
+    import solver.integrate.integrator as si
 
     passes = {"n": 0}
 

@@ -12,7 +12,7 @@ import xarray as xr
 
 import solver
 from solver import status as st
-from solver.solution import build_batch_dataset, build_dataset, output_layout, package_versions
+from solver.results.solution import build_batch_dataset, build_dataset, output_layout, package_versions
 
 
 def pendulum(t, v, p):

@@ -1,4 +1,4 @@
-"""Dependency patterns (solver/sparsity.py): which unknown, at which order, every equation reads.
+"""Dependency patterns (solver/dae/sparsity.py): which unknown, at which order, every equation reads.
 
 Specification: for a residual traced to a jaxpr, the structural pattern has
 an entry (i, j) exactly where equation i depends on unknown j, and its value
@@ -26,11 +26,13 @@ from jax import lax
 from jax.extend import core as jex_core
 
 import solver
-from solver import primitives, sparsity, taylor
-from solver.dae import DAE, ddt
-from solver.ddt import ddt_p
-from solver.sparsity import UnsupportedPrimitiveError, dependency_pattern, jaxpr_dependencies
-from solver.structure import NEG_INF, signature, signature_matrix
+from solver.dae import primitives
+from solver.dae import sparsity
+from solver.taylor import program as taylor
+from solver.dae.problem import DAE, ddt
+from solver.dae.derivative import ddt_p
+from solver.dae.sparsity import UnsupportedPrimitiveError, dependency_pattern, jaxpr_dependencies
+from solver.dae.structure import NEG_INF, signature, signature_matrix
 
 N = NEG_INF
 
@@ -320,7 +322,7 @@ def test_a_primitive_without_a_rule_is_named_by_both_interpreters_with_one_error
 
 
 def test_ddt_is_one_primitive_reachable_by_every_name():
-    assert solver.ddt is ddt and solver.dae.ddt_p is ddt_p
+    assert solver.ddt is ddt and solver.dae.problem.ddt_p is ddt_p
     closed = jax.make_jaxpr(lambda x: solver.ddt(x) + ddt(x))(jnp.float64(1.0))
     assert [e.primitive for e in closed.jaxpr.eqns if e.primitive.name == "ddt"] == [ddt_p, ddt_p]
     with pytest.raises(RuntimeError, match="has no pointwise value"):

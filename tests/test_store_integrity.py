@@ -25,9 +25,9 @@ from pendulum_sweep import write_pendulum_sweep
 from solver import status as st
 from solver.errors import InputError
 from sweep import store
-from sweep.cli import main
+from sweep.cli.app import main
 from sweep.run import run_sweep
-from sweep.runner_cli import run_sweep_file
+from sweep.cli.sweep_command import run_sweep_file
 from toybatch import ToyContext, grid_spec, read_log, toy_batch
 
 # 15 points in batches of 4: points 0-3, 4-7, 8-11, 12-14. Batch 3 (omega 5 >

@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 import scipy.sparse as sp
 
-from solver.dae import DAE, DAEDefinitionError, ddt
-from solver import structure
-from solver.structure import (NEG_INF, SparseSignature, StructurallySingularError, analyse,
+from solver.dae.problem import DAE, DAEDefinitionError, ddt
+from solver.dae import structure
+from solver.dae.structure import (NEG_INF, SparseSignature, StructurallySingularError, analyse,
                               analyse_dae, signature_matrix)
 
 N = NEG_INF

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from solver.errors import InputError
 from solver.models.model import deep_merge
-from solver.yamlio import load_yaml
+from solver.models.yamlio import load_yaml
 from sweep.spec import MAX_POINTS, load_sweep
 
 DATA = Path(__file__).parent / "data" / "sweep"

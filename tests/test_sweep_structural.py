@@ -34,8 +34,8 @@ import jax
 import solver.compiled
 from solver import status as st
 from sweep import pipeline
-from sweep.cli import main
-from sweep.runner_cli import run_sweep_file
+from sweep.cli.app import main
+from sweep.cli.sweep_command import run_sweep_file
 from sweep.store import open_store
 
 ROOT = Path(__file__).resolve().parent.parent

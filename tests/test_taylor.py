@@ -4,9 +4,9 @@ Each case is a scalar DAE ``y = F(t)`` (or ``y = F(a(t), b(t))``) whose
 solution's Taylor coefficients at t0 are F^(k)(t0)/k!; the engine computes
 them through the whole staged machinery, and the references below give
 them independently.  All three engines are checked: ``unrolled`` (straight-line code
-per order, solver/tape.py), ``compact`` (a scalar tape evaluated in groups,
-solver/compact.py) and ``looped`` (a lax loop over the orders,
-solver/taylor.py).
+per order, solver/taylor/tape.py), ``compact`` (a scalar tape evaluated in groups,
+solver/taylor/compact.py) and ``looped`` (a lax loop over the orders,
+solver/taylor/program.py).
 
 References: JAX's own Taylor mode (``jax.experimental.jet``, written and
 tested by the JAX authors, independent of ours) where it has a rule for every
@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 import solver
 from solver.api import integrator_for
-from solver.taylor import UnsupportedPrimitiveError
+from solver.taylor.program import UnsupportedPrimitiveError
 
 ORDER = 7
 T0 = 0.3
@@ -197,7 +197,7 @@ def test_series_of_a_state_dependent_ode_matches_exact_expansion(mode):
 
 def _curve(x, y, exp2=jnp.exp2):
     """A curve G(x, y) = const built from every primitive with a rule of its own in the unrolled
-    engine's commit pass (solver.tape.UnrolledProgram._delta_rule) applied to the unknowns
+    engine's commit pass (solver.taylor.tape.UnrolledProgram._delta_rule) applied to the unknowns
     (``exp2``: jet, the reference, has no rule for it, and is given exp(x log 2))."""
     return (jnp.sin(x) * y + jnp.cos(y) + jnp.exp(0.3 * y) + exp2(0.2 * x) + jnp.expm1(0.1 * y)
             - jnp.log(1.5 + x ** 2) + jnp.log1p(0.1 * jnp.square(y)) + jnp.sqrt(2.0 + y * y)
@@ -228,7 +228,7 @@ def test_series_of_a_bead_on_a_transcendental_curve_satisfies_its_equations_to_e
     (JAX's own Taylor mode), make every equation vanish at every order the series determines.
     (The looped engine, which has no commit pass of its own, took 12 s here; its rules are
     checked primitive by primitive above.)"""
-    from solver.initialize import parse_values
+    from solver.integrate.initialize import parse_values
 
     x0, y0, p = 0.4, -0.3, 6
     gx, gy = (float(g) for g in jax.grad(_curve, argnums=(0, 1))(x0, y0))
@@ -306,8 +306,8 @@ def test_hidden_constraint_gradients_in_reverse_mode_under_vmap(mode):
 
 
 def test_modes_are_chosen_by_size_and_checked():
-    from solver.integrate import UNROLL_MAX_OPS, choose_mode, tape_ops
-    from solver.taylor import TaylorProgram
+    from solver.integrate.integrator import UNROLL_MAX_OPS, choose_mode, tape_ops
+    from solver.taylor.program import TaylorProgram
 
     dae = solver.DAE(lambda t, v, p: [v["y"][1] - v["y"][0] ** 2], ["y"])
     prog = TaylorProgram(dae, dae.structure.c, dae.structure.d, 10)
@@ -325,7 +325,7 @@ def test_both_engines_give_the_same_series_on_shipped_models(model):
 
     m = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / f"{model}.yaml")
     p = 9
-    from solver.initialize import parse_values
+    from solver.integrate.initialize import parse_values
 
     out, z0 = {}, None
     params = {k: jnp.asarray(v) for k, v in m.dae.params.items()}
@@ -354,7 +354,7 @@ def test_stage0_alone_is_the_series_stage0(mode):
     status."""
     from pathlib import Path
 
-    from solver.initialize import parse_values
+    from solver.integrate.initialize import parse_values
 
     m = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "double_pendulum.yaml")
     params = {k: jnp.asarray(v) for k, v in m.dae.params.items()}

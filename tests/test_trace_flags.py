@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from solver.trace_flags import TraceFlag
+from solver.dae.trace_flags import TraceFlag
 
 
 def test_a_flag_is_set_inside_its_block_only_and_restored_after_an_exception():

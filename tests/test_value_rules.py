@@ -15,7 +15,7 @@ import pytest
 import solver
 from solver.models import ValueRangeError
 from sweep import pipeline
-from sweep.cli import main
+from sweep.cli.app import main
 from models_for_tests import PENDULUM_YAML
 
 ERR = "mechsweep: error: "

@@ -40,7 +40,7 @@ post = load_script("workflows/post_analysis.py", "post_analysis")
 @pytest.fixture(scope="module")
 def pendulum_store(tmp_path_factory):
     """The tiny pendulum sweep, run in-process (workers=0) through the real pipeline."""
-    from sweep.runner_cli import run_sweep_file
+    from sweep.cli.sweep_command import run_sweep_file
 
     folder = tmp_path_factory.mktemp("pendulum")
     store = folder / "s.zarr"
@@ -226,7 +226,7 @@ def test_shipped_slurm_cluster_file_is_valid():
 
 
 def test_cluster_file_without_dask_jobqueue_stops_with_the_pip_hint(tmp_path, monkeypatch, capsys):
-    from sweep.cli import main
+    from sweep.cli.app import main
 
     monkeypatch.setitem(sys.modules, "dask_jobqueue", None)     # as if not installed
     cluster = ROOT / "workflows/slurm/cluster.yaml"
@@ -294,8 +294,8 @@ def test_cloth_stiffness_study_is_small_and_its_metric_follows_the_pushed_partic
     ({"success": 5, "unknown(12)": 1}, 1),
 ])
 def test_sweep_exit_code_is_1_when_the_store_holds_failed_points(monkeypatch, counts, code):
-    from sweep import runner_cli
-    from sweep.cli import main
+    from sweep.cli import sweep_command as runner_cli
+    from sweep.cli.app import main
 
     def fake(*args, **kwargs):
         return SweepSummary("s.zarr", 6, 2, store_by_status=counts)

@@ -1,4 +1,4 @@
-"""The XLA:CPU settings mechsweep makes (solver/xla_setup.py): small step loops compiled whole, full unrolling
+"""The XLA:CPU settings mechsweep makes (solver/integrate/xla_setup.py): small step loops compiled whole, full unrolling
 bounded, synchronous dispatch.
 
 The flag text is checked as text; its effect is checked in child processes
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from solver.xla_setup import (OPTION, SMALL_LOOP_BYTES, UNROLL_MAX_TRIPS, UNROLL_OPTION, with_mechsweep_options,
+from solver.integrate.xla_setup import (OPTION, SMALL_LOOP_BYTES, UNROLL_MAX_TRIPS, UNROLL_OPTION, with_mechsweep_options,
                               with_small_loop_option)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def test_the_option_joins_the_users_flags_and_never_replaces_a_threshold_they_ch
 def test_the_threshold_in_effect_decides_the_loop_shapes(monkeypatch, state, flags, threshold, whole):
     # Integrator._run shapes a single run's loop for whole compilation (no
     # LAPACK, one output chunk) only where XLA will compile it whole.
-    from solver import xla_setup
+    from solver.integrate import xla_setup
 
     monkeypatch.setattr(xla_setup, "STATE", state)
     monkeypatch.setenv("XLA_FLAGS", flags)
@@ -83,8 +83,8 @@ with warnings.catch_warnings(record=True) as caught:
         jax.devices()
     import numpy as np, jax, jax.numpy as jnp
     import solver
-    from solver.integrate import order_for_tol
-    from solver.initialize import parse_values
+    from solver.integrate.integrator import order_for_tol
+    from solver.integrate.initialize import parse_values
 jax.config.update("jax_enable_compilation_cache", False)
 
 def residual(t, v, p):
@@ -101,7 +101,7 @@ args = (params, z, jnp.asarray(spec.u_guess), 0.0, 1.0, jnp.linspace(0.0, 1.0, 1
 text = integ._run_jit.lower(*args).compile().as_text()
 entry = text[text.index("\nENTRY"):]
 entry = entry[:entry.index("\n}")]
-print("PROBE " + json.dumps({"state": solver.xla_setup.STATE, "small_calls": text.count("xla_cpu_small_call"),
+print("PROBE " + json.dumps({"state": solver.integrate.xla_setup.STATE, "small_calls": text.count("xla_cpu_small_call"),
                              "flags": os.environ["XLA_FLAGS"],
                              "async_dispatch": jax.config.read("jax_cpu_enable_async_dispatch"),
                              "entry_loops": entry.count(" while("),

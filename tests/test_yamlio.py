@@ -1,4 +1,4 @@
-"""Specification of the shared YAML reader (solver.yamlio).
+"""Specification of the shared YAML reader (solver.models.yamlio).
 
 References: the YAML 1.2 core schema (JSON is a subset of YAML 1.2, so any
 JSON text must read back as what json.loads gives), Python's own float/int
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from solver.errors import InputError
-from solver.yamlio import (Locator, check_keys, did_you_mean, format_path, load_yaml,
+from solver.models.yamlio import (Locator, check_keys, did_you_mean, format_path, load_yaml,
                            require_int, require_list, require_mapping, require_number,
                            require_str)
 

@@ -269,7 +269,7 @@ def plot_metric(ds: xr.Dataset, name: str, values: np.ndarray, out_png,
     Raises:
         InputError: unknown axes, or a store without swept parameters.
     """
-    from solver.plot import pyplot
+    from solver.results.plot import pyplot
 
     plt = pyplot()
 

@@ -6,7 +6,7 @@ A model file's ``Kind`` picks the builder (DESIGN.md "YAML model files"):
 * ``Lagrangian`` — coordinates, energies, constraints
   (:mod:`solver.models.lagrangian_kind`);
 * ``Mechanism`` — the talk's parts format (:mod:`solver.models.mechanism_kind`,
-  the physics in :mod:`solver.mechanism`); the default when ``PartData`` is
+  the physics in :mod:`solver.mechanics.mechanism`); the default when ``PartData`` is
   present.
 
 Each kind module provides ``build(data, locator, path, overrides=None) ->
@@ -23,10 +23,10 @@ import os
 from typing import Any, Callable, Mapping
 
 from solver.errors import InputError
-from solver.yamlio import Locator, load_yaml, require_document, require_mapping, require_str
+from solver.models.yamlio import Locator, load_yaml, require_document, require_mapping, require_str
 
-from .model import Model, ValueRangeError, deep_merge
-from .repeat import expand as expand_repeats
+from solver.models.model import Model, ValueRangeError, deep_merge
+from solver.models.repeat import expand as expand_repeats
 
 __all__ = ["load", "load_data", "Model", "ValueRangeError", "KINDS", "register_kind",
            "deep_merge"]
@@ -83,7 +83,7 @@ def load_data(data: Any, locator: Locator, path: str | None = None,
 
     Args:
         data: the file's data (a mapping).
-        locator: its :class:`~solver.yamlio.Locator` (lines for messages).
+        locator: its :class:`~solver.models.yamlio.Locator` (lines for messages).
         path: the file path (for messages and the Model).
         overrides: a nested mapping deep-merged into ``data`` first.
 
@@ -128,7 +128,7 @@ def load(path: str | os.PathLike, overrides: Mapping | None = None) -> Model:
     """Read a YAML model file of any kind.
 
     Args:
-        path: the file (or YAML text; see :func:`solver.yamlio.load_yaml`).
+        path: the file (or YAML text; see :func:`solver.models.yamlio.load_yaml`).
         overrides: a nested mapping deep-merged into the file's data before
             building (a sweep's ``Override``), e.g. ``{"ProblemData":
             {"tend": 5}}``.

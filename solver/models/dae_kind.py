@@ -44,15 +44,15 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-from solver.dae import DAE, DAEDefinitionError
+from solver.dae.problem import DAE, DAEDefinitionError
 from solver.errors import InputError
-from solver.expr import ExprError, evaluate_constant, parse
-from solver.yamlio import Locator, check_keys, format_path, require_list, require_mapping
+from solver.models.expr import ExprError, evaluate_constant, parse
+from solver.models.yamlio import Locator, check_keys, format_path, require_list, require_mapping
 
-from .model import (TIME_KEYS, Model, analyse, build_error, check_key_order, parse_value_key,
+from solver.models.model import (TIME_KEYS, Model, analyse, build_error, check_key_order, parse_value_key,
                     read_animation, read_sizes, read_solver_params, read_times, read_title,
                     size_names)
-from .scope import DAEScope, PositionScope, read_lets, read_params
+from solver.models.scope import DAEScope, PositionScope, read_lets, read_params
 
 __all__ = ["build", "TOP_KEYS"]
 

@@ -10,7 +10,7 @@ The key names what is driven; each kind says what a key may be (a scalar
 coordinate, a component such as ``Ax``, a scalar ``Let`` name) and resolves
 it.  The value is an expression of ``t`` and the parameters only.  Each
 driver becomes the constraint ``key(q) − value(t) = 0`` with its own
-multiplier (:func:`solver.lagrangian.lagrangian`, ``drivers=``), and the
+multiplier (:func:`solver.mechanics.lagrangian.lagrangian`, ``drivers=``), and the
 results hold ``torque_{key}``, the generalised force the drive applies.
 
 This module reads what the kinds share: the entries, their value
@@ -29,10 +29,10 @@ import numpy as np
 import jax.numpy as jnp
 
 from solver.errors import InputError
-from solver.expr import Expr, ExprError, parse
-from solver.yamlio import Locator, check_keys, format_path, require_mapping, require_str
+from solver.models.expr import Expr, ExprError, parse
+from solver.models.yamlio import Locator, check_keys, format_path, require_mapping, require_str
 
-from .scope import BaseScope
+from solver.models.scope import BaseScope
 
 __all__ = ["DriverEntry", "ENTRY_KEYS", "read_entries", "value_fn", "refuse_fixed"]
 
@@ -125,7 +125,7 @@ def value_fn(entry: DriverEntry, resolve: Callable[[Mapping], Mapping]) -> Calla
             (:meth:`solver.models.scope.ParamInfo.resolve`).
 
     Returns:
-        callable ``(t, p) -> scalar`` for :func:`solver.lagrangian.lagrangian`'s
+        callable ``(t, p) -> scalar`` for :func:`solver.mechanics.lagrangian.lagrangian`'s
         ``drivers``.
     """
     def value(t, p):

@@ -48,7 +48,7 @@ parameters used in sizes are *structural*: evaluated once at load time, not
 traced, and refused as sweep axes (change them with an ``Override``).
 
 ``Generator: {cloth: {...}}`` builds the talk's particle–spring cloth
-(:func:`solver.cloth.cloth`) instead of reading energies; see :func:`_cloth`.
+(:func:`solver.mechanics.cloth.cloth`) instead of reading energies; see :func:`_cloth`.
 Its grid of m×n particles could be written with repeats (``for i in 1..m``,
 ``sum(...)``: :mod:`solver.models.repeat`, docs/models.md), but the
 generator builds large grids much faster than thousands of expressions.
@@ -62,17 +62,17 @@ import numpy as np
 
 import jax.numpy as jnp
 
-from solver.cloth import cloth, cloth_rest_positions, cloth_size_problem
+from solver.mechanics.cloth import cloth, cloth_rest_positions, cloth_size_problem
 from solver.errors import InputError
-from solver.expr import evaluate_constant, parse
-from solver.lagrangian import lagrangian, point_force
-from solver.yamlio import (Locator, check_keys, format_path, require_list, require_mapping,
+from solver.models.expr import evaluate_constant, parse
+from solver.mechanics.lagrangian import lagrangian, point_force
+from solver.models.yamlio import (Locator, check_keys, format_path, require_list, require_mapping,
                            require_str)
 
-from . import drivers as driver_entries
-from .model import (TIME_KEYS, Model, analyse, build_error, read_animation, read_sizes,
+from solver.models import drivers as driver_entries
+from solver.models.model import (TIME_KEYS, Model, analyse, build_error, read_animation, read_sizes,
                     read_solver_params, read_times, read_title, size_names)
-from .scope import LagrangianScope, PositionScope, read_lets, read_params
+from solver.models.scope import LagrangianScope, PositionScope, read_lets, read_params
 
 __all__ = ["build", "TOP_KEYS", "GENERATORS"]
 
@@ -95,7 +95,7 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
 
     Returns:
         :class:`~solver.models.model.Model` whose ``dae`` is a
-        :class:`solver.lagrangian.LagrangianDAE` (so the result has ``energy``).
+        :class:`solver.mechanics.lagrangian.LagrangianDAE` (so the result has ``energy``).
 
     Raises:
         InputError: anything wrong with the file, located (key path, line).
@@ -192,7 +192,7 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
 
 # ------------------------------------------------------------------ forces
 def _forces(raw: Mapping, sizes: Mapping, let_names: list, lets: list, info, loc: Locator):
-    """``Forces`` -> list of force callables for :func:`solver.lagrangian.lagrangian`."""
+    """``Forces`` -> list of force callables for :func:`solver.mechanics.lagrangian.lagrangian`."""
     generalised = {}
     out = []
     for key, value in raw.items():
@@ -229,7 +229,7 @@ def _point_force(name: str, e, lets, info):
 
 # ------------------------------------------------------------------ drivers
 def _drivers(raw, sizes: Mapping, lets: list, info, loc: Locator, t0: float):
-    """``Drivers`` -> (``drivers=`` for :func:`solver.lagrangian.lagrangian`, driven targets).
+    """``Drivers`` -> (``drivers=`` for :func:`solver.mechanics.lagrangian.lagrangian`, driven targets).
 
     A key is a scalar coordinate (``theta``), a component by axis letter
     (``C1z``) or a scalar ``Let`` name of positions (``phi: atan2(...)``).

@@ -3,7 +3,7 @@
 A mechanism file (``configs/mechanisms/mechanism0.yaml`` is the talk's
 Mechanism0, verbatim) lists parts that share named points.  This module
 reads and checks it (every message names the file, key path and line) into
-a :class:`solver.mechanism.Mechanism`, the physics that assembles L = T − V,
+a :class:`solver.mechanics.mechanism.Mechanism`, the physics that assembles L = T − V,
 the constraints C, a Rayleigh dissipation R and applied forces Q in natural
 coordinates into a Lagrangian DAE, and wraps that DAE with the file's
 problem data in a :class:`MechanismModel` (:func:`build`).
@@ -31,7 +31,7 @@ named by their single point.
 Parts (``PartData``)
 --------------------
 All numbers are expressions of PhysicalParams (safe language of
-:mod:`solver.expr`); they are evaluated *inside* the residual from the traced
+:mod:`solver.models.expr`); they are evaluated *inside* the residual from the traced
 parameters, so a sweep may vary any parameter (lengths, masses, geometry).
 
 ``Fixed: {O: [0, 0]}``
@@ -134,15 +134,15 @@ import numpy as np
 import jax.numpy as jnp
 
 from solver.errors import InputError
-from solver.expr import ConstantScope, ExprError, Expr, check_name, parse
-from solver.mechanism import AXES, FIELDS, Mechanism, Part
-from solver.mechanism import PART_KINDS as MECHANISM_PARTS
-from solver.natural import RigidBody
+from solver.models.expr import ConstantScope, ExprError, Expr, check_name, parse
+from solver.mechanics.mechanism import AXES, FIELDS, Mechanism, Part
+from solver.mechanics.mechanism import PART_KINDS as MECHANISM_PARTS
+from solver.mechanics.natural import RigidBody
 from solver.models.model import (Model, ValueRangeError, analyse, read_animation,
                                  read_solver_params, read_times, read_title, relocate)
 from solver.models import drivers as driver_entries
 from solver.models.scope import PositionScope, read_params
-from solver.yamlio import (Locator, check_keys, describe_value, did_you_mean, format_path,
+from solver.models.yamlio import (Locator, check_keys, describe_value, did_you_mean, format_path,
                            require_int, require_list, require_mapping, require_str)
 
 __all__ = ["build", "Mechanism", "MechanismModel", "split_point_names", "PART_KINDS",
@@ -216,7 +216,7 @@ class _Scope:
 
 
 class _NumericScope(_Scope):
-    """:class:`_Scope` over numbers, evaluated in numpy (:mod:`solver.expr`), as
+    """:class:`_Scope` over numbers, evaluated in numpy (:mod:`solver.models.expr`), as
     initial values are once per design point of a sweep (eager jax dispatch
     cost Mechanism0 1.2 ms a point)."""
 
@@ -239,7 +239,7 @@ def _shape_words(shape) -> str:
 class _Quantity:
     """One expression from the file, with where it came from.
 
-    Called as the physics wants its values (:class:`solver.mechanism.Part`):
+    Called as the physics wants its values (:class:`solver.mechanics.mechanism.Part`):
     ``q(values)`` or, for a point force, ``q(values, rates)``.
     """
 
@@ -723,7 +723,7 @@ class _ValueRules:
     :meth:`_Reader.quantity` (``positive``: masses, lengths; ``nonneg``:
     stiffness, spring masses, damping) and :meth:`_Reader.check_masses`
     (every moving point carries mass), evaluated in numpy
-    (:class:`solver.expr.ConstantScope`): no model is built and nothing is
+    (:class:`solver.models.expr.ConstantScope`): no model is built and nothing is
     compiled, so a sweep checks its points in microseconds each.
     """
 
@@ -816,13 +816,13 @@ def build(data: Any, locator: Locator, path: str | None = None,
 
     Args:
         data: the file's YAML data (a mapping; overrides already merged).
-        locator: its :class:`~solver.yamlio.Locator` (lines, text).
+        locator: its :class:`~solver.models.yamlio.Locator` (lines, text).
         path: the file path, for messages and the model.
         overrides: the overrides merged into ``data`` (kept on the model).
 
     Returns:
         :class:`MechanismModel` whose ``dae`` is a
-        :class:`~solver.lagrangian.LagrangianDAE` with one coordinate per
+        :class:`~solver.mechanics.lagrangian.LagrangianDAE` with one coordinate per
         moving point.
 
     Raises:

@@ -19,13 +19,13 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from solver.dae import DAEDefinitionError
+from solver.dae.problem import DAEDefinitionError
 from solver.errors import (MAX_OUTPUT_BYTES, InputError, format_bytes, how_to_raise, limit,
                            size_limit_message)
-from solver.expr import check_name, evaluate_constant, parse
-from solver.sparsity import UnsupportedPrimitiveError
-from solver.structure import StructurallySingularError
-from solver.yamlio import (Locator, check_keys, format_path, require_bool, require_int, require_list,
+from solver.models.expr import check_name, evaluate_constant, parse
+from solver.dae.sparsity import UnsupportedPrimitiveError
+from solver.dae.structure import StructurallySingularError
+from solver.models.yamlio import (Locator, check_keys, format_path, require_bool, require_int, require_list,
                            require_mapping, require_number, require_str)
 
 __all__ = ["Model", "deep_merge", "read_times", "read_solver_params", "read_animation",
@@ -444,7 +444,7 @@ class Model:
 
         Raises:
             InputError: bad parameters, initial values that do not assemble
-                (:class:`solver.initialize.InitialValueError`), all located
+                (:class:`solver.integrate.initialize.InitialValueError`), all located
                 in the model file.
         """
         from solver.api import solve as _solve
@@ -626,10 +626,10 @@ def values_per_time(dae) -> int:
 
     Each variable's components and their derivatives below the leading order
     (``NAME``, ``NAME_d1``...), the constraint residual, the energy and the
-    balance outputs (:mod:`solver.balance`).
+    balance outputs (:mod:`solver.results.balance`).
     """
     d = np.asarray(dae.structure.d, dtype=int)
-    from solver.balance import balance_layout
+    from solver.results.balance import balance_layout
 
     per = sum(v.size * max(1, int(d[v.offset:v.offset + v.size].max(initial=0)))
               for v in dae.variables)
@@ -668,7 +668,7 @@ def check_output_size(model: "Model") -> None:
 
 
 def _describe(value):
-    from solver.yamlio import describe_value
+    from solver.models.yamlio import describe_value
 
     return describe_value(value)
 
@@ -697,7 +697,7 @@ def parse_value_key(key: Any, sizes: Mapping[str, int | None], loc: Locator, pat
                         f"(derivative) or NAME[i] / NAME[i]' (vector component, from 0)", path)
     name, idx = m.group(1), m.group(2) or m.group(4)
     if name not in sizes:
-        from solver.yamlio import did_you_mean
+        from solver.models.yamlio import did_you_mean
 
         guess = did_you_mean(name, sizes)
         raise loc.error(f"unknown {what} '{name}'; the {what}s are {', '.join(sizes)}"

@@ -15,7 +15,7 @@ Expanded on the file's data when it is loaded, before any kind reads it
 
 Several clauses make nested loops (``for i in 1..m for j in 1..n``, the
 first outermost; later bounds may use earlier variables).  Bounds and
-placeholders are expressions of the safe language (:mod:`solver.expr`) in
+placeholders are expressions of the safe language (:mod:`solver.models.expr`) in
 the loop variables and the file's PhysicalParams; the parameters they use
 are *structural* (fixed at load time, not traced, refused as sweep axes),
 since they change the model's size.  ``Title``, ``Kind`` and
@@ -24,7 +24,7 @@ since they change the model's size.  ``Title``, ``Kind`` and
 Safety: nothing is executed; every expression goes through the whitelisted
 parser.  The expansion counts the values it makes against the input limit
 ``MAX_YAML_NODES`` (README "Input limits") before making them, a ``sum``
-against the expression length limit (:data:`solver.expr.MAX_LENGTH`), and
+against the expression length limit (:data:`solver.models.expr.MAX_LENGTH`), and
 the nesting of loops (``for`` clauses and ``sum`` together) against
 :data:`MAX_SUM_NESTING`.  ``for`` is a Python
 keyword and ``sum`` no function of the language, so no valid expression or
@@ -39,8 +39,8 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from solver.errors import InputError, how_to_raise, limit
-from solver.expr import MAX_LENGTH, ExprError, check_name, evaluate_constant, parse
-from solver.yamlio import MAX_YAML_NODES, Locator, format_path
+from solver.models.expr import MAX_LENGTH, ExprError, check_name, evaluate_constant, parse
+from solver.models.yamlio import MAX_YAML_NODES, Locator, format_path
 
 __all__ = ["expand", "MAX_SUM_NESTING"]
 

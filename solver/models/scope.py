@@ -1,6 +1,6 @@
 """Expression scopes and parameter handling shared by the YAML model kinds.
 
-A model file's expressions are evaluated by :meth:`solver.expr.Expr.evaluate`
+A model file's expressions are evaluated by :meth:`solver.models.expr.Expr.evaluate`
 in a *scope* that answers ``lookup(name, order)``.  The scopes here give:
 
 * parameters: the traced DAE parameters, constants fixed at load time
@@ -27,10 +27,10 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from solver.dae import ddt
+from solver.dae.problem import ddt
 from solver.errors import InputError
-from solver.expr import Expr, ExprError, all_finite, check_name, evaluate_constant, parse
-from solver.yamlio import Locator, format_path, require_mapping
+from solver.models.expr import Expr, ExprError, all_finite, check_name, evaluate_constant, parse
+from solver.models.yamlio import Locator, format_path, require_mapping
 
 __all__ = ["ParamInfo", "read_params", "read_lets", "BaseScope", "DAEScope",
            "LagrangianScope", "PositionScope"]
@@ -163,7 +163,7 @@ class _ValueScope:
 
 
 class _NumericScope(_ValueScope):
-    """:class:`_ValueScope` over numbers, evaluated in numpy (:mod:`solver.expr`):
+    """:class:`_ValueScope` over numbers, evaluated in numpy (:mod:`solver.models.expr`):
     derived parameters are computed once per design point of a sweep."""
 
     numeric = True
@@ -309,7 +309,7 @@ class BaseScope:
 class DAEScope(BaseScope):
     """Scope of a ``Kind: DAE`` residual: variables of any derivative order.
 
-    ``(expr)'`` and a Let name's ``A'`` become :func:`solver.dae.ddt` of the
+    ``(expr)'`` and a Let name's ``A'`` become :func:`solver.dae.problem.ddt` of the
     expression, which the structural analysis and Taylor engine understand.
 
     Args:

@@ -43,7 +43,7 @@ import jax.numpy as jnp  # noqa: E402
 import bench_peers as bp  # noqa: E402
 import solver  # noqa: E402
 from report import Report  # noqa: E402
-from solver.integrate import order_for_tol  # noqa: E402
+from solver.integrate.integrator import order_for_tol  # noqa: E402
 
 DEFAULT_CASES = "pendulum:1000,double_pendulum:256,mechanism0:64,rscr:64"
 

@@ -41,9 +41,9 @@ import jax.numpy as jnp  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report  # noqa: E402
-import solver.cloth as ex  # noqa: E402
+import solver.mechanics.cloth as ex  # noqa: E402
 from solver.api import integrator_for  # noqa: E402
-from solver.integrate import order_for_tol  # noqa: E402
+from solver.integrate.integrator import order_for_tol  # noqa: E402
 
 # The talk's setting: unit spacing and rest length, the middle particle
 # pushed upwards; springs stiff enough that a 0.5 s run is many periods of

@@ -32,7 +32,7 @@ import jax  # noqa: E402
 
 import solver  # noqa: E402
 from solver.compiled import compiled_model  # noqa: E402
-from solver.integrate import order_for_tol, tape_ops  # noqa: E402
+from solver.integrate.integrator import order_for_tol, tape_ops  # noqa: E402
 
 OPS = ("multiply", "add", "negate")
 

@@ -29,7 +29,7 @@ ONE = r"""
 import json, sys, time
 sys.path.insert(0, {root!r})
 import solver
-from solver.integrate import tape_ops
+from solver.integrate.integrator import tape_ops
 model = solver.load({path!r})
 t = time.perf_counter(); ds = model.solve(); first = time.perf_counter() - t
 t = time.perf_counter(); model.solve(); second = time.perf_counter() - t

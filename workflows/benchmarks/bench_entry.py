@@ -43,7 +43,7 @@ import jax.numpy as jnp  # noqa: E402
 import bench_peers as bp  # noqa: E402
 import solver  # noqa: E402
 from report import Report  # noqa: E402
-from solver.integrate import _device_number, in_one_trip_loop, order_for_tol  # noqa: E402
+from solver.integrate.integrator import _device_number, in_one_trip_loop, order_for_tol  # noqa: E402
 
 
 def pendulum_runs(say, outputs: list[int], repeat: int):

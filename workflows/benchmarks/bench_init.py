@@ -7,7 +7,7 @@ once before timing (a sweep compiles once and then runs many batches).
 
 The batched path is :meth:`solver.Compiled.consistent_points` on all
 N points (one jit+vmap Gauss–Newton call, IPOPT only where Newton fails).  The
-reference is :func:`solver.initialize.ipopt_point` (``method='ipopt'``) called point by point on
+reference is :func:`solver.integrate.initialize.ipopt_point` (``method='ipopt'``) called point by point on
 the first M points, scaled to N (said so in the output).  Every result is
 checked against the closed-form assembly.
 
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 import solver
-from solver.initialize import StateSpec
+from solver.integrate.initialize import StateSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from models_for_tests import four_bar, four_bar_assembly  # noqa: E402  (the tests' four-bar)

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import bench_peers as bp  # noqa: E402  (the pendulum problem and helpers)
 import solver  # noqa: E402
-from solver.integrate import Integrator, order_for_tol  # noqa: E402
+from solver.integrate.integrator import Integrator, order_for_tol  # noqa: E402
 
 TOL, T1 = 1e-10, 10.0
 

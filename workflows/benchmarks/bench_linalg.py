@@ -1,7 +1,7 @@
-"""Small dense LU under vmap: solver.linalg (unrolled) against LAPACK.
+"""Small dense LU under vmap: solver.numerics.linalg (unrolled) against LAPACK.
 
 Prints ns per batch element for a batch of 1,000 random n×n systems, for the
-factorisation and for one solve, with ``solver.linalg`` and with
+factorisation and for one solve, with ``solver.numerics.linalg`` and with
 ``jax.scipy.linalg`` (LAPACK getrf/getrs through XLA:CPU custom calls); the
 thresholds ``FACTOR_UNROLL_MAX`` / ``SOLVE_UNROLL_MAX`` come from these.
 
@@ -27,7 +27,7 @@ import jax.scipy.linalg as jsl
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report  # noqa: E402
-from solver import linalg  # noqa: E402
+from solver.numerics import linalg  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -55,7 +55,7 @@ def main():
 
     B = args.batch
     say(f"# small LU under vmap, batch {B} — {platform.processor() or platform.machine()}, jax {jax.__version__}")
-    say(f"# solver.linalg: FACTOR_UNROLL_MAX = {linalg.FACTOR_UNROLL_MAX}, SOLVE_UNROLL_MAX = {linalg.SOLVE_UNROLL_MAX}")
+    say(f"# solver.numerics.linalg: FACTOR_UNROLL_MAX = {linalg.FACTOR_UNROLL_MAX}, SOLVE_UNROLL_MAX = {linalg.SOLVE_UNROLL_MAX}")
     say("n   unrolled factor   LAPACK factor   unrolled solve   LAPACK solve   (ns per element)")
     rng = np.random.default_rng(0)
     for n in (2, 3, 4, 5, 6, 8, 10):

@@ -4,7 +4,7 @@ One model and one mode per process (so neither engine profits from the
 other's compiled functions): the first ``model.solve()`` (tracing, compiling
 and running) and a second one (running only), the step count, the constraint
 residual and the energy range, and the tape size that ``mode="auto"`` looks
-at (:func:`solver.integrate.tape_ops`).
+at (:func:`solver.integrate.integrator.tape_ops`).
 
 Usage::
 
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import solver  # noqa: E402
-from solver.integrate import tape_ops  # noqa: E402
+from solver.integrate.integrator import tape_ops  # noqa: E402
 
 
 def main(name: str, mode: str) -> None:

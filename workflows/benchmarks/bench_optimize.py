@@ -1,7 +1,7 @@
 """Quick compiles against optimised ones: ``solve(optimize=False)`` and the default, per shipped model.
 
 A quick compile leaves LLVM's optimisation out of the run's programs
-(``solver.integrate.QUICK_COMPILE``): the same kernels, less optimised
+(``solver.integrate.integrator.QUICK_COMPILE``): the same kernels, less optimised
 machine code.  For each model this times, in a child process of its own
 with the persistent compile cache off, the model's first ``solve()`` (its
 ``compile_seconds`` and its wall time: tracing, compiling, the consistent

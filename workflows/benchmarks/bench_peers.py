@@ -71,8 +71,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report  # noqa: E402
 import solver  # noqa: E402  (enables float64)
-from solver.initialize import parse_values  # noqa: E402
-from solver.integrate import order_for_tol as default_order  # noqa: E402
+from solver.integrate.initialize import parse_values  # noqa: E402
+from solver.integrate.integrator import order_for_tol as default_order  # noqa: E402
 
 # --order-offset: mechsweep at its default order plus this (a study of the
 # order rule; every peer keeps its own settings).
@@ -185,7 +185,7 @@ class Tables:
         Returns:
             the number of bars drawn.
         """
-        from solver.plot import pyplot
+        from solver.results.plot import pyplot
 
         plt = pyplot()
         engines = (("mechsweep", "tab:blue"), ("diffrax Dopri8", "tab:orange"), ("heyoka", "tab:green"))
@@ -983,7 +983,7 @@ CLOTH_PUSH = 5.0
 
 def cloth_state(m: int, order: int):
     """(dae, params, compiled model on the KKT path, z0, u0) of the m x m cloth with its middle particle pushed up."""
-    import solver.cloth as cl
+    import solver.mechanics.cloth as cl
 
     dae = cl.cloth(m, m, **CLOTH_PARAMS)
     params = {k: jnp.asarray(v) for k, v in dae.param_values(None).items()}
@@ -1123,10 +1123,10 @@ def main():
     say("run = best of repeated calls of the compiled kernel; compile = first call - second identical call "
         "(trace + lower + XLA; heyoka: integrator construction); errors against exact/published references")
     say(caches)
-    say(f"XLA_FLAGS ({solver.xla_setup.STATE} by solver/xla_setup.py): {os.environ.get('XLA_FLAGS', '')}; the flag is "
+    say(f"XLA_FLAGS ({solver.integrate.xla_setup.STATE} by solver/integrate/xla_setup.py): {os.environ.get('XLA_FLAGS', '')}; the flag is "
         "process-wide: diffrax's loops below are compiled whole as well")
     say(f"JAX's CPU dispatch: {'asynchronous' if jax.config.read('jax_cpu_enable_async_dispatch') else 'synchronous'} "
-        "(solver/xla_setup.py; process-wide: diffrax's runs execute on the calling thread too)")
+        "(solver/integrate/xla_setup.py; process-wide: diffrax's runs execute on the calling thread too)")
     if hy is None:
         say("heyoka: import failed, its rows are n/a")
     if "pendulum" in only:

@@ -1,7 +1,7 @@
 """The XLA:CPU settings mechsweep makes, each on and off: run and compile times per problem.
 
 ``--setting loops`` (default): mechsweep sets
-``xla_cpu_small_while_loop_byte_threshold`` (``solver/xla_setup.py``) so that
+``xla_cpu_small_while_loop_byte_threshold`` (``solver/integrate/xla_setup.py``) so that
 XLA:CPU compiles a small model's whole step loop as one kernel; XLA's default
 threshold is 1024 bytes.  ``--setting dispatch``: mechsweep turns JAX's
 asynchronous CPU dispatch off (``jax_cpu_enable_async_dispatch``), so a run
@@ -11,7 +11,7 @@ executes on the calling thread instead of being handed to another.
 has no bound (4294967295).  ``--setting vectors``: mechsweep compiles a
 batch (``run_batch``, ``solve_batch``) whose round XLA:CPU compiles as one
 function for 512-bit vectors (``xla_cpu_prefer_vector_width``,
-``solver.integrate.WHOLE_ROUND_CPU_OPTIONS``); LLVM prefers 256 bits by
+``solver.integrate.integrator.WHOLE_ROUND_CPU_OPTIONS``); LLVM prefers 256 bits by
 default.  Single runs and the other batches keep the default: their rows
 compile the same program under both settings.
 
@@ -75,14 +75,14 @@ def child(repeat: int) -> dict:
     import jax.numpy as jnp
     import bench_peers as bp
     import solver
-    from solver.integrate import order_for_tol
+    from solver.integrate.integrator import order_for_tol
 
     if os.environ.get(ASYNC_ENV):
         # Before the first computation: JAX reads it when it starts the CPU backend.
         jax.config.update("jax_cpu_enable_async_dispatch", True)
     if os.environ.get(WIDTH_ENV):
         # Read by every Integrator built after this (none is built yet).
-        from solver.integrate import WHOLE_ROUND_CPU_OPTIONS
+        from solver.integrate.integrator import WHOLE_ROUND_CPU_OPTIONS
         WHOLE_ROUND_CPU_OPTIONS["xla_cpu_prefer_vector_width"] = int(os.environ[WIDTH_ENV])
     bp.empty_caches()
     out = {}
@@ -191,7 +191,7 @@ def main():
         print("RESULT " + json.dumps(child(args.repeat)), flush=True)
         return
     sys.path.insert(0, str(ROOT))
-    from solver.xla_setup import (SMALL_LOOP_BYTES, UNROLL_MAX_TRIPS, UNROLL_OPTION, with_extra_options,
+    from solver.integrate.xla_setup import (SMALL_LOOP_BYTES, UNROLL_MAX_TRIPS, UNROLL_OPTION, with_extra_options,
                                   with_small_loop_option)
 
     if args.setting == "loops":
@@ -199,21 +199,21 @@ def main():
         envs = {s: dict(os.environ, XLA_FLAGS=with_small_loop_option("", s)) for s in settings}
         names = ("default", "hoisted")
         title = (f"# XLA small-loop hoisting: threshold {XLA_DEFAULT} bytes (XLA's default) vs {SMALL_LOOP_BYTES} "
-                 f"(mechsweep's, solver/xla_setup.py)")
+                 f"(mechsweep's, solver/integrate/xla_setup.py)")
     elif args.setting == "unroll":
         settings = (LLVM_UNROLL_DEFAULT, UNROLL_MAX_TRIPS)
-        # solver.xla_setup adds its own bound only where XLA_FLAGS names none.
+        # solver.integrate.xla_setup adds its own bound only where XLA_FLAGS names none.
         envs = {s: dict(os.environ, XLA_FLAGS=with_extra_options("", {UNROLL_OPTION: s})) for s in settings}
         names = ("LLVM", "bounded")
         title = (f"# LLVM's full unrolling: {UNROLL_OPTION}={LLVM_UNROLL_DEFAULT} (LLVM's default, no bound) vs "
-                 f"{UNROLL_MAX_TRIPS} (mechsweep's, solver/xla_setup.py); both with mechsweep's small-loop threshold")
+                 f"{UNROLL_MAX_TRIPS} (mechsweep's, solver/integrate/xla_setup.py); both with mechsweep's small-loop threshold")
     elif args.setting == "vectors":
         settings = (LLVM_VECTOR_WIDTH, 512)
         base = {k: v for k, v in os.environ.items() if k != WIDTH_ENV}
         envs = {w: dict(base, **{WIDTH_ENV: str(w)}) for w in settings}
         names = ("256 bit", "512 bit")
         title = ("# Vector width of the machine code of a batch whose round is compiled whole: 256 bits (LLVM's "
-                 "preference) vs 512 (mechsweep's, solver.integrate.WHOLE_ROUND_CPU_OPTIONS); single runs and the "
+                 "preference) vs 512 (mechsweep's, solver.integrate.integrator.WHOLE_ROUND_CPU_OPTIONS); single runs and the "
                  "other batches keep LLVM's default under both")
     else:
         settings = ("async", "sync")
@@ -221,7 +221,7 @@ def main():
         envs = {"async": dict(base, **{ASYNC_ENV: "1"}), "sync": base}
         names = ("async", "sync")
         title = ("# JAX's CPU dispatch: asynchronous (JAX's default) vs synchronous (mechsweep's, "
-                 "solver/xla_setup.py); both with mechsweep's small-loop threshold")
+                 "solver/integrate/xla_setup.py); both with mechsweep's small-loop threshold")
     best: dict = {s: {} for s in settings}
     for rnd in range(args.rounds):
         for s in settings:

@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report  # noqa: E402
 import solver  # noqa: E402
-from solver.integrate import Integrator  # noqa: E402
-from solver.taylor import TaylorProgram  # noqa: E402
+from solver.integrate.integrator import Integrator  # noqa: E402
+from solver.taylor.program import TaylorProgram  # noqa: E402
 
 G, THETA0 = 9.81, 1.2
 
@@ -82,7 +82,7 @@ def main():
 
     # 1. run time at equal accuracy
     say("\n## 1. Index-3 pendulum over [0, 10], tol 1e-10, vs DOP853 on the angle ODE")
-    integ = Integrator(TaylorProgram(dae, s.c, s.d, solver.integrate.order_for_tol(1e-10)))
+    integ = Integrator(TaylorProgram(dae, s.c, s.d, solver.integrate.integrator.order_for_tol(1e-10)))
     run = lambda: jax.block_until_ready(integ.run(params, z0, jnp.zeros(3), 0.0, 10.0, t_eval, 1e-10))
     r = run()
     err = max(np.max(np.abs(np.asarray(r["values"]["x"][:, 0]) - np.sin(th))),

@@ -8,7 +8,7 @@ the state advance (Horner) and the dense output at one time.  For each part
 the compile time, the optimised HLO's line count and the run time (best of
 many calls) are printed, for the ``looped`` engine (lax loop over stages,
 dynamic order indexing) and the ``unrolled`` one (straight-line code,
-:mod:`solver.tape`), plus the whole run.
+:mod:`solver.taylor.tape`), plus the whole run.
 
 Usage::
 
@@ -34,10 +34,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import Report  # noqa: E402
 import solver  # noqa: E402
-from solver import linalg, xla_setup  # noqa: E402
-from solver.initialize import parse_values  # noqa: E402
-from solver.integrate import Integrator, order_for_tol  # noqa: E402
-from solver.taylor import TaylorProgram  # noqa: E402
+from solver.numerics import linalg
+from solver.integrate import xla_setup  # noqa: E402
+from solver.integrate.initialize import parse_values  # noqa: E402
+from solver.integrate.integrator import Integrator, order_for_tol  # noqa: E402
+from solver.taylor.program import TaylorProgram  # noqa: E402
 
 
 def pendulum_problem():

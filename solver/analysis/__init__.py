@@ -1,0 +1,1 @@
+"""Analyses beside integration: failure diagnosis and equilibria."""

@@ -1,0 +1,1 @@
+"""What a solve returns: the xarray Dataset, energy balance, and plots."""

@@ -1,0 +1,313 @@
+"""Integration results as an ``xarray.Dataset`` (DESIGN.md "Dataset schema").
+
+The only place that names outputs: a variable by its name, its k-th
+derivative (k < d_j) as ``NAME_d{k}``, ``constraint_residual``, ``energy``
+and the balance outputs of :mod:`solver.results.balance` (``energy_change``,
+``dissipated``, ``momentum``, ``angular_momentum``), ``torque_{driver}``
+for each driver of a Lagrangian DAE (:class:`solver.mechanics.lagrangian.Driver`),
+``status`` and ``steps``, with units and CF flags.  One run
+(:func:`build_dataset`) and a batch of designs (:func:`build_batch_dataset`,
+with a ``point`` dimension) come from the same code, so a sweep store and a
+single run hold the same variables and attributes.  :func:`output_layout`
+gives the names and dims before any run (the sweep store's template).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import json
+import sys
+from typing import Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from solver import status as st
+from solver.results.balance import balance_layout
+
+__all__ = ["component_dim", "driver_outputs", "output_layout", "build_dataset", "build_batch_dataset", "package_versions"]
+
+# Packages whose versions a result (one run or a sweep store) records.
+_VERSIONED = ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask", "distributed",
+              "cyipopt-wheels")
+
+
+def package_versions() -> dict:
+    """Versions of the packages a result depends on (for dataset attrs).
+
+    Read once per process: each lookup parses a package's metadata file,
+    and ten of them were two thirds of a pendulum ``solve()`` (8 of 13 ms).
+
+    Returns:
+        dict package name -> version string, for the installed ones (a
+        fresh copy; the caller may change it).
+    """
+    return dict(_package_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _package_versions() -> dict:
+    out = {"python": sys.version.split()[0]}
+    for pkg in _VERSIONED:
+        try:
+            out[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def component_dim(dae, name: str):
+    """Dimension name and labels for the components of a vector variable.
+
+    A DAE may declare ``dae.component_dims = {name: (dim, labels)}`` (the
+    mechanism kind uses ``axis`` with x/y/z); otherwise ``{name}_index``.
+
+    Args:
+        dae: the DAE.
+        name: a vector variable's name.
+
+    Returns:
+        (dimension name, list of labels).
+    """
+    dims = getattr(dae, "component_dims", {}) or {}
+    if name in dims:
+        return dims[name]
+    v = dae.var_index[name]
+    return f"{name}_index", list(range(v.size))
+
+
+def _variable_orders(dae) -> dict:
+    """Variable name -> max d_j over its components (0 for algebraic ones)."""
+    d = dae.structure.d
+    return {v.name: int(d[v.offset: v.offset + v.size].max()) for v in dae.variables}
+
+
+def _variable_series(dae, variables=None):
+    """(output name, variable, derivative k, dims, attrs) of every variable series."""
+    orders = _variable_orders(dae)
+    names = [v.name for v in dae.variables] if variables is None else list(variables)
+    for name in names:
+        v = dae.var_index[name]
+        dims = ("time",) if v.shape == () else ("time", component_dim(dae, name)[0])
+        unit = dae.units.get(name)
+        attrs = {"long_name": name, "derivative_order": 0, "d": orders[name]}
+        if unit:
+            attrs["units"] = unit
+        yield name, name, 0, dims, attrs
+        for k in range(1, orders[name]):
+            a = {"long_name": name + "'" * k, "derivative_order": k}
+            if unit:
+                a["units"] = f"{unit}/s^{k}" if k > 1 else f"{unit}/s"
+            yield f"{name}_d{k}", name, k, dims, a
+
+
+def driver_outputs(dae) -> list:
+    """The ``torque_{driver}`` outputs of a DAE with drivers (inverse dynamics).
+
+    A driver's output is the generalised force its drive applies along the
+    driven quantity, ``−λ_k`` of its multiplier row (the sign that makes a
+    pendulum driven at θ(t) need m L² θ'' + m g L sin θ; see
+    :mod:`solver.mechanics.lagrangian`).
+
+    Args:
+        dae: the DAE (none but a :class:`~solver.mechanics.lagrangian.LagrangianDAE`
+            with ``drivers`` has any).
+
+    Returns:
+        list of ``(output name, driver, attrs)`` in the drivers' order.
+    """
+    out = []
+    for d in getattr(dae, "drivers", ()) or ():
+        attrs = {"long_name": f"generalised force of the drive {d.name} along {d.quantity} "
+                              f"(torque or force the drive applies; -{dae.multiplier}[{d.index}])",
+                 "driver": d.name}
+        if d.units:
+            attrs["units"] = d.units
+        out.append((f"torque_{d.name}", d, attrs))
+    return out
+
+
+def output_layout(dae, variables: Sequence[str] | None = None):
+    """Names, dims and attributes of the per-time outputs, before any run.
+
+    Args:
+        dae: the DAE.
+        variables: variable names to include (default: all).
+
+    Returns:
+        (layout, coords): ``layout`` maps output name -> (dims after the
+        ``point`` dim, attrs), in dataset order: each variable, its
+        derivatives ``NAME_d{k}`` (k < d_j), ``constraint_residual`` and, for
+        a DAE with an energy, ``energy`` and the balance outputs of
+        :func:`solver.results.balance.balance_layout` (``energy_change``,
+        ``dissipated``, ``momentum``, ``angular_momentum`` where defined),
+        then ``torque_{driver}`` per driver (:func:`driver_outputs`);
+        ``coords`` maps the component dims of the included variables (and
+        ``axis`` of the momenta) to their labels.
+
+    Raises:
+        KeyError: an unknown variable name.
+    """
+    layout, coords = {}, {}
+    for name, var, _, dims, attrs in _variable_series(dae, variables):
+        layout[name] = (dims, attrs)
+        if len(dims) > 1:
+            coords[dims[1]] = list(component_dim(dae, var)[1])
+    layout["constraint_residual"] = (("time",), {"long_name": "max |hidden constraint| of the state"})
+    if callable(getattr(dae, "energy_fn", None)):
+        layout["energy"] = (("time",), {"long_name": "energy"})
+    more, more_coords = balance_layout(dae)
+    layout.update(more)
+    coords.update(more_coords)
+    for name, _, attrs in driver_outputs(dae):
+        layout[name] = (("time",), attrs)
+    return layout, coords
+
+
+def _structure_attrs(dae) -> dict:
+    s = dae.structure
+    return {"structure_c": [int(x) for x in s.c], "structure_d": [int(x) for x in s.d],
+            "structural_index": int(s.index), "dof": int(s.dof)}
+
+
+def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
+                        balance: Mapping | None = None, swept: Mapping | None = None, constants: Mapping | None = None,
+                        settings: Mapping | None = None, messages: Sequence[str] | None = None,
+                        title: str | None = None, extra_attrs: Mapping | None = None,
+                        mask_failed: bool = True) -> xr.Dataset:
+    """Assemble the Dataset of a batch of runs (dims ``point``, ``time``, components).
+
+    Args:
+        dae: the DAE.
+        result: ``values`` (name -> (B, n_out, L, *shape) derivatives),
+            ``status`` (B,) and ``steps`` (B,), as from
+            :meth:`solver.integrate.integrator.Integrator.run_batch`.
+        t_eval: (n_out,) output times.
+        residual: (B, n_out) constraint residual series.
+        energy: (B, n_out) energy series, or None.
+        balance: name -> (B, n_out, …) balance series
+            (:func:`solver.results.balance.balance_series`), or None.
+        swept: parameter name -> (B, …) values that vary by point (become
+            coordinates on ``point``).
+        constants: parameter name -> value shared by every point (attrs).
+        settings: solver settings (tol, order, …) stored as ``solver_*`` attrs.
+        messages: per-point failure messages ('' for none); kept in the
+            ``failures`` attr as JSON point -> message.
+        title: dataset title (default: the DAE's name).
+        extra_attrs: more attrs (model YAML text, …).
+        mask_failed: set the series of failed points to NaN (a sweep's rule);
+            False keeps what was computed before the failure.
+
+    Returns:
+        xarray.Dataset: variables as :func:`output_layout` names them with a
+        leading ``point`` dim, ``status(point)`` int8 with CF flags,
+        ``steps(point)``; failed points' series are NaN.
+    """
+    data, coords, attrs = _dataset_parts(dae, result, t_eval, residual=residual, energy=energy, balance=balance,
+                                         swept=swept, constants=constants, settings=settings, messages=messages,
+                                         title=title, extra_attrs=extra_attrs, mask_failed=mask_failed)
+    return xr.Dataset({k: xr.Variable(*v) for k, v in data.items()},
+                      coords={k: xr.Variable(*v) for k, v in coords.items()}, attrs=attrs)
+
+
+def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, balance=None, params: Mapping | None = None,
+                  settings: Mapping | None = None, title: str | None = None,
+                  extra_attrs: Mapping | None = None) -> xr.Dataset:
+    """Assemble a single run's Dataset: :func:`build_batch_dataset` of one point, without ``point``.
+
+    Args:
+        dae: the DAE.
+        result: ``values`` (name -> (n_out, L, *shape)), ``status``, ``steps``
+            as from :meth:`solver.integrate.integrator.Integrator.run`.
+        t_eval: output times.
+        residual: (n_out,) constraint residual series.
+        energy: (n_out,) energy series or None.
+        balance: name -> (n_out, …) balance series, or None.
+        params: the parameter values used (``parameters`` attr).
+        settings, title, extra_attrs: as for :func:`build_batch_dataset`.
+
+    Returns:
+        xarray.Dataset with dims ``time`` and component dims; ``status`` is a
+        scalar with CF flags, ``attrs["status_meaning"]`` its name.  A failed
+        run keeps the series computed before the failure (NaN after it).
+    """
+    one = {"values": {k: np.asarray(v)[None] for k, v in result["values"].items()},
+           "status": np.asarray(result["status"]).reshape(1), "steps": np.asarray(result["steps"]).reshape(1)}
+    data, coords, attrs = _dataset_parts(
+        dae, one, t_eval, residual=np.asarray(residual)[None],
+        energy=None if energy is None else np.asarray(energy)[None],
+        balance={k: np.asarray(v)[None] for k, v in (balance or {}).items()}, swept=None, constants=params,
+        settings=settings, messages=None, title=title, extra_attrs=extra_attrs, mask_failed=False)
+    # The one point's rows, built without the point dim (no Dataset.isel: a third of solve()'s Python time).
+    del coords["point"]
+    data = {k: (dims[1:], arr[0]) + tuple(rest) for k, (dims, arr, *rest) in data.items()}
+    attrs["status_meaning"] = st.meaning(int(data["status"][1]))
+    return xr.Dataset({k: xr.Variable(*v) for k, v in data.items()},
+                      coords={k: xr.Variable(*v) for k, v in coords.items()}, attrs=attrs)
+
+
+def _dataset_parts(dae, result: Mapping, t_eval, *, residual, energy, balance, swept, constants, settings, messages,
+                   title, extra_attrs, mask_failed) -> tuple[dict, dict, dict]:
+    """(data, coords, attrs) of :func:`build_batch_dataset`, each entry ``(dims, array[, attrs])``."""
+    values = {k: np.asarray(v, dtype=float) for k, v in result["values"].items()}
+    status = np.asarray(result["status"]).astype(np.int8)
+    B = status.shape[0]
+    layout, comp_coords = output_layout(dae)
+    t_eval = np.asarray(t_eval, dtype=float)
+    coords = {"time": ("time", t_eval, {"units": getattr(dae, "time_units", "s")})}
+    for dim, labels in comp_coords.items():
+        coords[dim] = (dim, labels)
+    series = {name: values[var][:, :, k] for name, var, k, _, _ in _variable_series(dae)}
+    series["constraint_residual"] = np.asarray(residual, dtype=float)
+    if energy is not None:
+        series["energy"] = np.asarray(energy, dtype=float)
+    series.update({k: np.asarray(v, dtype=float) for k, v in (balance or {}).items()})
+    for name, d, _ in driver_outputs(dae):
+        # values[multiplier] is (B, n_out, L, n_c): the multipliers at every output time.
+        series[name] = -values[dae.multiplier][:, :, 0, d.index]
+    failed = status != st.SUCCESS
+    data = {}
+    for name, (dims, attrs) in layout.items():
+        if name not in series:
+            continue
+        arr = series[name].reshape((B, len(t_eval)) + series[name].shape[2:]).copy()
+        if mask_failed:
+            arr[failed] = np.nan
+        data[name] = (("point",) + dims, arr, attrs)
+    data["status"] = (("point",), status, st.cf_attrs())
+    data["steps"] = (("point",), np.asarray(result["steps"]).astype(np.int64),
+                     {"long_name": "accepted and rejected steps"})
+    coords["point"] = ("point", np.arange(B))
+    for name, vals in (swept or {}).items():
+        a = np.asarray(vals, dtype=float)
+        unit = dae.units.get(name)
+        cattrs = {"long_name": f"parameter {name}"}
+        if unit:
+            cattrs["units"] = unit
+        if a.ndim == 1:
+            coords[name] = ("point", a, cattrs)
+        else:
+            extra = tuple(f"{name}_index{i}" if i else f"{name}_index" for i in range(a.ndim - 1))
+            coords[name] = (("point",) + extra, a, cattrs)
+    attrs = {
+        "title": title or dae.name,
+        "solver": "mechsweep Taylor-series DAE solver (DAETS method)",
+        **_structure_attrs(dae),
+        "variables": [v.name for v in dae.variables],
+        "parameters": {k: np.asarray(v).tolist() for k, v in (constants or {}).items()},
+        "versions": package_versions(),
+    }
+    if messages is not None and any(messages):
+        attrs["failures"] = {str(i): m for i, m in enumerate(messages) if m}
+    attrs.update({f"solver_{k}": v for k, v in (settings or {}).items()})
+    attrs.update(extra_attrs or {})
+    return data, coords, _json_safe(attrs)
+
+
+def _json_safe(attrs: dict) -> dict:
+    """Attrs that netCDF/Zarr can store: nested dicts become JSON strings."""
+    out = {}
+    for k, v in attrs.items():
+        out[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
+    return out

@@ -1,0 +1,13 @@
+"""Taylor series of the solution: the staged program and its two engines.
+
+Modules: ``program`` (the Taylor program over the residual's jaxpr: stages,
+offsets, the recurrences), ``tape`` (the unrolled engine), ``compact`` (the
+compact engine for large tapes), ``clean`` (tape simplification),
+``degree`` (which stages are affine) and ``pointwise`` (residual values at a
+point from the coefficients).
+"""
+
+from solver.module_aliases import forward_attributes
+
+# ``solver.taylor`` was the module ``solver.taylor.program`` before release 0.2.
+__getattr__ = forward_attributes(__name__, "solver.taylor.program")

@@ -1,0 +1,229 @@
+"""``mechsweep sweep`` and ``make run``: a sweep file to a Zarr store and a picture."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from solver import status as st
+from solver.errors import InputError
+
+__all__ = ["main_sweep", "run_sweep_file", "summary_plot", "DEFAULT_SWEEP"]
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_SWEEP = ROOT / "configs" / "sweeps" / "rscr_lengths_angles.yaml"
+
+
+def _mode(args) -> str:
+    chosen = [m for m, flag in (("resume", "resume"), ("overwrite", "overwrite"), ("retry-failed", "retry_failed"))
+              if getattr(args, flag, False)]
+    if len(chosen) > 1:
+        raise InputError(f"choose at most one of --resume, --overwrite, --retry-failed (got {', '.join(chosen)})")
+    return chosen[0] if chosen else "resume"
+
+
+def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file=None, cluster=None,
+                   mode="resume", dry_run=False, progress=True, plot=True, echo=print,
+                   estimate=False):
+    """Expand a sweep file and run it into a Zarr store.
+
+    Args:
+        sweep_path: the sweep YAML.
+        out: store path (``.zarr``).
+        workers, scheduler, scheduler_file, cluster: where it runs
+            (:func:`sweep.run.run_sweep`).
+        mode: ``resume`` (default), ``overwrite`` or ``retry-failed``.
+        dry_run: only check the sweep against its model (parameter and
+            output names) and explain the points, batches and store size.
+        estimate: with ``dry_run``, also compile and run the first batch
+            and print the estimated run time (:func:`dry_run_estimate`).
+        progress: show a progress bar.
+        plot: write ``<out>.png`` with a summary picture afterwards.
+        echo: where messages go.
+
+    A sweep that varies (or sets) a structural parameter runs one structure
+    group after another into one store (:mod:`sweep.structural`).
+
+    Returns:
+        the run summary (None for a dry run): a :class:`sweep.run.SweepSummary`,
+        or a :class:`sweep.structural.StructuralSummary`.
+
+    Raises:
+        InputError: bad sweep file, model or options.
+    """
+    from sweep.pipeline import (batch_fn, build_context, check_batch_memory, check_store_size,
+                                load_model, structural_names)
+    from sweep.run import run_sweep
+    from sweep.spec import load_sweep
+
+    spec = load_sweep(sweep_path)
+    if not dry_run and out is None:
+        raise InputError("--out STORE.zarr is required (or use --dry-run)")
+    # Builds the model: unknown parameter or output names fail here, before
+    # a dry run says anything or a run writes anything.
+    model = load_model(spec)
+    names = structural_names(spec, model)
+    if names:   # one model, compile and store group per structure (sweep/structural.py)
+        from sweep.structural import run_structural_file
+
+        return run_structural_file(spec, model, names, out, workers=workers, scheduler=scheduler,
+                                   scheduler_file=scheduler_file, cluster=cluster, mode=mode,
+                                   dry_run=dry_run, progress=progress,
+                                   plot=summary_plot if plot else None, echo=echo,
+                                   estimate=estimate)
+    context = build_context(spec, model)
+    store_line = check_store_size(spec, context)
+    batch_line = check_batch_memory(spec, context)
+    if dry_run:
+        echo(spec.describe())
+        echo(store_line)
+        echo(batch_line)
+        echo(f"  checked:   the model loads; parameter and output names match; "
+             f"{context.value_check}")
+        if estimate:
+            echo(dry_run_estimate(spec, context, workers, scheduler or scheduler_file or cluster))
+        return None
+    summary = run_sweep(spec, batch_fn, context, out, workers=workers, scheduler=scheduler,
+                        scheduler_file=scheduler_file, cluster=cluster, mode=mode, progress=progress,
+                        schema=context.schema, attrs=context.attrs)
+    echo(str(summary))
+    if plot:
+        png = summary_plot(out)
+        if png:
+            echo(f"summary picture: {png}")
+    return summary
+
+
+def dry_run_estimate(spec, context, workers=None, remote=None) -> str:
+    """``sweep --dry-run --estimate``: time one compiled batch and extrapolate.
+
+    Args:
+        spec, context: the sweep and its context (:func:`sweep.pipeline.build_context`).
+        workers: ``--workers`` (default: the local cores, as the LocalCluster).
+        remote: the scheduler or cluster given, if any (then the estimate
+            assumes ``workers`` of them, or the local core count, and says so).
+
+    Returns:
+        Lines of text: compile seconds, seconds per point, the total.
+    """
+    from sweep.pipeline import estimate_run
+    from sweep.run import format_seconds, local_cores
+
+    n_workers = workers or local_cores()
+    _progress_line = f"  estimate:  compiling and running batch 0 ({context.batch} points) ..."
+    print(_progress_line, file=sys.stderr, flush=True)
+    e = estimate_run(spec, context, n_workers)
+    basis = (f"{n_workers} workers" + ("" if workers else " (the local cores; set --workers)")
+             + (" (assumed for the given scheduler or cluster)" if remote else ""))
+    lines = [f"  compile:   {e['compile_seconds']:.3g} s (once per worker; the persistent "
+             f"cache makes later compiles fast)",
+             f"  per point: {e['seconds_per_point']:.3g} s (batch 0, padded to "
+             f"{e['batch_points']} points; {e['failed']} failed)",
+             f"  total:     about {format_seconds(e['total_seconds'])} for {spec.n_points} points in "
+             f"{spec.n_batches} batches on {basis}"]
+    return "\n".join(lines)
+
+
+def summary_plot(store, out_png=None):
+    """A picture of a sweep store: a metric (or output range) over the design.
+
+    The first metric (or the range of the first output) is shown against the
+    first two swept parameters (a heat map when they form a grid, a scatter
+    otherwise); failed designs are marked with crosses. A structural store
+    shows the points of all its groups (its metrics; the series differ in
+    shape from group to group).
+
+    Returns:
+        the PNG path, or None when the store has nothing to draw.
+    """
+    from solver.results.plot import pyplot
+
+    plt = pyplot()
+    import xarray as xr
+
+    from sweep.store import is_structural_store
+    from sweep.structural import points_dataset
+
+    ds = points_dataset(store) if is_structural_store(store) else xr.open_zarr(store)
+    if "status" not in ds:
+        return None
+    params = [c for c in ds.coords if ds[c].dims == ("point",) and c != "point"]
+    scalars = [v for v in ds.data_vars if ds[v].dims == ("point",) and v not in ("status", "steps")]
+    if scalars:
+        name = scalars[0]
+        value = ds[name].values
+        label = name
+    else:
+        series = [v for v in ds.data_vars if ds[v].dims[:2] == ("point", "time")]
+        if not series:
+            return None
+        a = ds[series[0]].values.reshape(ds.sizes["point"], ds.sizes["time"], -1)
+        with np.errstate(all="ignore"):
+            value = np.nanmax(a[..., 0], axis=1) - np.nanmin(a[..., 0], axis=1)
+        label = f"range of {series[0]}"
+    status = ds["status"].values
+    failed = status != st.SUCCESS
+    fig, ax = plt.subplots(figsize=(7, 5))
+    if len(params) >= 2:
+        x, y = ds[params[0]].values, ds[params[1]].values
+        sc = ax.scatter(x[~failed], y[~failed], c=value[~failed], cmap="viridis", s=40)
+        fig.colorbar(sc, ax=ax, label=label)
+        ax.scatter(x[failed], y[failed], marker="x", color="red", s=50, label="failed design")
+        ax.set_xlabel(params[0])
+        ax.set_ylabel(params[1])
+    elif len(params) == 1:
+        x = ds[params[0]].values
+        ax.plot(x[~failed], value[~failed], "o-")
+        ax.plot(x[failed], np.zeros(failed.sum()), "rx", label="failed design")
+        ax.set_xlabel(params[0])
+        ax.set_ylabel(label)
+    else:
+        return None
+    if failed.any():
+        ax.legend(loc="best")
+    ax.set_title(f"{ds.attrs.get('title', 'sweep')}: {int((~failed).sum())} ok, {int(failed.sum())} failed")
+    out_png = out_png or str(Path(store).with_suffix("")) + ".png"
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
+def main_sweep(args) -> int:
+    """``mechsweep sweep`` with parsed arguments (see :mod:`sweep.cli.app`).
+
+    Returns:
+        exit code: 0 when every point succeeded, 1 when some failed.
+    """
+    summary = run_sweep_file(
+        args.sweep, getattr(args, "out", None), workers=getattr(args, "workers", None),
+        scheduler=getattr(args, "scheduler", None), scheduler_file=getattr(args, "scheduler_file", None),
+        cluster=getattr(args, "cluster", None), mode=_mode(args),
+        dry_run=getattr(args, "dry_run", False) or getattr(args, "estimate", False),
+        progress=sys.stderr.isatty(), estimate=getattr(args, "estimate", False))
+    if summary is None:
+        return 0
+    # Failed points anywhere in the store (also those of earlier, resumed runs).
+    failed = sum(n for name, n in summary.store_by_status.items()
+                 if st.is_failure(st.CODES.get(name, st.ERROR)))
+    return 1 if failed else 0
+
+
+def main_default() -> int:
+    """``make run``: the embedded default RSCR sweep into ``out/rscr.zarr``."""
+    out = ROOT / "out" / "rscr.zarr"
+    out.parent.mkdir(exist_ok=True)
+    try:
+        run_sweep_file(DEFAULT_SWEEP, str(out), workers=os.cpu_count() or 1, mode="resume",
+                       progress=sys.stderr.isatty())
+    except InputError as err:
+        print(f"mechsweep: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main_default())
