@@ -20,6 +20,7 @@ import jax as _jax  # noqa: E402
 _jax.config.update("jax_enable_x64", True)
 
 from solver.dae.problem import DAE, ddt, DAEDefinitionError  # noqa: E402
+from solver.dae.event import Event  # noqa: E402
 from solver.errors import InputError  # noqa: E402
 from solver.api import solve, solve_batch, integrator_for, consistent_point  # noqa: E402
 from solver.compiled import Compiled, compiled_model, compile_clock  # noqa: E402
@@ -29,7 +30,7 @@ from solver import module_aliases as _module_aliases  # noqa: E402
 
 _module_aliases.install(_module_aliases.SOLVER_MOVED)
 
-__all__ = ["DAE", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
+__all__ = ["DAE", "Event", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
            "consistent_point", "order_for_tol", "compile_clock", "InputError",
            "DAEDefinitionError", "status", "lagrangian", "load", "lagrangian_ds", "equilibrium"]
 

@@ -293,6 +293,8 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
                 "linear": integ.linear, "optimize": integ.optimize}
     one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0],
            "steps": res["steps"][0]}
+    if "events" in res:
+        one["events"] = jax.tree_util.tree_map(lambda a: a[0], res["events"])
     ds = build_dataset(dae, one, t_eval, residual=residual, energy=None if energy is None else energy[0],
                        balance={k: v[0] for k, v in balance.items()},
                        params=pvals, settings=settings, title=title, extra_attrs=dict(extra_attrs or {}))

@@ -8,8 +8,11 @@ new codes may be appended, never renumbered. A status variable carries the CF
 generic tools (ncdump, xarray's CF decoders, Panoply) can name them.
 
 ``PENDING`` (-1) is bookkeeping of a sweep store: a point whose batch has not
-been written yet. ``SUCCESS`` (0) means integrated to the end; any code above
-it is a failure (:func:`is_failure`), and a failed point's data are NaN.
+been written yet. ``SUCCESS`` (0) means integrated to the end;
+``STOPPED_BY_EVENT`` and ``ZENO`` mean the run ended early as asked (a
+terminal event, an accumulation of impacts), with its data up to then.  Any
+other code above 0 is a failure (:func:`is_failure`), and a failed point's
+data are NaN.
 """
 
 from __future__ import annotations
@@ -18,8 +21,8 @@ import numpy as np
 
 __all__ = [
     "PENDING", "SUCCESS", "MAX_STEPS", "STEP_TOO_SMALL", "SINGULAR_JACOBIAN",
-    "NONFINITE", "NO_ASSEMBLY", "WORKER_LOST", "ERROR",
-    "CODES", "MEANINGS", "DESCRIPTIONS", "meaning", "is_failure", "cf_attrs",
+    "NONFINITE", "NO_ASSEMBLY", "WORKER_LOST", "ERROR", "STOPPED_BY_EVENT", "ZENO", "EVENT_OVERFLOW",
+    "FINISHED", "CODES", "MEANINGS", "DESCRIPTIONS", "meaning", "is_failure", "cf_attrs",
 ]
 
 PENDING = -1
@@ -31,6 +34,13 @@ NONFINITE = 4
 NO_ASSEMBLY = 5
 WORKER_LOST = 6
 ERROR = 7
+STOPPED_BY_EVENT = 8
+ZENO = 9
+EVENT_OVERFLOW = 10
+
+#: The codes of a run that ended as asked: at the end time, at a terminal
+#: event, or at an accumulation of impacts (Zeno) that it stopped at.
+FINISHED = (SUCCESS, STOPPED_BY_EVENT, ZENO)
 
 #: name -> code, in code order (the order of ``flag_values``).
 CODES: dict[str, int] = {
@@ -43,6 +53,9 @@ CODES: dict[str, int] = {
     "no_assembly": NO_ASSEMBLY,
     "worker_lost": WORKER_LOST,
     "error": ERROR,
+    "stopped_by_event": STOPPED_BY_EVENT,
+    "zeno": ZENO,
+    "event_overflow": EVENT_OVERFLOW,
 }
 
 #: code -> name (a CF flag meaning: one word, no spaces).
@@ -59,6 +72,9 @@ DESCRIPTIONS: dict[int, str] = {
     NO_ASSEMBLY: "no consistent initial point (initialisation failed)",
     WORKER_LOST: "the Dask worker running the batch died repeatedly",
     ERROR: "unexpected exception in the batch (see batch_message)",
+    STOPPED_BY_EVENT: "stopped at a terminal event (see the events)",
+    ZENO: "stopped where impacts accumulate (Zeno): the body comes to rest on its stop",
+    EVENT_OVERFLOW: "more events than max_events: the later ones were not recorded (raise max_events)",
 }
 
 
@@ -84,7 +100,10 @@ def is_failure(code) -> np.ndarray | bool:
     Returns:
         A bool, or a bool array of the same shape.
     """
-    return np.asarray(code) > SUCCESS if np.ndim(code) else int(code) > SUCCESS
+    if np.ndim(code):
+        c = np.asarray(code)
+        return (c > SUCCESS) & ~np.isin(c, FINISHED)
+    return int(code) > SUCCESS and int(code) not in FINISHED
 
 
 def cf_attrs() -> dict:

@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 
 from solver.dae.derivative import ddt, ddt_p
+from solver.errors import InputError
+from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
 from solver.dae.structure import analyse_dae
 
 __all__ = ["DAE", "Variable", "ddt", "ddt_p", "DAEDefinitionError"]
@@ -190,11 +192,17 @@ class DAE:
             are traced values: a batch may vary them (``vmap``).
         name: a title for reports.
         units: optional dict variable name -> unit string.
+        events: optional :class:`solver.Event` list: functions ``g(t, v, p)``
+            whose zero crossings the integrator finds on every step
+            (:mod:`solver.dae.event`).
+        max_events: how many event occurrences a run records (default
+            64); more set the status ``event_overflow``.
 
     Raises:
         DAEDefinitionError: bad variable declarations, a residual that does
             not return as many equation components as there are unknowns, or
             that refers to unknown names.
+        InputError: bad events (a repeated name, a bad direction).
     """
 
     def __init__(
@@ -204,6 +212,8 @@ class DAE:
         params: Mapping[str, Any] | None = None,
         name: str | None = None,
         units: Mapping[str, str] | None = None,
+        events=None,
+        max_events: int | None = None,
     ):
         self.residual = residual
         self.variables: list[Variable] = _parse_variables(variables)
@@ -219,6 +229,10 @@ class DAE:
         self.param_names = list(self.params)
         self.name = name or getattr(residual, "__name__", "DAE")
         self.units = dict(units or {})
+        self.events = check_events(events)
+        self.max_events = DEFAULT_MAX_EVENTS if max_events is None else int(max_events)
+        if self.max_events < 1:
+            raise InputError(f"max_events must be at least 1; got {max_events}")
         self._trace()
         self._structure = None
 

@@ -35,6 +35,7 @@ from solver.numerics.jacobian import jacfwd
 from solver import status as st
 from solver.errors import InputError
 from solver.integrate.solve_lock import one_at_a_time
+from solver.integrate.step_events import DEFAULT_MAX_EVENTS, EventStepper
 from solver.numerics.kkt import KKTBlocks, kkt_factor, kkt_solve
 from solver.taylor.pointwise import levels_from_coefficients, residual_at
 from solver.taylor.degree import stage0_is_affine
@@ -505,6 +506,8 @@ class Integrator:
             self._mass_structure = self._kkt.mass_structure
         else:
             self._kkt = self._mass_structure = None
+        events = getattr(dae, "events", ())
+        self.events = EventStepper(self, events, getattr(dae, "max_events", DEFAULT_MAX_EVENTS)) if events else None
         self._run_jit = jax.jit(self._run_whole, compiler_options=self.compiler_options())
         self._run_batch_jit = jax.jit(self._run_batch, static_argnames=("slots",),
                                       compiler_options=self.batch_compiler_options())
@@ -1279,9 +1282,9 @@ class Integrator:
         t0, t1, tol = (jnp.asarray(a, dt) for a in (t0, t1, tol))
         z0, u0 = jnp.asarray(z0, dt), jnp.asarray(u0, dt)
 
-        def step(p, t, z, u, steps, live):
+        def step(p, t, z, u, steps, live, ev):
             return self._step(self.prog.constants(p), t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live,
-                              batched=True)
+                              batched=True, params=p, ev=ev)
 
         seed = _tangent_seed(z0)
         return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": _seeded(u0, seed),
@@ -1316,17 +1319,31 @@ class Integrator:
 
         return lax.while_loop(out_cond, out_body, (i_out, buf))
 
-    @staticmethod
-    def _pool_results(N, t0, z0, u0) -> dict:
+    def _pool_results(self, N, t0, z0, u0) -> dict:
         """The per-problem results before any problem has finished."""
-        return {"status": jnp.full(N, -1, jnp.int8), "steps": jnp.zeros(N, jnp.int32),
-                "t_final": jnp.full(N, t0), "z_final": z0, "u_final": u0}
+        res = {"status": jnp.full(N, -1, jnp.int8), "steps": jnp.zeros(N, jnp.int32),
+               "t_final": jnp.full(N, t0), "z_final": z0, "u_final": u0}
+        if self.events is not None:
+            res["events"] = self.events.empty((N,))
+        return res
 
-    @staticmethod
-    def _pool_record(res, rows, status, steps, t, z, u) -> dict:
+    def _pool_record(self, res, rows, status, steps, t, z, u, ev) -> dict:
         """``res`` with the slots' results written to their problems' ``rows`` (row N: dropped)."""
         new = {"status": status, "steps": steps, "t_final": t, "z_final": z, "u_final": u}
-        return {k: res[k].at[rows].set(new[k], mode="drop") for k in res}
+        if self.events is not None:
+            new["status"] = self.events.final_status(status, ev)
+            new["events"] = ev
+        return jax.tree_util.tree_map(lambda r, n: r.at[rows].set(n, mode="drop"), res, new)
+
+    def _pool_output(self, carry) -> dict:
+        """The result dict of a finished pool (as :meth:`run` returns it, batch axis first)."""
+        res = dict(carry["res"])
+        if "events" in res:
+            res["events"] = {k: v for k, v in res["events"].items() if k != "last"}
+        return {"values": carry["outs"], **res}
+
+    def _empty_events(self, lead):
+        return {} if self.events is None else self.events.empty(lead)
 
     @staticmethod
     def _pool_refill(e, done, next_problem, N):
@@ -1383,14 +1400,15 @@ class Integrator:
         def round_body(r):
             t = r["t"]
             live = r["active"] & (r["status"] < 0)
-            X, h, good, t_new, z, u, status = jax.vmap(step)(r["p"], t, r["z"], r["u"], r["steps"], live)
+            X, h, good, t_new, z, u, status, ev = jax.vmap(step)(r["p"], t, r["z"], r["u"], r["steps"], live,
+                                                                 r["ev"])
             good = good & live
 
             i_out, buf = self._pool_outputs(pool, X, good, t, h, r["i_out"], r["buf"], write_slots)
             keep = lambda new, old: jnp.where(live.reshape(live.shape + (1,) * (new.ndim - 1)), new, old)
             return {**r, "t": keep(t_new, t), "z": keep(z, r["z"]), "u": keep(u, r["u"]),
                     "steps": keep(r["steps"] + 1, r["steps"]), "status": keep(status, r["status"]),
-                    "i_out": i_out, "buf": buf}
+                    "i_out": i_out, "buf": buf, "ev": jax.tree_util.tree_map(keep, ev, r["ev"])}
 
         def cond(c):
             return step_loop_condition(jnp.any(c["e"] < N), c["next"])
@@ -1400,25 +1418,27 @@ class Integrator:
             active = e < N
             r = lax.while_loop(round_cond, round_body, {
                 "p": pick(jnp.minimum(e, N - 1)), "active": active, "t": c["t"], "z": c["z"], "u": c["u"],
-                "steps": c["steps"], "status": c["status"], "i_out": c["i_out"], "buf": c["buf"]})
+                "steps": c["steps"], "status": c["status"], "i_out": c["i_out"], "buf": c["buf"], "ev": c["ev"]})
             done = active & (r["status"] >= 0)
             rows = jnp.where(done, e, N)  # out of range: dropped
             outs = {k: c["outs"][k].at[rows].set(r["buf"][k], mode="drop") for k in c["outs"]}
-            res = self._pool_record(c["res"], rows, r["status"], r["steps"], r["t"], r["z"], r["u"])
+            res = self._pool_record(c["res"], rows, r["status"], r["steps"], r["t"], r["z"], r["u"], r["ev"])
             new_e, nc, next_problem = self._pool_refill(e, done, c["next"], N)
             fresh = lambda new, old: jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), new, old)
             return {"e": new_e, "t": fresh(t0, r["t"]), "z": fresh(z0[nc], r["z"]), "u": fresh(u0[nc], r["u"]),
                     "steps": fresh(0, r["steps"]), "status": fresh(jnp.int8(-1), r["status"]),
                     "i_out": fresh(0, r["i_out"]), "buf": {k: fresh(empty[k], r["buf"][k]) for k in empty},
+                    "ev": jax.tree_util.tree_map(fresh, empty_ev, r["ev"]),
                     "next": next_problem, "outs": outs, "res": res}
 
+        empty_ev = self._empty_events((S,))
         carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
                  "steps": jnp.zeros(S, jnp.int32), "status": jnp.full(S, -1, jnp.int8),
-                 "i_out": jnp.zeros(S, jnp.int32), "buf": empty, "next": jnp.int32(S),
+                 "i_out": jnp.zeros(S, jnp.int32), "buf": empty, "ev": empty_ev, "next": jnp.int32(S),
                  "outs": self._empty_outputs((N,), n_out, pool["seed"]),
                  "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
-        return {"values": carry["outs"], **carry["res"]}
+        return self._pool_output(carry)
 
     def _run_batch_scatter(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
         """The slot pool with a refill after every step, outputs scattered to their rows (GPU)."""
@@ -1432,7 +1452,8 @@ class Integrator:
             e, t = c["e"], c["t"]
             active = e < N  # an idle slot (e == N) computes on its stale state, unused
             ec = jnp.minimum(e, N - 1)
-            X, h, good, t_new, z, u, status = jax.vmap(step)(pick(ec), t, c["z"], c["u"], c["steps"], active)
+            X, h, good, t_new, z, u, status, ev = jax.vmap(step)(pick(ec), t, c["z"], c["u"], c["steps"], active,
+                                                                 c["ev"])
             good = good & active
 
             def scatter(go, ic, vals, outs):
@@ -1443,23 +1464,27 @@ class Integrator:
             steps = c["steps"] + 1
             done = active & (status >= 0)
             rows = jnp.where(done, e, N)
-            res = self._pool_record(c["res"], rows, status, steps, t_new, z, u)
+            res = self._pool_record(c["res"], rows, status, steps, t_new, z, u, ev)
             # A slot left idle restarts the last problem too (unrecorded):
             # its stale state may be a failed one.
             new_e, nc, next_problem = self._pool_refill(e, done, c["next"], N)
+            fresh = lambda new, old: jnp.where(done.reshape(done.shape + (1,) * (old.ndim - 1)), new, old)
             return {"e": new_e, "t": jnp.where(done, t0, t_new),
                     "z": jnp.where(done[:, None], z0[nc], z), "u": jnp.where(done[:, None], u0[nc], u),
                     "steps": jnp.where(done, 0, steps), "i_out": jnp.where(done, 0, i_out),
+                    "ev": jax.tree_util.tree_map(fresh, empty_ev, ev),
                     "next": next_problem, "outs": outs, "res": res}
 
+        empty_ev = self._empty_events((S,))
         carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
-                 "steps": jnp.zeros(S, jnp.int32), "i_out": jnp.zeros(S, jnp.int32), "next": jnp.int32(S),
-                 "outs": self._empty_outputs((N,), n_out, pool["seed"]),
+                 "steps": jnp.zeros(S, jnp.int32), "i_out": jnp.zeros(S, jnp.int32), "ev": empty_ev,
+                 "next": jnp.int32(S), "outs": self._empty_outputs((N,), n_out, pool["seed"]),
                  "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
-        return {"values": carry["outs"], **carry["res"]}
+        return self._pool_output(carry)
 
-    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True, batched=False):
+    def _step(self, consts, t, z, u, steps, t1, tol, max_steps, h_max, fixed_step, live=True, batched=False,
+              params=None, ev=None):
         """One accepted (or failed) step from a consistent state at t.
 
         ``live`` is False for a batch element that has already finished: a
@@ -1469,11 +1494,16 @@ class Integrator:
         a batch's elements share (see :meth:`series`).  ``batched``: the
         step is vmapped over a batch's slots.
 
+        With events (:attr:`events`), ``params`` are the run's parameters
+        and ``ev`` its event records; the step is cut at a terminal event or
+        an impact (:class:`~solver.integrate.step_events.EventStepper`).
+
         Returns:
-            (X, h, good, t_new, z_new, u_new, status): the Taylor coefficients
-            at t and the step h taken (for dense output on (t, t + h] when
-            ``good``), the new state, and the status after the step (-1 while
-            running).
+            (X, h, good, t_new, z_new, u_new, status, ev): the Taylor
+            coefficients at t and the step h taken (for dense output on
+            (t, t + h] when ``good``), the new state, the status after the
+            step (-1 while running), and the event records (``{}`` without
+            events).
         """
         X, u_new, sstat, _ = self.series(z, u, t, consts, fence_anchor=t1)
         fixed = fixed_step > 0
@@ -1507,14 +1537,20 @@ class Integrator:
             first = try_body(first)
         h, zq, uq, ok, _ = lax.while_loop(try_cond, try_body, first)
         good = (sstat == st.SUCCESS) & ok
+        ev_status = jnp.int8(-1)
+        if self.events is not None:
+            h, zq, uq, ev, ev_status = self.events.on_step(X, t, h, zq, uq, good, params, consts, ev, t1)
+        else:
+            ev = {}
         t_new = jnp.where(good, t + h, t)
         steps = steps + 1
         status = jnp.where(sstat != st.SUCCESS, sstat,
                  jnp.where(~ok, jnp.int8(st.STEP_TOO_SMALL),
+                 jnp.where(ev_status >= 0, ev_status,
                  jnp.where(t_new >= t1 - t_eps, jnp.int8(st.SUCCESS),
                  jnp.where(steps >= max_steps, jnp.int8(st.MAX_STEPS),
-                 jnp.where(h < 1e-14 * jnp.maximum(jnp.abs(t), 1.0), jnp.int8(st.STEP_TOO_SMALL), jnp.int8(-1))))))
-        return (X, h, good, t_new, jnp.where(good, zq, z), jnp.where(good, uq, u), status.astype(jnp.int8))
+                 jnp.where(h < 1e-14 * jnp.maximum(jnp.abs(t), 1.0), jnp.int8(st.STEP_TOO_SMALL), jnp.int8(-1)))))))
+        return (X, h, good, t_new, jnp.where(good, zq, z), jnp.where(good, uq, u), status.astype(jnp.int8), ev)
 
     def _outputs_pending(self, i, good, t, h, t_eval, t1, base=0, n_out=None):
         """Whether output i is due after a step of h from t.
@@ -1619,11 +1655,12 @@ class Integrator:
 
             def step_body(s):
                 t = s["t"]
-                X, h, good, t_new, z, u, status = self._step(consts, t, s["z"], s["u"], s["steps"], t1, tol,
-                                                             max_steps, h_max, fixed_step, s["status"] < 0)
+                X, h, good, t_new, z, u, status, ev = self._step(consts, t, s["z"], s["u"], s["steps"], t1, tol,
+                                                                 max_steps, h_max, fixed_step, s["status"] < 0,
+                                                                 params=params, ev=s["ev"])
                 i_out, buf = write_pending(s["i_out"], s["buf"], times, base, X, t, h, good)
                 new = {"t": t_new, "z": z, "u": u, "steps": s["steps"] + 1, "status": status,
-                       "i_out": i_out, "buf": buf}
+                       "i_out": i_out, "buf": buf, "ev": ev}
                 if keep_last:
                     new["last"] = {"X": X, "t": t, "h": h, "good": good}
                 return new
@@ -1632,7 +1669,7 @@ class Integrator:
 
         seed = _tangent_seed(z0)
         start = {"t": t0, "z": z0, "u": _seeded(u0, seed), "steps": jnp.int32(0), "status": jnp.int8(-1),
-                 "i_out": jnp.int32(0)}
+                 "i_out": jnp.int32(0), "ev": {} if self.events is None else self.events.empty()}
         outs = self._empty_outputs((), n_pad, seed)
         if n_pad == M:
             # One chunk: every output is written before the loop ends, and
@@ -1662,5 +1699,9 @@ class Integrator:
             s = lax.while_loop(chunk_cond, chunk_body, {**start, "outs": outs, "last": {
                 "X": X0, "t": t0, "h": jnp.zeros((), dt), "good": jnp.asarray(False)}})
             outs = s["outs"]
-        return {"values": {k: o[:n_out] for k, o in outs.items()}, "status": s["status"],
-                "steps": s["steps"], "t_final": s["t"], "z_final": s["z"], "u_final": s["u"]}
+        out = {"values": {k: o[:n_out] for k, o in outs.items()}, "status": s["status"],
+               "steps": s["steps"], "t_final": s["t"], "z_final": s["z"], "u_final": s["u"]}
+        if self.events is not None:
+            out["status"] = self.events.final_status(s["status"], s["ev"])
+            out["events"] = {k: v for k, v in s["ev"].items() if k != "last"}
+        return out

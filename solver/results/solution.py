@@ -26,7 +26,8 @@ import xarray as xr
 from solver import status as st
 from solver.results.balance import balance_layout
 
-__all__ = ["component_dim", "driver_outputs", "output_layout", "build_dataset", "build_batch_dataset", "package_versions"]
+__all__ = ["component_dim", "driver_outputs", "output_layout", "event_layout", "build_dataset", "build_batch_dataset",
+           "package_versions"]
 
 # Packages whose versions a result (one run or a sweep store) records.
 _VERSIONED = ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask", "distributed",
@@ -234,6 +235,10 @@ def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, balanc
     """
     one = {"values": {k: np.asarray(v)[None] for k, v in result["values"].items()},
            "status": np.asarray(result["status"]).reshape(1), "steps": np.asarray(result["steps"]).reshape(1)}
+    if "events" in result:
+        ev = result["events"]
+        one["events"] = {k: ({n: np.asarray(a)[None] for n, a in v.items()} if isinstance(v, Mapping)
+                             else np.asarray(v)[None]) for k, v in ev.items()}
     data, coords, attrs = _dataset_parts(
         dae, one, t_eval, residual=np.asarray(residual)[None],
         energy=None if energy is None else np.asarray(energy)[None],
@@ -275,6 +280,9 @@ def _dataset_parts(dae, result: Mapping, t_eval, *, residual, energy, balance, s
         if mask_failed:
             arr[failed] = np.nan
         data[name] = (("point",) + dims, arr, attrs)
+    if "events" in result and getattr(dae, "events", ()):
+        data.update(_event_data(dae, result["events"]))
+        coords["event"] = ("event", np.arange(dae.max_events))
     data["status"] = (("point",), status, st.cf_attrs())
     data["steps"] = (("point",), np.asarray(result["steps"]).astype(np.int64),
                      {"long_name": "accepted and rejected steps"})
@@ -303,6 +311,50 @@ def _dataset_parts(dae, result: Mapping, t_eval, *, residual, energy, balance, s
     attrs.update({f"solver_{k}": v for k, v in (settings or {}).items()})
     attrs.update(extra_attrs or {})
     return data, coords, _json_safe(attrs)
+
+
+def event_layout(dae) -> dict:
+    """name -> (dims without ``point``, attrs) of the event outputs of a DAE with events.
+
+    ``event_which`` (the event's index, -1 for an unused record; CF flags
+    name them), ``event_time``, ``event_rate`` (dg/dt there: for a stop the
+    normal velocity of approach), ``event_count`` (every occurrence, also
+    those past the capacity) and ``{series}_at_event`` for every variable
+    series (values and derivatives at the event, before an impact's reset).
+    """
+    names = [e.name for e in dae.events]
+    unit = getattr(dae, "time_units", "s")
+    layout = {
+        "event_which": (("event",), {"long_name": "which event", "_FillValue": -1,
+                                     "flag_values": np.arange(len(names), dtype=np.int16),
+                                     "flag_meanings": " ".join(names)}),
+        "event_time": (("event",), {"long_name": "event time", "units": unit}),
+        "event_rate": (("event",), {"long_name": "rate of the event function at the event (dg/dt)"}),
+        "event_count": ((), {"long_name": "event occurrences (also those past max_events)"}),
+    }
+    for name, _, _, dims, attrs in _variable_series(dae):
+        layout[f"{name}_at_event"] = (("event",) + dims[1:], {**attrs, "long_name": f"{attrs['long_name']} at the event"})
+    return layout
+
+
+def _event_data(dae, events: Mapping) -> dict:
+    """Dataset entries (dims with ``point``) of the event records of a batch."""
+    layout = event_layout(dae)
+    which = np.asarray(events["which"]).astype(np.int16)
+    values = {k: np.asarray(v, dtype=float) for k, v in events["values"].items()}
+    arrays = {"event_which": which, "event_time": np.asarray(events["time"], dtype=float),
+              "event_rate": np.asarray(events["rate"], dtype=float),
+              "event_count": np.asarray(events["count"]).astype(np.int64)}
+    for name, var, k, _, _ in _variable_series(dae):
+        arrays[f"{name}_at_event"] = values[var][:, :, k]
+    out = {}
+    for name, (dims, attrs) in layout.items():
+        attrs = dict(attrs)
+        fill = attrs.pop("_FillValue", None)
+        if fill is not None:
+            attrs["missing_value"] = fill
+        out[name] = (("point",) + dims, arrays[name], attrs)
+    return out
 
 
 def _json_safe(attrs: dict) -> dict:

@@ -1,0 +1,253 @@
+"""Events inside the step loop: detection on each accepted step, the step cut at a terminal event or impact, records.
+
+:class:`EventStepper` is the integrator's collaborator for a DAE with
+events (:class:`solver.dae.event.Event`).  After each accepted step
+of size h from t it
+
+1. forms every event's Taylor polynomial on the step from the solution's
+   coefficients (Taylor-mode AD through the event function: ``jet``);
+2. skips the rest when no polynomial's Bernstein coefficients on the whole
+   step change sign (no root: the common case);
+3. otherwise isolates and polishes every crossing in the step
+   (:func:`solver.integrate.roots.isolate_roots`), keeps those of the
+   asked direction outside each event's cooldown, and finds the first
+   crossing of a *terminal* event or of an impact (an event with a
+   ``reset``);
+4. cuts the step there: the state at the crossing from the Taylor
+   polynomial, projected onto the constraints, and for an impact the
+   event's ``reset`` (the post-impact velocities) applied and projected
+   again, so the series restarts from a consistent state;
+5. records every kept crossing up to the cut in time order: the event's
+   index, its time, the values and derivatives of every variable there
+   (before an impact's reset) and the event function's rate dg/dt (for a
+   stop, the normal velocity of approach).
+
+Records go into a fixed capacity (``max_events``); more occurrences are
+counted, and the run's status becomes ``event_overflow`` at its end, never a
+silent truncation.  Impacts of one stop closer together than its
+``zeno_time`` mean impacts accumulate (a bouncing body coming to rest, Zeno
+behaviour): the run ends there with status ``zeno``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import jet
+
+from solver import status as st
+from solver.errors import InputError
+from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
+from solver.integrate.roots import bernstein_pieces, isolate_roots, polynomial_value
+
+__all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN", "DEFAULT_ZENO_TIME"]
+
+#: Crossings recorded from one step; more in one step count as an overflow.
+RECORDS_PER_STEP = 8
+
+#: Default cooldown, relative to max(1, |t1|).
+DEFAULT_COOLDOWN = 1e-9
+
+#: Default Zeno interval of a stop, relative to max(1, |t1|).
+DEFAULT_ZENO_TIME = 1e-5
+
+
+class EventStepper:
+    """Event detection and impacts for one integrator (see the module docstring).
+
+    Args:
+        integ: the :class:`~solver.integrate.integrator.Integrator`.
+        events: the DAE's events.
+        max_events: the record capacity.
+
+    Raises:
+        InputError: an event function that cannot be evaluated on the
+            model's variables (its message names the event).
+    """
+
+    def __init__(self, integ, events, max_events: int = DEFAULT_MAX_EVENTS):
+        self.integ = integ
+        self.events = check_events(events)
+        if int(max_events) < 1:
+            raise InputError(f"max_events must be at least 1; got {max_events}")
+        self.capacity = int(max_events)
+        self.degree = integ.p
+        self.keys = [(v.name, k) for v in integ.dae.variables for k in range(integ.out_orders[v.name])]
+        self.pieces = jnp.asarray(bernstein_pieces(self.degree))
+        self.whole = jnp.asarray(bernstein_pieces(self.degree, 1)[0])
+        self.signs = np.array([e.sign for e in self.events])
+        self.cuts = np.array([e.terminal or e.reset is not None for e in self.events])
+        self.terminal = np.array([e.terminal for e in self.events])
+        self.resets = [i for i, e in enumerate(self.events) if e.reset is not None]
+        self._check_functions()
+
+    # ------------------------------------------------------------- checks
+    def _check_functions(self):
+        dae = self.integ.dae
+        params = {k: jnp.asarray(v) for k, v in dae.params.items()}
+        args = [jnp.zeros(())] + [jnp.zeros(dae.var_index[name].shape) for name, _ in self.keys]
+        for i, e in enumerate(self.events):
+            try:
+                out = jax.eval_shape(lambda *a: e.fn(a[0], self._values(a[1:]), params), *args)
+            except (IndexError, KeyError) as exc:
+                orders = ", ".join(f"{n} up to derivative {self.integ.out_orders[n] - 1}"
+                                   for n in self.integ.out_orders)
+                raise InputError(f"event {e.name!r} reads a value the state does not hold ({exc}); "
+                                 f"an event may read {orders}") from None
+            if out.shape != ():
+                raise InputError(f"event {e.name!r} must return a scalar; it returns shape {out.shape}")
+
+    def _values(self, xs):
+        v = {}
+        for (name, _), x in zip(self.keys, xs):
+            v.setdefault(name, []).append(x)
+        return v
+
+    # ------------------------------------------------------------- the state
+    def empty(self, lead: tuple = ()) -> dict:
+        """The records of runs that have seen no event (``lead``: batch axes)."""
+        C = self.capacity
+        integ = self.integ
+        return {
+            "count": jnp.zeros(lead, jnp.int32),
+            "which": jnp.full(lead + (C,), -1, jnp.int32),
+            "time": jnp.full(lead + (C,), jnp.nan),
+            "rate": jnp.full(lead + (C,), jnp.nan),
+            "values": {v.name: jnp.full(lead + (C, integ.out_orders[v.name]) + v.shape, jnp.nan)
+                       for v in integ.dae.variables},
+            "last": jnp.full(lead + (len(self.events),), -jnp.inf),
+        }
+
+    def final_status(self, status, ev):
+        """``status`` with ``event_overflow`` where a finished run saw more events than it could keep."""
+        over = ev["count"] > self.capacity
+        return jnp.where((status == st.SUCCESS) & over, jnp.int8(st.EVENT_OVERFLOW), status).astype(jnp.int8)
+
+    # ------------------------------------------------------------- series
+    def coefficients(self, X, t, params):
+        """(events, P + 1) normalised Taylor coefficients of every g(t + s) in s, by ``jet``."""
+        P = self.degree
+        dt = jnp.result_type(float)
+        fact = [float(math.factorial(m)) for m in range(self.integ.KX)]
+        primals = [jnp.asarray(t, dt)]
+        series = [[jnp.ones((), dt)] + [jnp.zeros((), dt)] * (P - 1)]
+        for name, k in self.keys:
+            A = X[name]
+            primals.append(A[k] * fact[k])
+            series.append([A[k + j] * fact[k + j] for j in range(1, P + 1)])
+
+        def g(t_, *xs):
+            v = self._values(xs)
+            return jnp.stack([jnp.reshape(jnp.asarray(e.fn(t_, v, params), dt), ()) for e in self.events])
+
+        g0, gs = jet.jet(g, tuple(primals), tuple(series))
+        return jnp.stack([g0] + [gs[j - 1] / math.factorial(j) for j in range(1, P + 1)], axis=1)
+
+    # ------------------------------------------------------------- the step
+    def on_step(self, X, t, h, zq, uq, good, params, consts, ev, t1):
+        """Events of the step of h from t (see the module docstring).
+
+        Returns:
+            (h, z, u, ev, status): the step (cut at a terminal event or an
+            impact), the state after it, the records, and ``stopped_by_event``
+            / ``zeno`` where the run ends at the event (else -1).
+        """
+        integ = self.integ
+        dt = jnp.result_type(float)
+        n_ev, L = len(self.events), self.pieces.shape[0]
+        scale = jnp.maximum(1.0, jnp.abs(t1))
+        C = self.coefficients(X, t, params)
+        Cu = C * (h ** jnp.arange(self.degree + 1, dtype=dt))
+        Bw = Cu @ self.whole.T
+        maybe = good & jnp.any((jnp.min(Bw, axis=1) < 0) & (jnp.max(Bw, axis=1) >= 0))
+        cooldown = jnp.asarray([DEFAULT_COOLDOWN if e.cooldown is None else e.cooldown for e in self.events],
+                               dt) * jnp.where(jnp.asarray([e.cooldown is None for e in self.events]), scale, 1.0)
+        last = ev["last"]
+
+        def detect(ev):
+            found, u, sign = jax.vmap(isolate_roots, in_axes=(0, None))(Cu, self.pieces)
+            s = u * h
+            signs = jnp.asarray(self.signs)[:, None]
+            keep = found & ((signs == 0) | (sign == signs)) & ((t + s) - last[:, None] >= cooldown[:, None])
+            s_cut_all = jnp.where(keep & jnp.asarray(self.cuts)[:, None], s, jnp.inf).reshape(-1)
+            first = jnp.argmin(s_cut_all)
+            s_cut, which = s_cut_all[first], (first // L).astype(jnp.int32)
+            rec = keep & (s <= s_cut)
+            flat = jnp.where(rec, s, jnp.inf).reshape(-1)
+            order = jnp.argsort(flat)[:RECORDS_PER_STEP]
+            s_m = flat[order]
+            ok = jnp.isfinite(s_m)
+            e_m = (order // L).astype(jnp.int32)
+            s_at = jnp.where(ok, s_m, 0.0)
+            vals = jax.vmap(integ.dense, in_axes=(None, 0))(X, s_at)
+            _, rate = jax.vmap(polynomial_value)(C[e_m], s_at)
+            n_new = jnp.sum(rec).astype(jnp.int32)
+            # Beyond the per-step records: counted, so the run is flagged.
+            n_new = jnp.where(n_new > RECORDS_PER_STEP, n_new + self.capacity, n_new)
+            pos = ev["count"] + jnp.arange(RECORDS_PER_STEP, dtype=jnp.int32)
+            pos = jnp.where(ok & (pos < self.capacity), pos, self.capacity)  # out of range: dropped
+            new = dict(ev)
+            new["which"] = ev["which"].at[pos].set(e_m, mode="drop")
+            new["time"] = ev["time"].at[pos].set(t + s_m, mode="drop")
+            new["rate"] = ev["rate"].at[pos].set(rate, mode="drop")
+            new["values"] = {k: ev["values"][k].at[pos].set(vals[k], mode="drop") for k in ev["values"]}
+            new["count"] = ev["count"] + n_new
+            t_rec = jnp.max(jnp.where(rec, t + s, -jnp.inf), axis=1)
+            new["last"] = jnp.maximum(last, t_rec)
+            return s_cut, which, new
+
+        def nothing(ev):
+            return jnp.asarray(jnp.inf, dt), jnp.int32(0), ev
+
+        s_cut, which, ev = lax.cond(maybe, detect, nothing, ev)
+        cut = maybe & jnp.isfinite(s_cut)
+
+        def do_cut(_):
+            zc, uc = integ.advance_state(X, s_cut)
+            zc, _ = integ.project(zc, t + s_cut, consts)
+            if self.resets:
+                branches = [lambda z: z] + [self._reset_branch(i, t + s_cut, params, consts) for i in self.resets]
+                index = jnp.zeros((), jnp.int32)
+                for b, i in enumerate(self.resets):
+                    index = jnp.where(which == i, b + 1, index)
+                zc = lax.switch(index, branches, zc)
+            return zc, uc
+
+        z, u = lax.cond(cut, do_cut, lambda _: (zq, uq), None)
+        h = jnp.where(cut, s_cut, h)
+        status = jnp.where(cut & jnp.asarray(self.terminal)[which], jnp.int8(st.STOPPED_BY_EVENT), jnp.int8(-1))
+        if self.resets:
+            zeno_time = jnp.asarray([(DEFAULT_ZENO_TIME if getattr(e, "zeno_time", None) is None else e.zeno_time)
+                                     for e in self.events], dt)
+            relative = jnp.asarray([getattr(e, "zeno_time", None) is None for e in self.events])
+            zeno_time = zeno_time * jnp.where(relative, scale, 1.0)
+            is_reset = jnp.asarray([e.reset is not None for e in self.events])[which]
+            zeno = cut & is_reset & ((t + s_cut) - last[which] < zeno_time[which])
+            status = jnp.where(zeno, jnp.int8(st.ZENO), status)
+        return h, z, u, ev, status
+
+    def _reset_branch(self, i, t_star, params, consts):
+        integ = self.integ
+        e = self.events[i]
+
+        def branch(z):
+            X = integ.X_from_state(z)
+            v = {name: [X[name][k] * math.factorial(k) for k in range(integ.out_orders[name])]
+                 for name in integ.out_orders}
+            new = e.reset(t_star, v, params)
+            Xn = dict(X)
+            for name, derivs in new.items():
+                A = X[name]
+                for k, val in enumerate(derivs):
+                    A = A.at[k].set(jnp.reshape(val, A.shape[1:]) / math.factorial(k))
+                Xn[name] = A
+            zr = integ.state_from_X(Xn)
+            zr, _ = integ.project(zr, t_star, consts)
+            return zr
+
+        return branch
