@@ -44,7 +44,9 @@ class Event:
             the values (and derivatives) that replace the state at the
             event; the run then goes on from them.  None for a plain event.
         kind: ``"event"``, or ``"stop"`` for a unilateral constraint's impact.
-        restitution: a stop's coefficient of restitution (recorded only).
+        restitution: for a stop, ``restitution(p)``: its coefficient of
+            restitution; an impact with none (0, plastic) ends the run with
+            status ``zeno`` (the body rests on the stop).
         zeno_time: for an impact: two impacts of it closer than this (in
             time) end the run with status ``zeno``; None:
             ``1e-5 * max(1, |t1|)``.
@@ -57,7 +59,7 @@ class Event:
     cooldown: float | None = None
     reset: Callable | None = None
     kind: str = "event"
-    restitution: float | None = None
+    restitution: Callable | None = None
     zeno_time: float | None = None
 
     def __post_init__(self):

@@ -14,15 +14,18 @@ fixed amount of work so that it runs under ``jit`` and ``vmap``:
   constant matrix product);
 * by Descartes' rule of signs in Bernstein form, a piece whose coefficients
   do not change sign holds no root, and a piece with exactly one sign change
-  holds exactly one, which Newton's method polishes inside its bracket to
-  machine precision;
+  holds exactly one, which the Illinois variant of the false position polishes
+  inside its bracket to machine precision;
 * a piece with more sign changes (two roots closer than ``h /
-  SUBINTERVALS``, or a tangency) is resolved by the signs at its ends: an
-  odd count of roots there is reported as one crossing, at the polished
-  root of the bracket; an even count is reported as none.
+  SUBINTERVALS``, or complex roots near it) is examined again on
+  ``SUBINTERVALS`` sub-pieces; the first :data:`REFINED` such pieces of a step
+  are, and a sub-piece (or a piece past those) that is still ambiguous is
+  resolved by the signs at its ends: an odd count of roots there is reported
+  as one crossing, at the polished root of the bracket; an even count as
+  none.
 
-Two crossings in one step are therefore both found as long as they lie in
-different pieces.  Each crossing has a direction (the sign change across
+Two crossings in one step are therefore both found unless they lie within
+``h / SUBINTERVALS**2`` of each other (or in a third ambiguous piece).  Each crossing has a direction (the sign change across
 it: ``up`` from negative to non-negative, ``down`` the reverse); an event
 keeps the directions it asks for.  A zero value counts as positive, so a
 root at the boundary of two pieces is found once.
@@ -38,14 +41,18 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["SUBINTERVALS", "NEWTON_ITERATIONS", "bernstein_pieces", "isolate_roots", "polynomial_value"]
+__all__ = ["SUBINTERVALS", "REFINED", "POLISH_ITERATIONS", "fine_pieces", "bernstein_pieces", "isolate_roots", "polynomial_value"]
 
 #: Equal pieces of a step whose Bernstein coefficients are examined.
 SUBINTERVALS = 16
 
-#: Safeguarded Newton iterations that polish a bracketed root (quadratic
-#: convergence from a bracket of h / SUBINTERVALS: far more than enough).
-NEWTON_ITERATIONS = 12
+#: Ambiguous pieces (more than one sign change of their Bernstein
+#: coefficients) examined again on SUBINTERVALS sub-pieces each, per step.
+REFINED = 2
+
+#: Illinois iterations that polish a bracketed root (order 1.44 from a
+#: bracket of at most h / SUBINTERVALS: machine precision well within them).
+POLISH_ITERATIONS = 24
 
 
 # ------------------------------------------------------------- Bernstein form
@@ -79,6 +86,11 @@ def bernstein_pieces(degree: int, pieces: int = SUBINTERVALS) -> np.ndarray:
     return out
 
 
+def fine_pieces(degree: int, pieces: int = SUBINTERVALS) -> np.ndarray:
+    """:func:`bernstein_pieces` with ``pieces**2`` pieces, grouped as (pieces, pieces, P + 1, P + 1)."""
+    return bernstein_pieces(degree, pieces * pieces).reshape(pieces, pieces, degree + 1, degree + 1)
+
+
 def polynomial_value(c, u):
     """``sum_k c[k] u**k`` and its derivative by Horner's rule (c: (P + 1,), u: scalar)."""
     P = c.shape[0] - 1
@@ -94,43 +106,83 @@ def _positive(x):
     return x >= 0
 
 
-def isolate_roots(c, pieces_matrix):
-    """Every real root of a polynomial on [0, 1], one per piece, polished.
+def _brackets(B, a, w):
+    """Crossings of pieces given their Bernstein coefficients B (pieces, P + 1) on [a, a + w]."""
+    pos = _positive(B)
+    changes = jnp.sum(pos[:, 1:] != pos[:, :-1], axis=1)
+    left, right = B[:, 0], B[:, -1]  # the values at the ends
+    found = _positive(left) != _positive(right)
+    sign = jnp.where(_positive(right), 1, -1)
+    return found, changes, sign, (left, right), a, a + w
+
+
+def _polish(c, lo, hi, f_lo, f_hi):
+    """The root in each bracket [lo, hi] (values f_lo, f_hi at its ends, of opposite signs).
+
+    The Illinois variant of the false position: the bracket's secant point
+    replaces the end of its sign, and an end kept twice in a row has its
+    value halved, which removes the false position's one-sided stagnation
+    (convergence of order about 1.44, never leaving the bracket, exact at
+    once on a root at an end of it).
+    """
+    left_positive = _positive(f_lo)
+
+    def illinois(_, state):
+        lo, hi, f_lo, f_hi, side = state
+        span = f_hi - f_lo
+        x = jnp.where(span != 0, (lo * f_hi - hi * f_lo) / jnp.where(span != 0, span, 1.0), 0.5 * (lo + hi))
+        x = jnp.clip(x, lo, hi)
+        y = jax.vmap(lambda x_: polynomial_value(c, x_)[0])(x)
+        moves_lo = _positive(y) == left_positive
+        # An end kept twice in a row: halve its value.
+        f_hi = jnp.where(moves_lo & (side == -1), 0.5 * f_hi, f_hi)
+        f_lo = jnp.where(~moves_lo & (side == 1), 0.5 * f_lo, f_lo)
+        lo, f_lo = jnp.where(moves_lo, x, lo), jnp.where(moves_lo, y, f_lo)
+        hi, f_hi = jnp.where(moves_lo, hi, x), jnp.where(moves_lo, f_hi, y)
+        return lo, hi, f_lo, f_hi, jnp.where(moves_lo, -1, 1).astype(jnp.int32)
+
+    state = (lo, hi, f_lo, f_hi, jnp.zeros(lo.shape, jnp.int32))
+    lo, hi, f_lo, f_hi, _ = lax.fori_loop(0, POLISH_ITERATIONS, illinois, state)
+    # The end with the smaller value.
+    return jnp.where(jnp.abs(f_lo) <= jnp.abs(f_hi), lo, hi)
+
+
+def isolate_roots(c, pieces_matrix, fine_matrix=None):
+    """Every real root of a polynomial on [0, 1], polished, with their directions.
 
     Args:
         c: (P + 1,) power coefficients in u (the event's Taylor coefficients
             times h**k).
-        pieces_matrix: :func:`bernstein_pieces` of degree P (as an array).
+        pieces_matrix: :func:`bernstein_pieces` of degree P (L pieces).
+        fine_matrix: optional (L, L, P + 1, P + 1): :func:`bernstein_pieces`
+            of degree P with L² pieces, grouped by coarse piece.  The first
+            :data:`REFINED` pieces whose Bernstein coefficients change sign
+            more than once are then examined again on L sub-pieces each.
 
     Returns:
-        (found, u, sign): (pieces,) bool, whether the piece holds a crossing;
-        its root in [0, 1]; and its direction (+1 up, -1 down).  Pieces are
-        in time order.
+        (found, u, sign): bool, whether a slot holds a crossing; its root in
+        [0, 1]; and its direction (+1 up, -1 down).  Slots are the L pieces,
+        then L sub-pieces of each refined piece (not in time order).
     """
-    B = jnp.einsum("ijk,k->ij", pieces_matrix, c)  # (pieces, P + 1)
-    pos = _positive(B)
-    changes = jnp.sum(pos[:, 1:] != pos[:, :-1], axis=1)
-    # The ends' values are the first and last Bernstein coefficients.
-    left, right = B[:, 0], B[:, -1]
-    found = (changes > 0) & (_positive(left) != _positive(right))
-    sign = jnp.where(_positive(right), 1, -1)
     n = pieces_matrix.shape[0]
-    a = jnp.arange(n, dtype=c.dtype) / n
-    b = a + 1.0 / n
-    # Safeguarded Newton inside each bracket: a step leaving the bracket is
-    # replaced by bisection, and the bracket shrinks with every sign.
-    fa_pos = _positive(left)
-
-    def newton(_, state):
-        lo, hi, x = state
-        y, dy = jax.vmap(polynomial_value, in_axes=(None, 0))(c, x)
-        same_as_lo = _positive(y) == fa_pos
-        lo = jnp.where(same_as_lo, x, lo)
-        hi = jnp.where(same_as_lo, hi, x)
-        step = jnp.where(dy != 0, y / jnp.where(dy != 0, dy, 1.0), 0.0)
-        x_new = x - step
-        inside = (x_new >= lo) & (x_new <= hi) & (dy != 0)
-        return lo, hi, jnp.where(inside, x_new, 0.5 * (lo + hi))
-
-    lo, hi, x = lax.fori_loop(0, NEWTON_ITERATIONS, newton, (a, b, 0.5 * (a + b)))
-    return found, jnp.clip(x, a, b), sign
+    dt = c.dtype
+    B = jnp.einsum("ijk,k->ij", pieces_matrix, c)  # (L, P + 1)
+    a = jnp.arange(n, dtype=dt) / n
+    found, changes, sign, (f_lo, f_hi), lo, hi = _brackets(B, a, 1.0 / n)
+    if fine_matrix is not None:
+        ambiguous = changes >= 2
+        # The first REFINED ambiguous pieces, in time order (a stable sort of the flags).
+        order = jnp.argsort(~ambiguous, stable=True)[:REFINED]
+        picked = ambiguous[order]
+        Bf = jnp.einsum("rijk,k->rij", fine_matrix[order], c)  # (REFINED, L, P + 1)
+        af = (order[:, None] * n + jnp.arange(n)[None, :]).astype(dt) / (n * n)
+        f2, _, s2, (flo2, fhi2), lo2, hi2 = _brackets(Bf.reshape(-1, B.shape[1]), af.reshape(-1), 1.0 / (n * n))
+        f2 = f2 & jnp.repeat(picked, n)
+        refined = jnp.zeros(n, bool).at[order].set(picked)
+        found = jnp.concatenate([found & ~refined, f2])
+        sign = jnp.concatenate([sign, s2])
+        f_lo = jnp.concatenate([f_lo, flo2])
+        f_hi = jnp.concatenate([f_hi, fhi2])
+        lo = jnp.concatenate([lo, lo2])
+        hi = jnp.concatenate([hi, hi2])
+    return found, _polish(c, lo, hi, f_lo, f_hi), sign

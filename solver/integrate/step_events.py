@@ -43,7 +43,7 @@ from jax.experimental import jet
 from solver import status as st
 from solver.errors import InputError
 from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
-from solver.integrate.roots import bernstein_pieces, isolate_roots, polynomial_value
+from solver.integrate.roots import bernstein_pieces, fine_pieces, isolate_roots, polynomial_value
 
 __all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN", "DEFAULT_ZENO_TIME"]
 
@@ -79,6 +79,7 @@ class EventStepper:
         self.degree = integ.p
         self.keys = [(v.name, k) for v in integ.dae.variables for k in range(integ.out_orders[v.name])]
         self.pieces = jnp.asarray(bernstein_pieces(self.degree))
+        self.fine = jnp.asarray(fine_pieces(self.degree))
         self.whole = jnp.asarray(bernstein_pieces(self.degree, 1)[0])
         self.signs = np.array([e.sign for e in self.events])
         self.cuts = np.array([e.terminal or e.reset is not None for e in self.events])
@@ -159,18 +160,27 @@ class EventStepper:
         """
         integ = self.integ
         dt = jnp.result_type(float)
-        n_ev, L = len(self.events), self.pieces.shape[0]
+        n_ev = len(self.events)
         scale = jnp.maximum(1.0, jnp.abs(t1))
         C = self.coefficients(X, t, params)
         Cu = C * (h ** jnp.arange(self.degree + 1, dtype=dt))
-        Bw = Cu @ self.whole.T
-        maybe = good & jnp.any((jnp.min(Bw, axis=1) < 0) & (jnp.max(Bw, axis=1) >= 0))
         cooldown = jnp.asarray([DEFAULT_COOLDOWN if e.cooldown is None else e.cooldown for e in self.events],
                                dt) * jnp.where(jnp.asarray([e.cooldown is None for e in self.events]), scale, 1.0)
         last = ev["last"]
+        # An event that fired where this step starts (the step before was cut
+        # there) has g ~ 0 at u = 0: its other roots are those of g / u, whose
+        # sign is g's on (0, 1].  Without this deflation a short excursion
+        # (a low bounce: up at 0, down soon after) would put two roots in one
+        # piece.
+        at_start = (t - last) <= cooldown
+        shifted = jnp.concatenate([Cu[:, 1:], jnp.zeros_like(Cu[:, :1])], axis=1)
+        Cu = jnp.where(at_start[:, None], shifted, Cu)
+        Bw = Cu @ self.whole.T
+        maybe = good & jnp.any((jnp.min(Bw, axis=1) < 0) & (jnp.max(Bw, axis=1) >= 0))
 
         def detect(ev):
-            found, u, sign = jax.vmap(isolate_roots, in_axes=(0, None))(Cu, self.pieces)
+            found, u, sign = jax.vmap(isolate_roots, in_axes=(0, None, None))(Cu, self.pieces, self.fine)
+            L = found.shape[1]
             s = u * h
             signs = jnp.asarray(self.signs)[:, None]
             keep = found & ((signs == 0) | (sign == signs)) & ((t + s) - last[:, None] >= cooldown[:, None])
@@ -227,7 +237,9 @@ class EventStepper:
             relative = jnp.asarray([getattr(e, "zeno_time", None) is None for e in self.events])
             zeno_time = zeno_time * jnp.where(relative, scale, 1.0)
             is_reset = jnp.asarray([e.reset is not None for e in self.events])[which]
-            zeno = cut & is_reset & ((t + s_cut) - last[which] < zeno_time[which])
+            plastic = jnp.stack([jnp.reshape(e.restitution(params), ()) <= 0 if e.restitution is not None
+                                 else jnp.asarray(False) for e in self.events])[which]
+            zeno = cut & is_reset & (((t + s_cut) - last[which] < zeno_time[which]) | plastic)
             status = jnp.where(zeno, jnp.int8(st.ZENO), status)
         return h, z, u, ev, status
 

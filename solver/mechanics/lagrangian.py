@@ -52,6 +52,7 @@ from jax.extend import core as jex_core
 
 from solver.dae.problem import DAE, DAEDefinitionError, _parse_variables
 from solver.errors import InputError
+from solver.mechanics.stops import stop_events
 from solver.numerics.kkt import KKTBlocks, MassBlocks, kkt_factor, kkt_solve
 
 __all__ = ["lagrangian", "LagrangianDAE", "Driver", "MassBlocks", "point_force", "solve_kkt"]
@@ -378,7 +379,7 @@ class LagrangianDAE(DAE):
 
     def __init__(self, L, coords, constraints=None, dissipation=None, forces=None,
                  params=None, name=None, multiplier="lam", mass_blocks=None, units=None,
-                 drivers=None):
+                 drivers=None, events=None, stops=None, max_events=None):
         if not callable(L):
             raise InputError("L must be a callable L(t, q, qd, p) returning a scalar", path="L")
         for arg, f in (("constraints", constraints), ("dissipation", dissipation)):
@@ -420,7 +421,8 @@ class LagrangianDAE(DAE):
             variables[multiplier] = self.n_c
         try:
             super().__init__(self._residual, variables, params=param_defaults,
-                             name=name or getattr(L, "__name__", "Lagrangian"), units=units)
+                             name=name or getattr(L, "__name__", "Lagrangian"), units=units,
+                             events=list(events or ()) + stop_events(self, stops), max_events=max_events)
         except DAEDefinitionError as e:
             raise InputError(str(e)) from None
 
@@ -943,7 +945,8 @@ def lagrangian(L: Callable, coords, constraints: Callable | None = None,
                params: Mapping[str, Any] | None = None, name: str | None = None,
                multiplier: str = "lam", mass_blocks=None,
                units: Mapping[str, str] | None = None,
-               drivers: Mapping[str, tuple] | None = None) -> LagrangianDAE:
+               drivers: Mapping[str, tuple] | None = None, events=None, stops=None,
+               max_events: int | None = None) -> LagrangianDAE:
     """Build the Euler–Lagrange DAE of a mechanical model (METHOD.md §7).
 
     Args:
@@ -979,6 +982,11 @@ def lagrangian(L: Callable, coords, constraints: Callable | None = None,
             (``−λ`` of its row: for a pendulum driven at θ(t),
             m L² θ'' + m g L sin θ).  The driven quantity's initial value and
             velocity come from the driver: do not fix them.
+        events: optional :class:`solver.Event` list (functions of the
+            coordinates ``v[name][0]``, velocities ``v[name][1]``, t and p).
+        stops: optional :class:`solver.mechanics.stops.Stop` list: unilateral
+            constraints (gap >= 0) with Newton's impact law.
+        max_events: event records a run keeps (default 64).
 
     Returns:
         A :class:`LagrangianDAE` (a :class:`solver.dae.problem.DAE`).
@@ -988,5 +996,6 @@ def lagrangian(L: Callable, coords, constraints: Callable | None = None,
     """
     return LagrangianDAE(L, coords, constraints=constraints, dissipation=dissipation,
                          forces=forces, params=params, name=name, multiplier=multiplier,
-                         mass_blocks=mass_blocks, units=units, drivers=drivers)
+                         mass_blocks=mass_blocks, units=units, drivers=drivers, events=events, stops=stops,
+                         max_events=max_events)
 
