@@ -45,7 +45,8 @@ from solver.errors import InputError
 from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
 from solver.integrate.roots import bernstein_pieces, fine_pieces, isolate_roots, polynomial_value
 
-__all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN", "DEFAULT_ZENO_TIME"]
+__all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN", "DEFAULT_ZENO_TIME",
+           "check_taylor_arithmetic"]
 
 #: Crossings recorded from one step; more in one step count as an overflow.
 RECORDS_PER_STEP = 8
@@ -55,6 +56,52 @@ DEFAULT_COOLDOWN = 1e-9
 
 #: Default Zeno interval of a stop, relative to max(1, |t1|).
 DEFAULT_ZENO_TIME = 1e-5
+
+
+def _composed(fn):
+    def rule(primals_in, series_in, **params):
+        return jet.jet(fn, primals_in, series_in)
+
+    return rule
+
+
+# JAX's Taylor arithmetic (jet) has no rules of its own for these; each is
+# written with functions it has (atan2 carries the inverse trigonometric ones).
+for _prim, _fn in ((lax.tan_p, lambda x: lax.sin(x) / lax.cos(x)),
+                   (lax.asin_p, lambda x: lax.atan2(x, lax.sqrt(1.0 - x * x))),
+                   (lax.acos_p, lambda x: lax.atan2(lax.sqrt(1.0 - x * x), x)),
+                   (lax.atan_p, lambda x: lax.atan2(x, jnp.ones_like(x)))):
+    jet.jet_rules.setdefault(_prim, _composed(_fn))
+
+
+def check_taylor_arithmetic(fn, what: str) -> None:
+    """Raise if ``fn(t)`` uses an operation without a Taylor rule (an event function's series).
+
+    Args:
+        fn: a function of time alone (the unknowns and parameters closed over).
+        what: the function's name, for the message.
+
+    Raises:
+        InputError: naming the operations that have no rule.
+    """
+    jaxpr = jax.make_jaxpr(fn)(jnp.zeros(()))
+    missing = set()
+
+    def scan(jp):
+        for eqn in jp.eqns:
+            for sub in jax.core.jaxprs_in_params(eqn.params) if hasattr(jax.core, "jaxprs_in_params") else ():
+                scan(sub)
+            inner = eqn.params.get("jaxpr")
+            if inner is not None:
+                scan(getattr(inner, "jaxpr", inner))
+            elif eqn.primitive not in jet.jet_rules:
+                missing.add(eqn.primitive.name)
+
+    scan(jaxpr.jaxpr)
+    if missing:
+        raise InputError(f"{what} uses {', '.join(sorted(missing))}, which an event's Taylor series cannot go "
+                         f"through; write it with + - * / **, sin, cos, tan, exp, log, sqrt, atan2, asin, acos, "
+                         f"atan, tanh or abs")
 
 
 class EventStepper:

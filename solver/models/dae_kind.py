@@ -49,6 +49,7 @@ from solver.errors import InputError
 from solver.models.expr import ExprError, evaluate_constant, parse
 from solver.models.yamlio import Locator, check_keys, format_path, require_list, require_mapping
 
+from solver.models.events import attach_events
 from solver.models.model import (TIME_KEYS, Model, analyse, build_error, check_key_order, parse_value_key,
                     read_animation, read_sizes, read_solver_params, read_times, read_title,
                     size_names)
@@ -57,7 +58,7 @@ from solver.models.scope import DAEScope, PositionScope, read_lets, read_params
 __all__ = ["build", "TOP_KEYS"]
 
 TOP_KEYS = ("Title", "Kind", "PhysicalParams", "Variables", "Let", "Equations", "Energy",
-            "ProblemData", "SolverParams", "Animation")
+            "ProblemData", "SolverParams", "Animation", "Events", "Stops", "MaxEvents")
 
 
 def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Model:
@@ -110,6 +111,8 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
                         " (equation fK is Equations[K], counted from 0)")
     if data.get("Energy") is not None:
         _attach_energy(dae, data["Energy"], info, lets, sizes, structure, loc)
+    attach_events(dae, data, loc, "DAE", scope_of=lambda t, v, p: DAEScope(t, info.resolve(p), lets, v, names),
+                  params=info.numeric())
 
     pd = require_mapping(data["ProblemData"], ("ProblemData",), loc)
     check_keys(pd, TIME_KEYS + ("values", "fixed"), ("tend",), ("ProblemData",), loc)

@@ -72,13 +72,14 @@ from solver.models.yamlio import (Locator, check_keys, format_path, require_list
 from solver.models import drivers as driver_entries
 from solver.models.model import (TIME_KEYS, Model, analyse, build_error, read_animation, read_sizes,
                     read_solver_params, read_times, read_title, size_names)
-from solver.models.scope import LagrangianScope, PositionScope, read_lets, read_params
+from solver.models.events import attach_events
+from solver.models.scope import BaseScope, LagrangianScope, PositionScope, read_lets, read_params
 
 __all__ = ["build", "TOP_KEYS", "GENERATORS"]
 
 TOP_KEYS = ("Title", "Kind", "PhysicalParams", "Coordinates", "Let", "KineticEnergy",
             "PotentialEnergy", "Dissipation", "Constraints", "Forces", "Drivers", "Generator",
-            "ProblemData", "SolverParams", "Animation")
+            "ProblemData", "SolverParams", "Animation", "Events", "Stops", "MaxEvents")
 PD_KEYS = TIME_KEYS + ("positions", "fixedpositions", "velocities")
 GENERATORS = ("cloth",)
 _AXES = "xyz"
@@ -166,6 +167,13 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
         raise build_error(err, loc, ("Drivers",) if drivers and "drivers" in str(err.path)
                           else ("KineticEnergy",)) from None
     structure = analyse(dae, loc, ("Constraints",) if constraints else ("KineticEnergy",))
+    coords = list(sizes)
+    stop_rules = attach_events(
+        dae, data, loc, "Lagrangian",
+        scope_of=lambda t, v, p: LagrangianScope(t, info.resolve(p), lets, {c: v[c][0] for c in coords},
+                                                 {c: v[c][1] for c in coords}),
+        position_scope=lambda t, q, p: PositionScope(t, info.resolve(p), lets, q, "a stop's gap"),
+        param_scope=lambda p: BaseScope(jnp.zeros(()), info.resolve(p), []), params=info.numeric())
     point_dims = set(sizes.values())
     if point_dims in ({2}, {3}):
         # Every coordinate is read as a point's world position (as Animation
@@ -181,13 +189,15 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
     uses_t = any("t" in e.names() for e in [T, V, *constraints, *(e for _, e in lets)] if e)
     # A drive does work: the energy then changes by physics, not error.
     conservative = not (R is not None or forces_raw or uses_t or drivers)
-    return Model(dae=dae, kind="Lagrangian", title=title, path=path, text=loc.text, data=data,
+    model = Model(dae=dae, kind="Lagrangian", title=title, path=path, text=loc.text, data=data,
                  locator=loc, times=times,
                  solver_params=read_solver_params(data.get("SolverParams"), loc),
                  param_info=info, values=values, fixed=fixed, animation=animation,
                  point_scope=point_scope,
                  default_points=[n for n, s in sizes.items() if s in (2, 3)],
                  conservative=conservative, overrides=overrides)
+    model.value_rules = stop_rules
+    return model
 
 
 # ------------------------------------------------------------------ forces

@@ -141,7 +141,8 @@ from solver.mechanics.natural import RigidBody
 from solver.models.model import (Model, ValueRangeError, analyse, read_animation,
                                  read_solver_params, read_times, read_title, relocate)
 from solver.models import drivers as driver_entries
-from solver.models.scope import PositionScope, read_params
+from solver.models.events import attach_events
+from solver.models.scope import BaseScope, LagrangianScope, PositionScope, read_params
 from solver.models.yamlio import (Locator, check_keys, describe_value, did_you_mean, format_path,
                            require_int, require_list, require_mapping, require_str)
 
@@ -149,7 +150,7 @@ __all__ = ["build", "Mechanism", "MechanismModel", "split_point_names", "PART_KI
            "DEFAULT_GRAVITY"]
 
 TOP_KEYS = ("Title", "Kind", "Dimension", "PhysicalParams", "PartData", "AppliedForces",
-            "Drivers", "ProblemData", "SolverParams", "Animation")
+            "Drivers", "ProblemData", "SolverParams", "Animation", "Events", "Stops", "MaxEvents")
 # Units of a drive's force along a point's axis: the kind's lengths and
 # default gravity are SI.
 DRIVER_UNITS = "N"
@@ -727,11 +728,14 @@ class _ValueRules:
     compiled, so a sweep checks its points in microseconds each.
     """
 
-    def __init__(self, mech: Mechanism, first_use: Mapping, loc: Locator, derived):
+    def __init__(self, mech: Mechanism, first_use: Mapping, loc: Locator, derived, stops=None):
         self.mech, self.first_use, self.loc = mech, dict(first_use), loc
+        self.stops = stops  # the Stops' restitution rules (solver.models.events.StopRules), or None
         self.derived = {name: expr.names() for name, expr in derived}
         self.checked = [q for part in mech.parts for q in part.q.values() if q.rule]
         used = set().union(*(q.expr.names() for q in self.checked)) if self.checked else set()
+        if stops is not None:
+            used |= set(stops.params)
         #: the free parameters the rules depend on
         self.params = self.free_names(used)
 
@@ -750,6 +754,8 @@ class _ValueRules:
         return ValueRangeError(err.message, err.file, err.path, err.line, names)
 
     def __call__(self, values: Mapping) -> None:
+        if self.stops is not None:
+            self.stops(values)
         scope = ConstantScope(values)
         masses = {}
         for q in self.checked:
@@ -842,6 +848,29 @@ def build(data: Any, locator: Locator, path: str | None = None,
     dae = mech.to_dae()
     analyse(dae, locator, ("PartData",))
 
+    def positions(p, q):
+        values = {k: _f64(v) for k, v in p.items()}
+        out = {n: q_(values) for n, q_ in mech.fixed_points.items()}
+        out.update(q)
+        return out
+
+    def event_scope(t, v, p):
+        p = mech.param_info.resolve(p)
+        q = positions(p, {n: v[n][0] for n in mech.moving})
+        qd = {n: jnp.zeros_like(x) for n, x in q.items()}
+        qd.update({n: v[n][1] for n in mech.moving})
+        return LagrangianScope(t, p, [], q, qd)
+
+    try:
+        stop_rules = attach_events(
+            dae, data, locator, "Mechanism", scope_of=event_scope,
+            position_scope=lambda t, q, p: PositionScope(t, mech.param_info.resolve(p), [],
+                                                         positions(mech.param_info.resolve(p), q), "a stop's gap"),
+            param_scope=lambda p: BaseScope(jnp.zeros(()), mech.param_info.resolve(p), []),
+            params=mech.param_info.numeric())
+    except InputError as err:
+        raise relocate(err, locator.file) from None
+
     def point_scope(t, values, params):
         pvalues = {k: _f64(v) for k, v in params.items()}
         q = {n: q_(pvalues) for n, q_ in mech.fixed_points.items()}
@@ -859,7 +888,7 @@ def build(data: Any, locator: Locator, path: str | None = None,
         default_points=list(mech.fixed_points) + list(mech.moving), links=mech.links(),
         conservative=conservative, overrides=overrides)
     model.mechanism = mech
-    model.value_rules = _ValueRules(mech, reader.first_use, locator, mech.param_info.derived)
+    model.value_rules = _ValueRules(mech, reader.first_use, locator, mech.param_info.derived, stop_rules)
     model.points = list(mech.moving)
     model.fixed_points = list(mech.fixed_points)
     return model
