@@ -42,6 +42,8 @@ EXPECTED_DOF = {
     "free_body": 12,            # 3 points in 3-D (9 coordinates), 3 rigidity constraints
     "free_body_lagrangian": 12,  # centroid and 3 Euler angles
     "car": 12,                  # centre of mass and 3 Euler angles of the frame, no constraints
+    "bouncing_ball": 2,         # 1 coordinate (a stop is no constraint)
+    "pendulum_wall": 2,         # 2 coordinates, 1 constraint, a stop
 }
 # Every shipped config is listed above; its Kind is Lagrangian unless given here.
 KIND = {"pendulum": "DAE", "mechanism0": "Mechanism", "spring_chain": "Mechanism",

@@ -126,6 +126,11 @@ def _polish(c, lo, hi, f_lo, f_hi):
     once on a root at an end of it).
     """
     left_positive = _positive(f_lo)
+    # A zero at the left end is a root of the piece before (a zero counts as
+    # positive): this bracket's root lies inside, where the sign is the left
+    # end's.  A stand-in value of that sign starts the false position at the
+    # middle instead of on the end.
+    f_lo = jnp.where(f_lo == 0, -f_hi, f_lo)
 
     def illinois(_, state):
         lo, hi, f_lo, f_hi, side = state

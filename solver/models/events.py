@@ -247,10 +247,9 @@ def attach_events(dae, data: Mapping, loc: Locator, kind: str, *, scope_of: Call
     shapes = {v.name: v.shape for v in dae.variables}
     events = read_events(data, loc, scope_of, probe_events(shapes, orders, dae.params))
     stops, rules = [], None
-    if data.get("Stops") is not None or kind == "DAE":
-        coords = {c.name: c.shape for c in getattr(dae, "coords", ())}
-
+    if data.get("Stops") is not None:
         def probe_q(fn):
+            coords = {c.name: c.shape for c in dae.coords}
             p = {k: jnp.asarray(val, jnp.float64) for k, val in dae.params.items()}
             return jax.eval_shape(lambda: fn(jnp.zeros(()), {n: jnp.zeros(s) for n, s in coords.items()}, p))
 

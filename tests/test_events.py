@@ -1,0 +1,298 @@
+"""Events, end stops and impacts: crossings found on the Taylor polynomial, Newton's impact law, Zeno.
+
+Specification (issue 41), against references no one here wrote:
+
+* every real root of a polynomial in a step, with its direction, polished to
+  machine precision, also two roots in one piece of the step;
+* the pendulum's period from its upward crossings of x = 0 equals 4 K(k)/ω
+  (the complete elliptic integral) to 1e-10;
+* a bouncing ball's impact times and apex heights in closed form, and the
+  Zeno accumulation time t1 (1 + e)/(1 - e) reached without a hang;
+* a pendulum (index 3) against a wall: after each impact the normal velocity
+  is -e times the one before, the energy above the wall drops by e²;
+* a terminal event ends the run there (status ``stopped_by_event``);
+* more occurrences than ``max_events`` set ``event_overflow``;
+* a batch keeps each point's events as its single run does;
+* bad input is refused with the key and the fix.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.special as sp
+from hypothesis import given, settings, strategies as hs
+
+import jax.numpy as jnp
+
+import solver
+from solver import status as st
+from solver.errors import InputError
+from solver.integrate.roots import SUBINTERVALS, bernstein_pieces, fine_pieces, isolate_roots
+from solver.mechanics.stops import Stop
+
+ROOT = Path(__file__).resolve().parents[1]
+MECH = ROOT / "configs" / "mechanisms"
+P = 17
+PIECES = jnp.asarray(bernstein_pieces(P))
+FINE = jnp.asarray(fine_pieces(P))
+
+
+def _roots(coeffs):
+    c = np.zeros(P + 1)
+    c[: len(coeffs)] = coeffs
+    found, u, sign = isolate_roots(jnp.asarray(c), PIECES, FINE)
+    found = np.asarray(found)
+    u, sign = np.asarray(u)[found], np.asarray(sign)[found]
+    order = np.argsort(u)
+    return u[order], sign[order]
+
+
+def _poly(roots, lead=1.0):
+    c = np.array([lead])
+    for r in roots:
+        c = np.convolve(c, [-r, 1.0])
+    return c  # ascending powers
+
+
+# ------------------------------------------------------------------ root isolation
+def test_every_root_in_the_step_is_found_with_its_direction():
+    u, sign = _roots(_poly([0.1, 0.45, 0.8]))
+    np.testing.assert_allclose(u, [0.1, 0.45, 0.8], atol=1e-15)
+    assert sign.tolist() == [1, -1, 1]  # (u - .1)(u - .45)(u - .8): negative at 0
+
+
+def test_two_roots_in_one_piece_are_both_found():
+    # 0.3 and 0.31 share the piece [0.25, 0.3125] of the 16.
+    assert math.floor(0.3 * SUBINTERVALS) == math.floor(0.31 * SUBINTERVALS)
+    u, sign = _roots(_poly([0.3, 0.31]))
+    np.testing.assert_allclose(u, [0.3, 0.31], atol=1e-15)
+    assert sign.tolist() == [-1, 1]
+
+
+def test_a_root_at_the_start_of_the_step_is_polished_exactly():
+    # A bounce: up at (nearly) 0, down at 0.06; false position lands on the first at once.
+    u, sign = _roots([-1e-17, 1.0, -1 / 0.06])
+    np.testing.assert_allclose(u, [1e-17, 0.06], rtol=1e-12, atol=0)
+    assert sign.tolist() == [1, -1]
+
+
+def test_a_polynomial_without_roots_in_the_step_has_none():
+    assert _roots(_poly([1.2, -0.5]))[0].size == 0
+    assert _roots([1.0, 0.0, 1.0])[0].size == 0  # 1 + u²
+
+
+@settings(max_examples=40, deadline=None)
+@given(hs.lists(hs.floats(0.001, 0.999), min_size=1, max_size=5, unique=True))
+def test_separated_roots_are_all_found_to_machine_precision(roots):
+    roots = sorted(roots)
+    if len(roots) > 1 and np.min(np.diff(roots)) < 2.0 / SUBINTERVALS**2:
+        roots = roots[:1]  # closer than the finest pieces: not promised
+    if sum(np.diff(np.floor(np.array(roots) * SUBINTERVALS)) == 0) > 2:
+        roots = roots[:1]  # more ambiguous pieces than are refined
+    u, _ = _roots(_poly(roots))
+    np.testing.assert_allclose(u, roots, atol=1e-13)
+
+
+# ------------------------------------------------------------------ plain events
+def _pendulum(events, max_events=None):
+    def residual(t, v, p):
+        x, y, lam = v["x"], v["y"], v["lam"]
+        return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], x[0] ** 2 + y[0] ** 2 - p["L"] ** 2]
+
+    return solver.DAE(residual, ["x", "y", "lam"], params={"g": 9.81, "L": 1.0}, events=events,
+                      max_events=max_events, name="pendulum with events")
+
+
+THETA0 = 1.2
+START = {"x": math.sin(THETA0), "y": math.cos(THETA0), "x'": 0.0}
+
+
+def test_the_pendulum_period_from_its_crossings_is_the_elliptic_integral():
+    dae = _pendulum([solver.Event("up", lambda t, v, p: v["x"][0], direction="up")])
+    ds = solver.solve(dae, (0, 10), values=START, fixed=["x", "x'"], tol=1e-12)
+    n = int(ds.event_count)
+    times = ds.event_time.values[:n]
+    period = 4 * sp.ellipk(math.sin(THETA0 / 2) ** 2) / math.sqrt(9.81)
+    assert n == 4 and int(ds.status) == st.SUCCESS
+    np.testing.assert_allclose(np.diff(times), period, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(times[0], 0.75 * period, atol=1e-10)  # released at rest at x > 0
+    np.testing.assert_allclose(ds.x_at_event.values[:n], 0.0, atol=1e-12)
+    assert (ds.event_rate.values[:n] > 0).all()  # upward: x' > 0 at each
+    assert np.isnan(ds.event_time.values[n:]).all() and (ds.event_which.values[n:] == -1).all()
+
+
+def test_a_terminal_event_ends_the_run_there():
+    dae = _pendulum([solver.Event("bottom", lambda t, v, p: v["x"][0], direction="down", terminal=True)])
+    ds = solver.solve(dae, (0, 10), values=START, fixed=["x", "x'"], tol=1e-12)
+    quarter = sp.ellipk(math.sin(THETA0 / 2) ** 2) / math.sqrt(9.81)
+    assert ds.attrs["status_meaning"] == "stopped_by_event"
+    np.testing.assert_allclose(ds.attrs["t_final"], quarter, atol=1e-10)
+    assert int(ds.event_count) == 1
+    later = ds.time.values > quarter + 1e-9
+    assert np.isnan(ds.x.values[later]).all() and np.isfinite(ds.x.values[~later]).all()
+
+
+def test_two_crossings_in_one_long_step_are_both_found():
+    # x' = 1: the Taylor series is exact and one step spans [0, 1], while the
+    # event's two roots are 0.02 apart, inside one sixteenth of the step.
+    def residual(t, v, p):
+        return [v["x"][1] - 1.0]
+
+    dae = solver.DAE(residual, ["x"], events=[solver.Event("band", lambda t, v, p: (v["x"][0] - 0.3) *
+                                                           (v["x"][0] - 0.32))])
+    ds = solver.solve(dae, (0, 1), values={"x": 0.0}, fixed=["x"], tol=1e-12)
+    assert int(ds.steps) <= 2
+    n = int(ds.event_count)
+    np.testing.assert_allclose(ds.event_time.values[:n], [0.3, 0.32], atol=1e-14)
+    np.testing.assert_allclose(ds.event_rate.values[:n], [-0.02, 0.02], atol=1e-12)
+
+
+def test_more_events_than_the_capacity_are_flagged_not_dropped_silently():
+    dae = _pendulum([solver.Event("both", lambda t, v, p: v["x"][0])], max_events=3)
+    ds = solver.solve(dae, (0, 10), values=START, fixed=["x", "x'"], tol=1e-10)
+    assert ds.attrs["status_meaning"] == "event_overflow"
+    assert int(ds.event_count) == 9 and ds.sizes["event"] == 3
+    assert np.isfinite(ds.event_time.values).all()
+
+
+def test_event_definitions_are_checked():
+    with pytest.raises(InputError, match="direction must be one of up, down, both; got 'upward'"):
+        solver.Event("e", lambda t, v, p: v["x"][0], direction="upward")
+    with pytest.raises(InputError, match="two events are named 'e'"):
+        _pendulum([solver.Event("e", lambda t, v, p: v["x"][0])] * 2)
+    with pytest.raises(InputError, match="restitution must be in \\[0, 1\\].*got 1.5"):
+        Stop("floor", lambda t, q, p: q["y"], restitution=1.5)
+
+
+# ------------------------------------------------------------------ impacts
+def _ball(e=0.8, tend=5.0, tol=1e-12):
+    model = solver.load(MECH / "bouncing_ball.yaml")
+    return model.solve(params={"e": e}, t_span=(0.0, tend), t_eval=np.linspace(0.0, tend, 101), tol=tol)
+
+
+def test_a_bouncing_ball_hits_the_floor_at_the_closed_form_times():
+    e, g, h = 0.8, 9.81, 1.0
+    ds = _ball(e)
+    n = int(ds.event_count)
+    which = ds.event_which.values[:n]
+    names = ds.event_which.attrs["flag_meanings"].split()
+    floor = which == names.index("floor")
+    t = ds.event_time.values[:n]
+    t1 = math.sqrt(2 * h / g)
+    k = np.arange(floor.sum())
+    np.testing.assert_allclose(t[floor], t1 + 2 * t1 * e * (1 - e ** k) / (1 - e), atol=1e-12)
+    # the normal velocity of approach, and the apex heights between impacts
+    np.testing.assert_allclose(ds.event_rate.values[:n][floor][:20], -math.sqrt(2 * g * h) * e ** k[:20], rtol=1e-12)
+    apex = which == names.index("apex")
+    heights = ds.y_at_event.values[:n][apex]
+    np.testing.assert_allclose(heights[:15], h * e ** (2 * np.arange(15)), rtol=1e-10, atol=1e-14)
+
+
+def test_impacts_that_accumulate_end_the_run_at_the_zeno_time():
+    e, g, h = 0.8, 9.81, 1.0
+    ds = _ball(e)
+    t_inf = math.sqrt(2 * h / g) * (1 + e) / (1 - e)
+    assert ds.attrs["status_meaning"] == "zeno"
+    # The last impact: the first one closer than zeno_time (1e-5 * tend) to the one before.
+    zeno_time = 1e-5 * 5.0
+    assert t_inf - zeno_time / (1 - e) < ds.attrs["t_final"] < t_inf
+    assert not st.is_failure(int(ds.status))
+
+
+def test_a_plastic_impact_leaves_the_ball_resting():
+    ds = _ball(0.0)
+    assert ds.attrs["status_meaning"] == "zeno"
+    np.testing.assert_allclose(ds.attrs["t_final"], math.sqrt(2 / 9.81), atol=1e-12)
+
+
+def test_a_pendulum_against_a_wall_loses_e_squared_of_its_energy_at_each_impact():
+    model = solver.load(MECH / "pendulum_wall.yaml")
+    ds = model.solve()
+    m, g, L, d, e = 1.0, 9.81, 1.0, 0.5, 0.7
+    names = ds.event_which.attrs["flag_meanings"].split()
+    n = int(ds.event_count)
+    wall = ds.event_which.values[:n] == names.index("wall")
+    assert wall.sum() >= 4
+    np.testing.assert_allclose(ds.x_at_event.values[:n][wall], -d, atol=1e-12)
+    # Energy between impacts is conserved; above the wall's height it drops by e² per impact.
+    y_w = -math.sqrt(L**2 - d**2)
+    rates = ds.event_rate.values[:n][wall]  # x' just before each impact
+    v_n = -rates  # approach speed along the wall normal
+    # Between impacts the speed at the wall comes back unchanged: |x'| at the next impact = e |x'| before.
+    np.testing.assert_allclose(v_n[1:] / v_n[:-1], e, rtol=1e-9)
+    E0 = m * g * (-L * math.cos(1.2))
+    t_imp = ds.event_time.values[:n][wall]
+    for k in range(3):
+        between = (ds.time.values > t_imp[k] + 1e-6) & (ds.time.values < t_imp[k + 1] - 1e-6)
+        expected = m * g * y_w + e ** (2 * (k + 1)) * (E0 - m * g * y_w)
+        np.testing.assert_allclose(ds.energy.values[between], expected, rtol=1e-9)
+
+
+def test_a_batch_keeps_each_points_events_as_its_single_run():
+    model = solver.load(MECH / "bouncing_ball.yaml")
+    es = np.array([0.5, 0.8, 0.9])
+    batch = solver.solve_batch(model, {"e": es}, t_span=(0.0, 2.0), t_eval=np.linspace(0.0, 2.0, 101), tol=1e-12)
+    for i, e in enumerate(es):
+        one = _ball(e, tend=2.0)
+        n = int(one.event_count)
+        assert int(batch.event_count[i]) == n
+        np.testing.assert_allclose(batch.event_time.values[i, :n], one.event_time.values[:n], atol=1e-13)
+        assert int(batch.status[i]) == int(one.status)
+
+
+# ------------------------------------------------------------------ model files
+def _load_text(tmp_path, text):
+    f = tmp_path / "m.yaml"
+    f.write_text(text)
+    return solver.load(f)
+
+
+BALL = (MECH / "bouncing_ball.yaml").read_text()
+
+
+def test_an_event_on_an_unknown_name_names_the_key(tmp_path):
+    with pytest.raises(InputError) as err:
+        _load_text(tmp_path, BALL.replace("when: \"y'\"", "when: \"z'\""))
+    assert err.value.path == "Events.apex.when" and "z" in err.value.message
+
+
+def test_a_restitution_outside_0_1_names_the_key(tmp_path):
+    with pytest.raises(InputError) as err:
+        _load_text(tmp_path, BALL.replace("e: 0.8}", "e: 1.5}"))
+    assert err.value.path == "Stops.floor.restitution"
+    assert "restitution must be a number in [0, 1]" in err.value.message and "1.5" in err.value.message
+
+
+def test_a_restitution_outside_0_1_at_a_sweep_point_is_refused():
+    model = solver.load(MECH / "bouncing_ball.yaml")
+    model.check_values({"e": 0.3})
+    with pytest.raises(InputError, match="restitution must be a number in \\[0, 1\\].*got -0.2 at e = -0.2"):
+        model.check_values({"e": -0.2})
+
+
+def test_a_stop_in_a_dae_kind_model_is_refused(tmp_path):
+    text = (MECH / "pendulum.yaml").read_text().replace("ProblemData:", "Stops:\n  wall: {gap: x, restitution: 0.5}\n"
+                                                           "ProblemData:", 1)
+    with pytest.raises(InputError) as err:
+        _load_text(tmp_path, text)
+    assert err.value.path == "Stops" and "Kind: DAE has no Stops" in err.value.message
+
+
+def test_a_bad_direction_lists_the_choices(tmp_path):
+    with pytest.raises(InputError) as err:
+        _load_text(tmp_path, BALL.replace("direction: down}", "direction: sideways}"))
+    assert err.value.path == "Events.apex.direction" and "up, down, both" in err.value.message
+
+
+def test_an_event_in_a_dae_kind_model_reads_its_variables(tmp_path):
+    text = (MECH / "pendulum.yaml").read_text().replace(
+        "ProblemData:", "Events:\n  up: {when: x, direction: up}\nProblemData:", 1)
+    ds = _load_text(tmp_path, text).solve()
+    n = int(ds.event_count)
+    # From x = L at rest the first upward crossing is three quarters of a period in.
+    period = 4 * sp.ellipk(math.sin(math.pi / 4) ** 2) / math.sqrt(9.81)
+    np.testing.assert_allclose(np.diff(ds.event_time.values[:n]), period, atol=1e-8)
