@@ -188,7 +188,7 @@ def _with_sensitivities(ds, dae, tangents, names, status, single: bool):
     """``ds`` with the ``d{var}_d{param}`` outputs of :func:`_integrate`'s tangents added."""
     layout = sensitivity_layout(dae, None, names)
     series = sensitivity_series(dae, tangents, names)
-    failed = np.asarray(status) != st.SUCCESS
+    failed = st.is_failure(np.asarray(status))
     for name, (dims, attrs) in layout.items():
         arr = series[name].copy()
         if single:

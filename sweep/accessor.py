@@ -112,4 +112,4 @@ class SweepAccessor:
             The selection along ``point``.
         """
         codes = np.asarray(self._ds["status"].values)
-        return self._ds.isel(point=np.flatnonzero(codes == st.SUCCESS))
+        return self._ds.isel(point=np.flatnonzero(~st.is_failure(codes) & (codes >= st.SUCCESS)))

@@ -29,7 +29,7 @@ from solver import status as codes
 from solver.integrate.sensitivity import metric_tangent, sensitivity_name
 from solver.errors import InputError
 
-__all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "scalar_series", "store_bytes",
+__all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "event_metric", "scalar_series", "store_bytes",
            "check_store_size", "check_batch_memory", "estimate_run", "load_model", "structural_names",
            "structural_sizes", "rebuild_structural", "group_context", "remember_model", "MODEL_BUILDS",
            "check_point_values", "RANGE_CHECK_POINTS"]
@@ -305,7 +305,12 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
                              file=str(spec.path), path="Outputs.variables")
     metrics = {}
     series = scalar_series(dae)
+    event_names = [e.name for e in getattr(dae, "events", ())]
     for mname, m in spec.outputs.metrics.items():
+        if m.event is not None:
+            _check_event_metric(spec, dae, mname, m, event_names)
+            metrics[mname] = (m.of, m.reduce, m.event, m.n)
+            continue
         target = _component_index(dae, m.of)
         if target is None and m.of not in series:
             vector = next((v.name for v in dae.variables if v.shape != ()), None)
@@ -318,7 +323,12 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
         sens = check_names(dae, list(spec.outputs.sensitivities))
     except InputError as err:
         raise InputError(err.message, file=str(spec.path), path="Outputs.sensitivities") from None
-    bad = [(m, of) for m, (of, _) in metrics.items() if of in series] if sens else []
+    bad = [(m, of) for m, (of, *_) in metrics.items() if of in series] if sens else []
+    bad_event = [m for m, spec_m in metrics.items() if len(spec_m) > 2] if sens else []
+    if bad_event:
+        raise InputError(f"metric {bad_event[0]!r} is an event metric, which has no sensitivity in this version; "
+                         "remove Outputs.sensitivities or that metric", file=str(spec.path),
+                         path="Outputs.sensitivities")
     if bad:
         raise InputError(f"metric {bad[0][0]!r} reduces {bad[0][1]}, which has no sensitivity (only variables "
                          "and their components have); remove Outputs.sensitivities or that metric",
@@ -326,6 +336,17 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
     t = _times(spec, model)
     layout, coords = output_layout(dae, wanted)
     layout.update(sensitivity_layout(dae, wanted, sens))
+    if event_names:
+        # The event records of every point (solver.results.solution.event_layout), the
+        # wanted variables' values at the events among them.
+        from solver.results.solution import event_layout
+
+        series_names = set(layout)
+        for name, (dims, attrs) in event_layout(dae).items():
+            base = name[:-len("_at_event")] if name.endswith("_at_event") else None
+            if base is None or base in series_names:
+                layout[name] = (dims, {k: v for k, v in attrs.items() if k != "_FillValue"})
+        coords["event"] = np.arange(dae.max_events)
     variables = {name: dims for name, (dims, _) in layout.items()}
     var_attrs = {name: attrs for name, (_, attrs) in layout.items()}
     for mname in metrics:
@@ -607,7 +628,7 @@ def estimate_run(spec, context: SweepContext, workers: int) -> dict:
     per_point = max(wall - compile_s, 1e-9) / size
     rounds = math.ceil(spec.n_batches / max(int(workers), 1))
     return {"compile_seconds": compile_s, "seconds_per_point": per_point, "batch_points": size,
-            "failed": int(np.sum(np.asarray(result.status) != codes.SUCCESS)),
+            "failed": int(np.sum(codes.is_failure(np.asarray(result.status)))),
             "total_seconds": compile_s + rounds * size * per_point}
 
 
@@ -643,10 +664,15 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     # solve serves its B identical points.
     ds = ds.isel(point=slice(0, B) if padded else np.zeros(B, dtype=int))
     status = ds["status"].values.astype(np.int8)
-    failed = status != codes.SUCCESS
+    failed = codes.is_failure(status)
     data = {name: np.asarray(ds[name].values, dtype=float)
-            for name, dims in context.schema.variables.items() if dims and name in ds}
-    for mname, (of, reduce) in context.metrics.items():
+            for name, dims in context.schema.variables.items() if (dims or name == "event_count") and name in ds}
+    for mname, (of, reduce, *event) in context.metrics.items():
+        if event:
+            value = event_metric(model.dae, ds, of, reduce, *event)
+            value[failed] = np.nan
+            data[mname] = value
+            continue
         series = _metric_series(model.dae, ds, of)
         # A failed point's series is all NaN: numpy warns, the metric is NaN.
         with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -668,6 +694,73 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
         if first:
             msg += f"; first reason: {first}"
     return BatchResult(status=status, steps=ds["steps"].values, data=data, message=msg)
+
+
+def _check_event_metric(spec, dae, mname, m, event_names) -> None:
+    """An event metric names one of the model's events, and a value it can read."""
+    where = f"Outputs.metrics.{mname}"
+    if not event_names:
+        raise InputError(f"metric {mname!r} reduces event {m.event!r}, but the model has no Events or Stops; "
+                         "add them to the model (or its Override)", file=str(spec.path), path=where + ".event")
+    if m.event not in event_names:
+        raise InputError(f"metric {mname!r}: unknown event {m.event!r}; the model's events and stops are "
+                         f"{', '.join(event_names)}", file=str(spec.path), path=where + ".event")
+    if m.reduce == "value" and m.of not in ("time", "rate"):
+        names = [v.name for v in dae.variables]
+        if _component_index(dae, m.of) is None:
+            raise InputError(f"metric {mname!r}: unknown value {m.of!r} at the event; use time, rate (dg/dt) "
+                             f"or a variable ({', '.join(names)}) or one of its components",
+                             file=str(spec.path), path=where + ".of")
+
+
+def event_metric(dae, ds, of, reduce: str, event: str, n) -> np.ndarray:
+    """(B,) values of an event metric of a batch's Dataset.
+
+    Args:
+        dae: the model's DAE (its events name the records).
+        ds: the batch's Dataset (``event_which``, ``event_time``, ...).
+        of: with ``value``: ``time``, ``rate``, a variable or a component.
+        reduce: ``first`` (the time of the first occurrence), ``count``,
+            ``period`` (the mean spacing of like-direction crossings: for an
+            event of direction ``both``, up-crossings are spaced from
+            up-crossings and down from down), ``period_spread`` (their
+            standard deviation) or ``value`` (``of`` at the ``n``-th
+            occurrence).
+        event: the event's name.
+        n: the occurrence of ``value`` (1 = the first).
+
+    Returns:
+        NaN where a point has too few occurrences.
+    """
+    k = [e.name for e in dae.events].index(event)
+    which = np.asarray(ds["event_which"].values)
+    times = np.asarray(ds["event_time"].values, dtype=float)
+    rates = np.asarray(ds["event_rate"].values, dtype=float)
+    mine = which == k
+    B = which.shape[0]
+    out = np.full(B, np.nan)
+    for i in range(B):
+        t, r = times[i][mine[i]], rates[i][mine[i]]
+        if reduce == "count":
+            out[i] = t.size
+        elif reduce == "first":
+            out[i] = t[0] if t.size else np.nan
+        elif reduce in ("period", "period_spread"):
+            gaps = np.concatenate([np.diff(t[np.sign(r) == s]) for s in (-1, 1)])
+            if gaps.size:
+                out[i] = gaps.mean() if reduce == "period" else gaps.std()
+        elif reduce == "value" and t.size >= n:
+            j = np.flatnonzero(mine[i])[n - 1]
+            if of == "time":
+                out[i] = times[i, j]
+            elif of == "rate":
+                out[i] = rates[i, j]
+            else:
+                var, idx = _component_index(dae, of)
+                vals = np.asarray(ds[f"{var}_at_event"].values[i, j], dtype=float)
+                out[i] = vals.reshape(-1)[idx] if idx is not None else (
+                    float(vals) if vals.ndim == 0 else float(np.linalg.norm(vals)))
+    return out
 
 
 def scalar_series(dae) -> list[str]:

@@ -70,13 +70,17 @@ from solver.models.yamlio import (Locator, check_keys, check_regular_file, descr
 from sweep.store import batch_slices, effective_batch
 
 __all__ = ["SweepSpec", "Axis", "Metric", "Outputs", "load_sweep", "AXIS_KINDS",
-           "SAMPLE_METHODS", "REDUCTIONS", "MAX_POINTS", "MAX_BATCH"]
+           "SAMPLE_METHODS", "REDUCTIONS", "EVENT_REDUCTIONS", "MAX_POINTS", "MAX_BATCH"]
 
 TOP_KEYS = ("Title", "Model", "Override", "Sweep", "Outputs", "Batch")
 GROUPS = ("product", "zip", "sample", "constants")
 AXIS_KINDS = ("values", "linspace", "logspace", "range")
 SAMPLE_METHODS = ("random", "lhs", "sobol")
 REDUCTIONS = ("min", "max", "range", "mean", "final", "absmax")
+#: Reductions of an event's occurrences: the time of the first, how many,
+#: the mean spacing of like-direction crossings (the period) and its
+#: standard deviation, and a value at the n-th occurrence.
+EVENT_REDUCTIONS = ("first", "count", "period", "period_spread", "value")
 DEFAULT_BATCH = 64
 # A guard against a typo (an extra zero in a linspace) eating the machine's memory.
 # Each limit can be changed with the environment variable MECHSWEEP_<NAME>.
@@ -123,12 +127,20 @@ class Metric:
     Attributes:
         of: a variable or component name (``B``, ``By``, ``q[3]``...) or
             another time series of the run (``x_d1``, ``energy``,
-            ``torque_phi``...: :func:`sweep.pipeline.scalar_series`).
-        reduce: one of :data:`REDUCTIONS`.
+            ``torque_phi``...: :func:`sweep.pipeline.scalar_series`); for an
+            event metric with ``reduce: value``, what to read at the event
+            (a variable or component, ``time`` or ``rate``).
+        reduce: one of :data:`REDUCTIONS`, or with ``event`` one of
+            :data:`EVENT_REDUCTIONS`.
+        event: the name of one of the model's events or stops (an event
+            metric), or None.
+        n: with ``reduce: value``, which occurrence (1 = the first).
     """
 
-    of: str
+    of: str | None
     reduce: str
+    event: str | None = None
+    n: int | None = None
 
 
 @dataclass(frozen=True)
@@ -154,7 +166,9 @@ class Outputs:
         """Plain-data form, used for hashing and dataset attrs."""
         out = {"variables": list(self.variables) if self.variables is not None else None,
                "samples": self.samples, "dt": self.dt,
-               "metrics": {k: {"of": m.of, "reduce": m.reduce} for k, m in self.metrics.items()}}
+               "metrics": {k: ({"of": m.of, "reduce": m.reduce} if m.event is None else
+                               {"event": m.event, "reduce": m.reduce, "of": m.of, "n": m.n})
+                           for k, m in self.metrics.items()}}
         if self.sensitivities:  # absent otherwise: older stores keep their hash
             out["sensitivities"] = list(self.sensitivities)
         return out
@@ -310,7 +324,7 @@ class SweepSpec:
         if o.dt is not None:
             parts.append(f"dt {o.dt:g}")
         if o.metrics:
-            parts.append("metrics " + ", ".join(f"{k}={m.reduce}({m.of})"
+            parts.append("metrics " + ", ".join(f"{k}={m.reduce}({m.of if m.event is None else m.event})"
                                                  for k, m in o.metrics.items()))
         if o.sensitivities:
             parts.append("sensitivities d/d" + ", d/d".join(o.sensitivities))
@@ -644,8 +658,26 @@ def _outputs(value: Any, loc: Locator) -> Outputs:
         sub = mpath + (name,)
         require_str(name, sub, loc)
         m = require_mapping(m, sub, loc, what="a mapping {of: VARIABLE, reduce: "
-                                              + "|".join(REDUCTIONS) + "}")
-        check_keys(m, ("of", "reduce"), ("of", "reduce"), sub, loc)
+                                              + "|".join(REDUCTIONS) + "} or {event: NAME, reduce: "
+                                              + "|".join(EVENT_REDUCTIONS) + "}")
+        if "event" in m:
+            check_keys(m, ("event", "reduce", "of", "n"), ("event", "reduce"), sub, loc)
+            reduce = require_str(m["reduce"], sub + ("reduce",), loc, choices=EVENT_REDUCTIONS)
+            if reduce == "value":
+                for key in ("of", "n"):
+                    if key not in m:
+                        raise loc.error(f"reduce: value reads a value at the n-th occurrence: give '{key}' "
+                                        f"(e.g. of: time, n: 1)", sub)
+            elif "of" in m or "n" in m:
+                raise loc.error(f"'of' and 'n' belong to reduce: value; reduce: {reduce} takes neither",
+                                sub + ("of" if "of" in m else "n",))
+            metrics[name] = Metric(of=require_str(m["of"], sub + ("of",), loc) if "of" in m else None,
+                                   reduce=reduce, event=require_str(m["event"], sub + ("event",), loc),
+                                   n=require_int(m["n"], sub + ("n",), loc, minimum=1) if "n" in m else None)
+            continue
+        check_keys(m, ("of", "reduce", "event", "n"), ("of", "reduce"), sub, loc)
+        if "n" in m:
+            raise loc.error("'n' belongs to an event metric (event: NAME, reduce: value)", sub + ("n",))
         metrics[name] = Metric(of=require_str(m["of"], sub + ("of",), loc),
                                reduce=require_str(m["reduce"], sub + ("reduce",), loc,
                                                   choices=REDUCTIONS))

@@ -557,7 +557,7 @@ def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
     index = _batch_index(group, batch_slice)
     n = batch_slice.stop - batch_slice.start
     codes = np.asarray(result.status, dtype=np.int8).reshape(n)
-    bad = codes != st.SUCCESS
+    bad = st.is_failure(codes)
     arrays = {name: group[name] for name in _batch_arrays(group)}   # one lookup each
     for name in group.attrs["sweep_outputs"]:
         target = _full_chunks(arrays[name])

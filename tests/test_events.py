@@ -73,11 +73,25 @@ def test_two_roots_in_one_piece_are_both_found():
     assert sign.tolist() == [-1, 1]
 
 
-def test_a_root_at_the_start_of_the_step_is_polished_exactly():
-    # A bounce: up at (nearly) 0, down at 0.06; false position lands on the first at once.
-    u, sign = _roots([-1e-17, 1.0, -1 / 0.06])
-    np.testing.assert_allclose(u, [1e-17, 0.06], rtol=1e-12, atol=0)
+def test_a_root_near_the_start_of_the_step_is_polished_exactly():
+    # A bounce: up at 1e-9, down at 0.06; false position lands on the first at once.
+    u, sign = _roots(_poly([1e-9, 0.06], lead=-1 / 0.06))
+    np.testing.assert_allclose(u, [1e-9, 0.06], rtol=1e-12, atol=0)
     assert sign.tolist() == [1, -1]
+
+
+def test_a_value_within_rounding_of_zero_is_zero_and_counts_as_positive():
+    # g(0) = -1e-17 on a polynomial of size 1: zero, so no upward crossing at the start.
+    u, sign = _roots([-1e-17, 1.0, -1 / 0.06])
+    np.testing.assert_allclose(u, [0.06], rtol=1e-12)
+    assert sign.tolist() == [-1]
+
+
+def test_roots_on_the_ends_of_pieces_are_found_once():
+    roots = [0.25, 0.3125, 0.5, 0.75]  # every one on an end of a piece
+    u, sign = _roots(_poly(roots))
+    np.testing.assert_allclose(u, roots, atol=1e-14)
+    assert sign.tolist() == [-1, 1, -1, 1]  # positive at 0: four factors
 
 
 def test_a_polynomial_without_roots_in_the_step_has_none():
@@ -296,3 +310,91 @@ def test_an_event_in_a_dae_kind_model_reads_its_variables(tmp_path):
     # From x = L at rest the first upward crossing is three quarters of a period in.
     period = 4 * sp.ellipk(math.sin(math.pi / 4) ** 2) / math.sqrt(9.81)
     np.testing.assert_allclose(np.diff(ds.event_time.values[:n]), period, atol=1e-8)
+
+
+def _slider_crank_reference(e, tend, p):
+    """Impact times and slider velocities of the slider-crank on its crank angle's ODE (scipy, sympy)."""
+    import sympy
+    from scipy.integrate import solve_ivp
+
+    phi, dphi = sympy.symbols("phi dphi")
+    r, l, m1, m2, m3, g = (p[k] for k in ("r", "l", "m1", "m2", "m3", "g"))
+    s = r * sympy.cos(phi) + sympy.sqrt(l**2 - r**2 * sympy.sin(phi) ** 2)
+    A = sympy.Matrix([r * sympy.cos(phi), r * sympy.sin(phi)])
+    Ad, Bd = A.diff(phi) * dphi, sympy.Matrix([s.diff(phi), 0]) * dphi
+    T = (m1 / 6 * Ad.dot(Ad) + m2 / 6 * (Ad.dot(Ad) + Ad.dot(Bd) + Bd.dot(Bd)) + m3 / 2 * (s.diff(phi) * dphi) ** 2)
+    V = g * (m1 + m2) / 2 * A[1]
+    M = sympy.simplify(T.diff(dphi, 2))
+    acc = -(M.diff(phi) * dphi**2 / 2 + V.diff(phi)) / M
+    f_acc = sympy.lambdify((phi, dphi), acc)
+    f_gap = sympy.lambdify(phi, s - p["smin"])
+    f_rate = sympy.lambdify((phi, dphi), s.diff(phi) * dphi)
+
+    def gap(t, y):
+        return f_gap(y[0])
+
+    gap.terminal, gap.direction = True, -1
+    t, y = 0.0, [p["th"], p["w"]]
+    times, rates = [], []
+    while t < tend:
+        sol = solve_ivp(lambda t, y: [y[1], f_acc(y[0], y[1])], (t, tend), y, events=gap, rtol=1e-12, atol=1e-12,
+                        method="DOP853")
+        if not sol.t_events[0].size:
+            break
+        t, y = float(sol.t_events[0][0]), sol.y_events[0][0].copy()
+        times.append(t)
+        rates.append(f_rate(y[0], y[1]))
+        y[1] = -e * y[1]  # one DOF: the gap's rate reverses with it
+    return np.array(times), np.array(rates)
+
+
+def test_a_slider_crank_against_its_end_stop_matches_the_crank_angle_ode():
+    model = solver.load(MECH / "slider_crank_stop.yaml")
+    ds = model.solve()
+    n = int(ds.event_count)
+    p = {k: float(v) for k, v in model.all_params().items()}
+    times, rates = _slider_crank_reference(p["e"], model.tend, p)
+    assert n == len(times) >= 3
+    np.testing.assert_allclose(ds.event_time.values[:n], times, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(ds.event_rate.values[:n], rates, rtol=1e-8)
+    np.testing.assert_allclose(ds.s_at_event.values[:n], p["smin"], atol=1e-12)
+
+
+def test_a_sweep_store_keeps_event_metrics_and_records_as_single_runs(tmp_path):
+    from sweep.cli.sweep_command import run_sweep_file
+    from sweep.store import open_store
+
+    text = (ROOT / "configs/sweeps/slider_crank_restitution.yaml").read_text()
+    text = text.replace("Model: ../mechanisms/slider_crank_stop.yaml",
+                        f"Model: {MECH / 'slider_crank_stop.yaml'}\nOverride: {{ProblemData: {{tend: 2}}}}")
+    text = text.replace("e: {linspace: [0.0, 1.0, 21]}", "e: {values: [0.3, 0.9]}").replace("Batch: 21", "Batch: 2")
+    sweep_file = tmp_path / "restitution.yaml"
+    sweep_file.write_text(text)
+    out = tmp_path / "restitution.zarr"
+    run_sweep_file(sweep_file, str(out), workers=0, progress=False, plot=False, echo=lambda *a: None)
+    ds = open_store(str(out))
+    model = solver.load(MECH / "slider_crank_stop.yaml", overrides={"ProblemData": {"tend": 2}})
+    for i, e in enumerate(ds["e"].values):
+        one = model.solve(params={"e": float(e)}, t_eval=ds.time.values)
+        n = int(one.event_count)
+        assert int(ds.impacts.values[i]) == n == int(ds.event_count.values[i])
+        np.testing.assert_allclose(ds.first_impact.values[i], one.event_time.values[0], atol=1e-12)
+        np.testing.assert_allclose(ds.second_speed.values[i], one.event_rate.values[1], rtol=1e-10)
+        np.testing.assert_allclose(ds.event_time.values[i, :n], one.event_time.values[:n], atol=1e-12)
+        np.testing.assert_allclose(ds.s_at_event.values[i, :n], one.s_at_event.values[:n], atol=1e-12)
+    # The first impact comes before any restitution acts: alike for every design.
+    np.testing.assert_allclose(ds.first_speed.values, ds.first_speed.values[0], rtol=1e-12)
+
+
+def test_an_event_metric_on_an_unknown_event_lists_the_events(tmp_path):
+    from sweep.pipeline import build_context
+    from sweep.spec import load_sweep
+
+    text = (ROOT / "configs/sweeps/slider_crank_restitution.yaml").read_text().replace(
+        "Model: ../mechanisms/", f"Model: {MECH}/").replace("{event: end, reduce: count}", "{event: stop, reduce: count}")
+    f = tmp_path / "s.yaml"
+    f.write_text(text)
+    with pytest.raises(InputError) as err:
+        build_context(load_sweep(f))
+    assert err.value.path == "Outputs.metrics.impacts.event"
+    assert "unknown event 'stop'; the model's events and stops are end" in err.value.message

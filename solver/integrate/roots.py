@@ -46,6 +46,10 @@ __all__ = ["SUBINTERVALS", "REFINED", "POLISH_ITERATIONS", "fine_pieces", "berns
 #: Equal pieces of a step whose Bernstein coefficients are examined.
 SUBINTERVALS = 16
 
+#: Relative size (to the largest Bernstein coefficient of the step) below
+#: which a coefficient counts as zero.
+ROUNDING = 1e-14
+
 #: Ambiguous pieces (more than one sign change of their Bernstein
 #: coefficients) examined again on SUBINTERVALS sub-pieces each, per step.
 REFINED = 2
@@ -113,10 +117,12 @@ def _brackets(B, a, w):
     left, right = B[:, 0], B[:, -1]  # the values at the ends
     found = _positive(left) != _positive(right)
     sign = jnp.where(_positive(right), 1, -1)
-    return found, changes, sign, (left, right), a, a + w
+    # Beside a zero end, the sign of the polynomial inside is that of the next
+    # coefficient (B[:, 1] at the left end, B[:, -2] at the right).
+    return found, changes, sign, (left, right, B[:, 1], B[:, -2]), a, a + w
 
 
-def _polish(c, lo, hi, f_lo, f_hi):
+def _polish(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
     """The root in each bracket [lo, hi] (values f_lo, f_hi at its ends, of opposite signs).
 
     The Illinois variant of the false position: the bracket's secant point
@@ -126,11 +132,13 @@ def _polish(c, lo, hi, f_lo, f_hi):
     once on a root at an end of it).
     """
     left_positive = _positive(f_lo)
-    # A zero at the left end is a root of the piece before (a zero counts as
-    # positive): this bracket's root lies inside, where the sign is the left
-    # end's.  A stand-in value of that sign starts the false position at the
-    # middle instead of on the end.
-    f_lo = jnp.where(f_lo == 0, -f_hi, f_lo)
+    # A zero at an end (a zero counts as positive) is this bracket's root only
+    # where the polynomial beside it inside has the other end's sign;
+    # otherwise that zero is a root of the next piece (or touches zero), and
+    # this bracket's root lies inside.  A stand-in value of the end's sign
+    # then starts the false position away from that end.
+    f_lo = jnp.where((f_lo == 0) & _positive(inner_lo), -f_hi, f_lo)
+    f_hi = jnp.where((f_hi == 0) & _positive(inner_hi), -f_lo, f_hi)
 
     def illinois(_, state):
         lo, hi, f_lo, f_hi, side = state
@@ -172,22 +180,30 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None):
     n = pieces_matrix.shape[0]
     dt = c.dtype
     B = jnp.einsum("ijk,k->ij", pieces_matrix, c)  # (L, P + 1)
+    # Values within rounding of zero are zero: the two pieces that share an end
+    # compute its value by different sums, and must agree on its sign.
+    zero = ROUNDING * jnp.max(jnp.abs(B))
+    B = jnp.where(jnp.abs(B) <= zero, 0.0, B)
     a = jnp.arange(n, dtype=dt) / n
-    found, changes, sign, (f_lo, f_hi), lo, hi = _brackets(B, a, 1.0 / n)
+    found, changes, sign, (f_lo, f_hi, in_lo, in_hi), lo, hi = _brackets(B, a, 1.0 / n)
     if fine_matrix is not None:
         ambiguous = changes >= 2
         # The first REFINED ambiguous pieces, in time order (a stable sort of the flags).
         order = jnp.argsort(~ambiguous, stable=True)[:REFINED]
         picked = ambiguous[order]
         Bf = jnp.einsum("rijk,k->rij", fine_matrix[order], c)  # (REFINED, L, P + 1)
+        Bf = jnp.where(jnp.abs(Bf) <= zero, 0.0, Bf)
         af = (order[:, None] * n + jnp.arange(n)[None, :]).astype(dt) / (n * n)
-        f2, _, s2, (flo2, fhi2), lo2, hi2 = _brackets(Bf.reshape(-1, B.shape[1]), af.reshape(-1), 1.0 / (n * n))
+        f2, _, s2, (flo2, fhi2, inlo2, inhi2), lo2, hi2 = _brackets(Bf.reshape(-1, B.shape[1]), af.reshape(-1),
+                                                                     1.0 / (n * n))
         f2 = f2 & jnp.repeat(picked, n)
         refined = jnp.zeros(n, bool).at[order].set(picked)
         found = jnp.concatenate([found & ~refined, f2])
         sign = jnp.concatenate([sign, s2])
         f_lo = jnp.concatenate([f_lo, flo2])
         f_hi = jnp.concatenate([f_hi, fhi2])
+        in_lo = jnp.concatenate([in_lo, inlo2])
+        in_hi = jnp.concatenate([in_hi, inhi2])
         lo = jnp.concatenate([lo, lo2])
         hi = jnp.concatenate([hi, hi2])
-    return found, _polish(c, lo, hi, f_lo, f_hi), sign
+    return found, _polish(c, lo, hi, f_lo, f_hi, in_lo, in_hi), sign

@@ -271,7 +271,7 @@ def _dataset_parts(dae, result: Mapping, t_eval, *, residual, energy, balance, s
     for name, d, _ in driver_outputs(dae):
         # values[multiplier] is (B, n_out, L, n_c): the multipliers at every output time.
         series[name] = -values[dae.multiplier][:, :, 0, d.index]
-    failed = status != st.SUCCESS
+    failed = st.is_failure(status)
     data = {}
     for name, (dims, attrs) in layout.items():
         if name not in series:

@@ -657,7 +657,7 @@ def cmd_simulate(args) -> int:
               f"max constraint residual {_figure(info['max_constraint_residual'])}"
               + "".join(f", {key.replace('_', ' ')} {_figure(info[key])}"
                         for key in ("energy_drift", "energy_change", "dissipated") if key in info))
-    return EXIT_OK if int(ds["status"].values) == st.SUCCESS else EXIT_FAILED
+    return EXIT_FAILED if st.is_failure(int(ds["status"].values)) else EXIT_OK
 
 
 def cmd_equilibrium(args) -> int:

@@ -165,7 +165,7 @@ def summary_plot(store, out_png=None):
             value = np.nanmax(a[..., 0], axis=1) - np.nanmin(a[..., 0], axis=1)
         label = f"range of {series[0]}"
     status = ds["status"].values
-    failed = status != st.SUCCESS
+    failed = st.is_failure(status)
     fig, ax = plt.subplots(figsize=(7, 5))
     if len(params) >= 2:
         x, y = ds[params[0]].values, ds[params[1]].values
