@@ -24,7 +24,7 @@ from solver.integrate.initialize import ASSEMBLY_TOL, InitialValueError, StateSp
 from solver.integrate.integrator import Integrator, order_for_tol, pad_output_times
 from solver.integrate.solve_lock import one_at_a_time
 from solver.integrate.sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
-                          sensitivity_series)
+                          sensitivity_name, sensitivity_series)
 from solver.results.solution import build_batch_dataset, build_dataset
 
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
@@ -141,8 +141,11 @@ def _integrate_rows(integ: Integrator, params_b, z0, u0, t0, t1, t_rows, tol, ma
             res, tan = integ.run_tangents(one(params_b), np.asarray(z0[0]), np.asarray(u0[0]),
                                           {k: v[:, 0] for k, v in dparams.items()}, np.asarray(dz0[0]),
                                           t0, t1, t_rows, tol, max_steps=max_steps, h_max=h_max)
+            ev_tan = res.pop("event_tangents", None)
             res = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], res)
             tan = {k: np.asarray(v)[:, None] for k, v in tan.items()}
+            if ev_tan is not None:  # direction first, then the batch axis
+                res["event_tangents"] = jax.tree_util.tree_map(lambda a: np.asarray(a)[:, None], ev_tan)
         else:
             res, tan = integ.run_tangents({k: np.asarray(v) for k, v in params_b.items()}, np.asarray(z0),
                                           np.asarray(u0), dparams, np.moveaxis(dz0, 1, 0),
@@ -182,6 +185,29 @@ def _start_tangents(comp: Compiled, full: dict, t0, z0, free, names, values, fix
     dparams = {k: np.moveaxis(v, 0, 1) for k, v in parameter_directions(full, names).items()}
     return np.asarray(comp.start_tangents({k: np.asarray(v) for k, v in full.items()}, float(t0),
                                           np.asarray(z0), np.asarray(free), dparams, np.asarray(dz_fixed)))
+
+
+def _with_event_sensitivities(ds, dae, event_tangents, names, status, single: bool):
+    """``ds`` with ``devent_time_d{param}`` and ``devent_rate_d{param}``: the event records' derivatives.
+
+    An event time moves with a parameter as dt*/dp = -(dg/dp + dg/dx dx/dp)
+    / (dg/dt) (:func:`solver.integrate.roots.isolate_roots`); the rate's
+    derivative includes the jump of the tangents at earlier impacts.
+    """
+    failed = st.is_failure(np.asarray(status))
+    for what in ("time", "rate"):
+        arr = np.asarray(event_tangents[what], dtype=float)  # (k, B, C)
+        for i, param in enumerate(names):
+            name = sensitivity_name(f"event_{what}", param)
+            vals = arr[i].copy()
+            attrs = {"long_name": f"d(event {what})/d{param}", "sensitivity_of": f"event_{what}",
+                     "sensitivity_wrt": param}
+            if single:
+                ds[name] = (("event",), vals[0], attrs)
+            else:
+                vals[failed] = np.nan
+                ds[name] = (("point", "event"), vals, attrs)
+    return ds
 
 
 def _with_sensitivities(ds, dae, tangents, names, status, single: bool):
@@ -300,6 +326,8 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
                        params=pvals, settings=settings, title=title, extra_attrs=dict(extra_attrs or {}))
     if names:
         ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=True)
+        if "event_tangents" in res:
+            ds = _with_event_sensitivities(ds, dae, res["event_tangents"], names, res["status"], single=True)
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
     ds.attrs["compile_seconds"] = clock.seconds
     ds.attrs["t_final"] = float(res["t_final"][0])
@@ -475,5 +503,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                              extra_attrs=extra_attrs)
     if names:
         ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=False)
+        if "event_tangents" in res:
+            ds = _with_event_sensitivities(ds, dae, res["event_tangents"], names, res["status"], single=False)
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
     return ds

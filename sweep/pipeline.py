@@ -324,11 +324,12 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
     except InputError as err:
         raise InputError(err.message, file=str(spec.path), path="Outputs.sensitivities") from None
     bad = [(m, of) for m, (of, *_) in metrics.items() if of in series] if sens else []
-    bad_event = [m for m, spec_m in metrics.items() if len(spec_m) > 2] if sens else []
+    bad_event = [m for m, spec_m in metrics.items()
+                 if len(spec_m) > 2 and spec_m[1] == "value" and spec_m[0] not in ("time", "rate")] if sens else []
     if bad_event:
-        raise InputError(f"metric {bad_event[0]!r} is an event metric, which has no sensitivity in this version; "
-                         "remove Outputs.sensitivities or that metric", file=str(spec.path),
-                         path="Outputs.sensitivities")
+        raise InputError(f"metric {bad_event[0]!r} reads a variable at an event, which has no sensitivity (an "
+                         "event's time and rate have: of: time or of: rate); remove Outputs.sensitivities or "
+                         "that metric", file=str(spec.path), path="Outputs.sensitivities")
     if bad:
         raise InputError(f"metric {bad[0][0]!r} reduces {bad[0][1]}, which has no sensitivity (only variables "
                          "and their components have); remove Outputs.sensitivities or that metric",
@@ -672,6 +673,10 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
             value = event_metric(model.dae, ds, of, reduce, *event)
             value[failed] = np.nan
             data[mname] = value
+            for param in sens:
+                dvalue = event_metric(model.dae, ds, of, reduce, *event, param=param)
+                dvalue[failed] = np.nan
+                data[sensitivity_name(mname, param)] = dvalue
             continue
         series = _metric_series(model.dae, ds, of)
         # A failed point's series is all NaN: numpy warns, the metric is NaN.
@@ -713,8 +718,8 @@ def _check_event_metric(spec, dae, mname, m, event_names) -> None:
                              file=str(spec.path), path=where + ".of")
 
 
-def event_metric(dae, ds, of, reduce: str, event: str, n) -> np.ndarray:
-    """(B,) values of an event metric of a batch's Dataset.
+def event_metric(dae, ds, of, reduce: str, event: str, n, param: str | None = None) -> np.ndarray:
+    """(B,) values of an event metric of a batch's Dataset, or their derivatives.
 
     Args:
         dae: the model's DAE (its events name the records).
@@ -728,6 +733,10 @@ def event_metric(dae, ds, of, reduce: str, event: str, n) -> np.ndarray:
             occurrence).
         event: the event's name.
         n: the occurrence of ``value`` (1 = the first).
+        param: a parameter: the metric's derivative with respect to it,
+            from the records' ``devent_time_d{param}`` and
+            ``devent_rate_d{param}`` (a count's is 0: it is piecewise
+            constant).
 
     Returns:
         NaN where a point has too few occurrences.
@@ -736,25 +745,38 @@ def event_metric(dae, ds, of, reduce: str, event: str, n) -> np.ndarray:
     which = np.asarray(ds["event_which"].values)
     times = np.asarray(ds["event_time"].values, dtype=float)
     rates = np.asarray(ds["event_rate"].values, dtype=float)
+    if param is not None:
+        dtimes = np.asarray(ds[sensitivity_name("event_time", param)].values, dtype=float)
+        drates = np.asarray(ds[sensitivity_name("event_rate", param)].values, dtype=float)
     mine = which == k
     B = which.shape[0]
     out = np.full(B, np.nan)
     for i in range(B):
         t, r = times[i][mine[i]], rates[i][mine[i]]
+        dt_ = None if param is None else dtimes[i][mine[i]]
         if reduce == "count":
-            out[i] = t.size
+            out[i] = t.size if param is None else 0.0
         elif reduce == "first":
-            out[i] = t[0] if t.size else np.nan
+            out[i] = (t[0] if param is None else dt_[0]) if t.size else np.nan
         elif reduce in ("period", "period_spread"):
-            gaps = np.concatenate([np.diff(t[np.sign(r) == s]) for s in (-1, 1)])
-            if gaps.size:
+            groups = [np.sign(r) == s for s in (-1, 1)]
+            gaps = np.concatenate([np.diff(t[g]) for g in groups])
+            if gaps.size and param is None:
                 out[i] = gaps.mean() if reduce == "period" else gaps.std()
+            elif gaps.size:
+                dgaps = np.concatenate([np.diff(dt_[g]) for g in groups])
+                if reduce == "period":
+                    out[i] = dgaps.mean()
+                else:
+                    dev = gaps - gaps.mean()
+                    spread = gaps.std()
+                    out[i] = np.mean(dev * (dgaps - dgaps.mean())) / spread if spread > 0 else 0.0
         elif reduce == "value" and t.size >= n:
             j = np.flatnonzero(mine[i])[n - 1]
             if of == "time":
-                out[i] = times[i, j]
+                out[i] = times[i, j] if param is None else dtimes[i, j]
             elif of == "rate":
-                out[i] = rates[i, j]
+                out[i] = rates[i, j] if param is None else drates[i, j]
             else:
                 var, idx = _component_index(dae, of)
                 vals = np.asarray(ds[f"{var}_at_event"].values[i, j], dtype=float)

@@ -675,9 +675,7 @@ def _outputs(value: Any, loc: Locator) -> Outputs:
                                    reduce=reduce, event=require_str(m["event"], sub + ("event",), loc),
                                    n=require_int(m["n"], sub + ("n",), loc, minimum=1) if "n" in m else None)
             continue
-        check_keys(m, ("of", "reduce", "event", "n"), ("of", "reduce"), sub, loc)
-        if "n" in m:
-            raise loc.error("'n' belongs to an event metric (event: NAME, reduce: value)", sub + ("n",))
+        check_keys(m, ("of", "reduce"), ("of", "reduce"), sub, loc)
         metrics[name] = Metric(of=require_str(m["of"], sub + ("of",), loc),
                                reduce=require_str(m["reduce"], sub + ("reduce",), loc,
                                                   choices=REDUCTIONS))

@@ -398,3 +398,74 @@ def test_an_event_metric_on_an_unknown_event_lists_the_events(tmp_path):
         build_context(load_sweep(f))
     assert err.value.path == "Outputs.metrics.impacts.event"
     assert "unknown event 'stop'; the model's events and stops are end" in err.value.message
+
+
+# ------------------------------------------------------------------ sensitivities
+def test_event_times_move_with_the_parameters_as_the_closed_form_says():
+    # Impact k of a ball dropped from h: t_k = t1 (1 + 2e (1 - e^(k-1)) / (1 - e)), t1 = sqrt(2h/g),
+    # so dt_k/dh = t_k/(2h), dt_k/dg = -t_k/(2g), and through each earlier impact dt_k/de as below.
+    model = solver.load(MECH / "bouncing_ball.yaml")
+    ds = model.solve(params={"e": 0.8}, t_span=(0.0, 2.0), t_eval=np.linspace(0.0, 2.0, 21),
+                     sensitivities=["h", "e", "g"])
+    e, g, h = 0.8, 9.81, 1.0
+    t1 = math.sqrt(2 * h / g)
+    names = ds.event_which.attrs["flag_meanings"].split()
+    n = int(ds.event_count)
+    floor = ds.event_which.values[:n] == names.index("floor")
+    t = ds.event_time.values[:n][floor]
+    k = np.arange(t.size)
+    np.testing.assert_allclose(ds.devent_time_dh.values[:n][floor], t / (2 * h), rtol=1e-9)
+    np.testing.assert_allclose(ds.devent_time_dg.values[:n][floor], -t / (2 * g), rtol=1e-9)
+    dt_de = 2 * t1 * np.array([sum(j * e ** (j - 1) for j in range(1, m + 1)) for m in k])
+    np.testing.assert_allclose(ds.devent_time_de.values[:n][floor], dt_de, rtol=1e-9, atol=1e-12)
+    # The velocity of approach -sqrt(2 g h) e^k: its derivative carries the jumps of the tangents at impacts.
+    np.testing.assert_allclose(ds.devent_rate_de.values[:n][floor], -math.sqrt(2 * g * h) * k * e ** (k - 1.0),
+                               rtol=1e-9, atol=1e-12)
+
+
+def test_state_sensitivities_after_impacts_match_central_differences():
+    model = solver.load(MECH / "slider_crank_stop.yaml", overrides={"ProblemData": {"tend": 2.0}})
+    t_eval = np.linspace(0.0, 2.0, 41)
+    ds = model.solve(params={"e": 0.8}, t_eval=t_eval, sensitivities=["e", "w"])
+    assert int(ds.event_count) >= 2
+    for name, base, step in (("e", 0.8, 1e-6), ("w", 8.0, 1e-6)):
+        plus = model.solve(params={name: base + step}, t_eval=t_eval)
+        minus = model.solve(params={name: base - step}, t_eval=t_eval)
+        central = (plus.s.values - minus.s.values) / (2 * step)
+        np.testing.assert_allclose(ds[f"ds_d{name}"].values, central, rtol=1e-5, atol=1e-6)
+        dt_central = (plus.event_time.values[:2] - minus.event_time.values[:2]) / (2 * step)
+        np.testing.assert_allclose(ds[f"devent_time_d{name}"].values[:2], dt_central, rtol=1e-6, atol=1e-9)
+
+
+def test_the_events_page_python_example_runs_and_gives_the_period():
+    import re
+
+    text = (ROOT / "docs" / "events.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, re.S | re.M)
+    assert blocks
+    scope: dict = {}
+    exec(blocks[0], scope)  # noqa: S102 (the project's own documentation)
+    period = 4 * sp.ellipk(math.sin(1.2 / 2) ** 2) / math.sqrt(9.81)
+    np.testing.assert_allclose(scope["period"], period, atol=1e-10)
+
+
+def test_an_impacts_impulse_is_the_momentum_it_reverses():
+    ds = _ball(0.8, tend=2.0)
+    names = ds.event_which.attrs["flag_meanings"].split()
+    n = int(ds.event_count)
+    floor = ds.event_which.values[:n] == names.index("floor")
+    rates = ds.event_rate.values[:n][floor]
+    # m (v+ - v-) = P with v+ = -e v-: P = -(1 + e) m v- (m = 1), pushing the ball up.
+    np.testing.assert_allclose(ds.event_impulse.values[:n][floor], -(1 + 0.8) * rates, rtol=1e-12)
+    assert np.isnan(ds.event_impulse.values[:n][~floor]).all()  # apexes are no impacts
+
+
+def test_the_siconos_view_reports_the_contacts_and_their_jacobian():
+    model = solver.load(MECH / "pendulum_wall.yaml")
+    view = solver.lagrangian_ds(model)
+    q = np.array([-0.3, -0.9])
+    assert view.contacts == ["wall"]
+    np.testing.assert_allclose(view.contact_gaps(q), [-0.3 + 0.5])
+    np.testing.assert_allclose(view.contact_jacobian(q), [[1.0, 0.0]])
+    np.testing.assert_allclose(view.restitutions(), [0.7])
+    assert solver.lagrangian_ds(solver.load(MECH / "slider_crank.yaml")).contacts == []

@@ -40,9 +40,10 @@ class Event:
         cooldown: after an occurrence, crossings of this event closer than
             this (in time) are ignored, so that it does not fire again at
             the point it just left; None: ``1e-9 * max(1, |t1 - t0|)``.
-        reset: for an impact, ``reset(t, v, p) -> {name: [x, x', ...]}``:
-            the values (and derivatives) that replace the state at the
-            event; the run then goes on from them.  None for a plain event.
+        reset: for an impact, ``reset(t, v, p) -> {name: [x, x', ...]}``
+            (or that and the impulse, a scalar, as a pair): the values (and
+            derivatives) that replace the state at the event; the run then
+            goes on from them.  None for a plain event.
         kind: ``"event"``, or ``"stop"`` for a unilateral constraint's impact.
         restitution: for a stop, ``restitution(p)``: its coefficient of
             restitution; an impact with none (0, plastic) ends the run with

@@ -1225,7 +1225,9 @@ class Integrator:
 
         Returns:
             (result, tangents): ``result`` as :meth:`run`/:meth:`run_batch`
-            return it; ``tangents`` the derivatives of its ``values`` (name ->
+            return it (with events, also ``event_tangents``: the derivatives
+            of the records' ``time``, ``rate`` and ``values``, direction
+            first); ``tangents`` the derivatives of its ``values`` (name ->
             (k,) + value shape).
 
         Raises:
@@ -1247,7 +1249,7 @@ class Integrator:
 
         def along(dp, dz):
             res, tan = jax.jvp(run, (params, z0), (dp, dz))
-            return res, tan["values"]
+            return res, (tan["values"], tan.get("events"))
 
         # A batch's mid-size linear algebra as XLA loops, not LAPACK calls. jaxlib
         # 0.10.2's LAPACK kernels split a batch of more than ~200,000 flops over
@@ -1261,8 +1263,12 @@ class Integrator:
         # the split out.  A single run's _run sets the flag itself.
         # The primal does not depend on the direction: vmap keeps it unbatched.
         with tangent_seeds(), linalg.native_loops(slots is not None), batched_tangents(slots is not None):
-            return jax.vmap(along, out_axes=(None, 0))({k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()},
-                                                       jnp.asarray(dz0, jnp.float64))
+            res, (tangents, events) = jax.vmap(along, out_axes=(None, 0))(
+                {k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()}, jnp.asarray(dz0, jnp.float64))
+        if events is not None:
+            # The derivatives of the event records: times, rates and values (direction first).
+            res = {**res, "event_tangents": {k: events[k] for k in ("time", "rate", "values")}}
+        return res, tangents
 
     def _run_batch(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
         run = self._run_batch_rounds if jax.default_backend() == "cpu" else self._run_batch_scatter

@@ -206,4 +206,20 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None):
         in_hi = jnp.concatenate([in_hi, inhi2])
         lo = jnp.concatenate([lo, lo2])
         hi = jnp.concatenate([hi, hi2])
-    return found, _polish(c, lo, hi, f_lo, f_hi, in_lo, in_hi), sign
+    fixed = jax.lax.stop_gradient
+    u = _polish(fixed(c), fixed(lo), fixed(hi), fixed(f_lo), fixed(f_hi), fixed(in_lo), fixed(in_hi))
+    return found, _implicit_root(c, u), sign
+
+
+def _implicit_root(c, u):
+    """The polished roots ``u`` with their derivatives by the implicit function theorem.
+
+    One Newton step at a root moves it by rounding only, and its derivative
+    with respect to the coefficients is exactly ``-(dq)(u) / q'(u)``: under
+    ``jax.jvp`` (design sensitivities) an event time then moves with the
+    parameters as dt*/dp = -(dg/dp + dg/dx dx/dp) / (dg/dt).
+    """
+    y, dy = jax.vmap(polynomial_value, in_axes=(None, 0))(c, u)
+    step = jnp.where(dy != 0, y / jnp.where(dy != 0, dy, 1.0), 0.0)
+    # The step's value is rounding: keep the polished root, take the step's derivative.
+    return u - step + jax.lax.stop_gradient(step)

@@ -19,8 +19,8 @@ of size h from t it
    again, so the series restarts from a consistent state;
 5. records every kept crossing up to the cut in time order: the event's
    index, its time, the values and derivatives of every variable there
-   (before an impact's reset) and the event function's rate dg/dt (for a
-   stop, the normal velocity of approach).
+   (before an impact's reset), the event function's rate dg/dt (for a
+   stop, the normal velocity of approach) and an impact's impulse.
 
 Records go into a fixed capacity (``max_events``); more occurrences are
 counted, and the run's status becomes ``event_overflow`` at its end, never a
@@ -166,6 +166,7 @@ class EventStepper:
             "which": jnp.full(lead + (C,), -1, jnp.int32),
             "time": jnp.full(lead + (C,), jnp.nan),
             "rate": jnp.full(lead + (C,), jnp.nan),
+            "impulse": jnp.full(lead + (C,), jnp.nan),
             "values": {v.name: jnp.full(lead + (C, integ.out_orders[v.name]) + v.shape, jnp.nan)
                        for v in integ.dae.variables},
             "last": jnp.full(lead + (len(self.events),), -jnp.inf),
@@ -267,15 +268,22 @@ class EventStepper:
         def do_cut(_):
             zc, uc = integ.advance_state(X, s_cut)
             zc, _ = integ.project(zc, t + s_cut, consts)
+            impulse = jnp.asarray(jnp.nan, dt)
             if self.resets:
-                branches = [lambda z: z] + [self._reset_branch(i, t + s_cut, params, consts) for i in self.resets]
+                branches = [lambda z: (z, jnp.asarray(jnp.nan, dt))] + [
+                    self._reset_branch(i, t + s_cut, params, consts) for i in self.resets]
                 index = jnp.zeros((), jnp.int32)
                 for b, i in enumerate(self.resets):
                     index = jnp.where(which == i, b + 1, index)
-                zc = lax.switch(index, branches, zc)
-            return zc, uc
+                zc, impulse = lax.switch(index, branches, zc)
+            return zc, uc, impulse
 
-        z, u = lax.cond(cut, do_cut, lambda _: (zq, uq), None)
+        z, u, impulse = lax.cond(cut, do_cut, lambda _: (zq, uq, jnp.asarray(jnp.nan, dt)), None)
+        if self.resets:
+            # The cut event is the last record of the step.
+            at = jnp.where(cut & (ev["count"] >= 1) & (ev["count"] <= self.capacity), ev["count"] - 1,
+                           self.capacity)
+            ev = {**ev, "impulse": ev["impulse"].at[at].set(impulse, mode="drop")}
         h = jnp.where(cut, s_cut, h)
         status = jnp.where(cut & jnp.asarray(self.terminal)[which], jnp.int8(st.STOPPED_BY_EVENT), jnp.int8(-1))
         if self.resets:
@@ -299,6 +307,7 @@ class EventStepper:
             v = {name: [X[name][k] * math.factorial(k) for k in range(integ.out_orders[name])]
                  for name in integ.out_orders}
             new = e.reset(t_star, v, params)
+            new, impulse = new if isinstance(new, tuple) else (new, jnp.nan)
             Xn = dict(X)
             for name, derivs in new.items():
                 A = X[name]
@@ -307,6 +316,6 @@ class EventStepper:
                 Xn[name] = A
             zr = integ.state_from_X(Xn)
             zr, _ = integ.project(zr, t_star, consts)
-            return zr
+            return zr, jnp.reshape(jnp.asarray(impulse, zr.dtype), ())
 
         return branch

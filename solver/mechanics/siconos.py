@@ -18,7 +18,11 @@ to a Siconos-style (nonsmooth, event-driven or time-stepping) integrator:
   forces (with the sign of the left-hand side);
 * ``F_ext(t) = 0``: mechsweep's applied forces may depend on the state, so
   they are all in ``F_int``;
-* the constraint Jacobian ``G = ∂g/∂q`` (``p = −Gᵀλ`` with mechsweep's λ).
+* the constraint Jacobian ``G = ∂g/∂q`` (``p = −Gᵀλ`` with mechsweep's λ);
+* the non-smooth interactions, the model's stops: their gaps ``g_i(q) >= 0``,
+  the contact Jacobian ``W = ∂g/∂q`` and the restitutions of Newton's impact
+  law (mechsweep's impacts record the impulse ``P``, Siconos's ``p``
+  integrated over the impact: ``event_impulse``).
 
 Every function takes flat arrays (coordinates in the model's order) and is
 built by forward-mode AD of the model's own residual, never by hand.
@@ -94,6 +98,33 @@ class LagrangianDS:
     def constraint_jacobian(self, q, t: float = 0.0):
         """``G = ∂g/∂q`` (n_c, ndof); the reactions are ``p = −Gᵀλ``."""
         return self.dae.constraint_jacobian(t, q, self.params)
+
+    # The non-smooth interactions: the model's stops (unilateral contacts).
+    @property
+    def contacts(self) -> list:
+        """The names of the unilateral contacts (the model's stops), in order."""
+        return [s.name for s in getattr(self.dae, "stops", ())]
+
+    def _p(self):
+        return self.dae._params(self.params)
+
+    def contact_gaps(self, q, t: float = 0.0):
+        """The gaps ``g_i(q) >= 0`` of the contacts, (n_contacts,)."""
+        qd = self.dae._as_dict(q)
+        p = self._p()
+        return jnp.stack([jnp.reshape(s.gap(t, qd, p), ()) for s in self.dae.stops]) if self.contacts \
+            else jnp.zeros((0,))
+
+    def contact_jacobian(self, q, t: float = 0.0):
+        """``W = ∂g/∂q`` of the contacts (n_contacts, ndof): the impulse on q is ``Wᵀ P``."""
+        x = jnp.asarray(self.dae._flatten(self.dae._as_dict(q)), jnp.float64)
+        return jax.jacfwd(lambda y: self.contact_gaps(self.dae._unflatten(y), t))(x)
+
+    def restitutions(self):
+        """The contacts' coefficients of restitution (Newton's impact law), (n_contacts,)."""
+        p = self._p()
+        return jnp.stack([jnp.reshape(s.restitution_of(p), ()) for s in self.dae.stops]) if self.contacts \
+            else jnp.zeros((0,))
 
 
 def lagrangian_ds(model_or_dae, params: Mapping | None = None) -> LagrangianDS:

@@ -16,7 +16,7 @@ KKT system of the impulse)::
 with ``M = ∂²L/∂q'²``, ``G`` the Jacobian of the bilateral constraints (so
 ``G v⁺ = 0``: the mechanism stays assembled), ``w = ∂g/∂q`` (so the normal
 velocity after is ``w v⁺ = −e w v⁻``) and ``P`` the contact impulse (Siconos's
-reaction ``p`` integrated over the impact).  The integrator then projects the
+reaction ``p`` integrated over the impact), recorded as ``event_impulse``.  The integrator then projects the
 new state onto the constraints and restarts the Taylor series from it.
 
 When impacts accumulate (``e < 1``: a bouncing body's flights shorten
@@ -94,6 +94,7 @@ def stop_events(dae, stops) -> list:
             raise InputError(f"stops must be solver.mechanics.stops.Stop objects; got {type(s).__name__}")
         out.append(Event(s.name, _gap_event(dae, s), direction="down", reset=_impact(dae, s), kind="stop",
                          restitution=s.restitution_of, zeno_time=s.zeno_time))
+    dae.stops = tuple(dae.stops if hasattr(dae, "stops") else ()) + tuple(stops or ())
     return out
 
 
@@ -123,8 +124,9 @@ def _impact(dae, stop):
         k = A_c.shape[0]
         K = jnp.block([[M, A_c.T], [A_c, jnp.zeros((k, k))]])
         rhs = jnp.concatenate([jnp.zeros(dae.n_q), jnp.zeros(k - 1), -(1.0 + e) * jnp.dot(w, vm)[None]])
-        dv = linalg.solve(K, rhs)[: dae.n_q]
-        vp = dae._unflatten(vm + dv)
-        return {c.name: [v[c.name][0], vp[c.name]] for c in dae.coords}
+        sol = linalg.solve(K, rhs)
+        vp = dae._unflatten(vm + sol[: dae.n_q])
+        # M dv = -A_cᵀ λ: the contact's generalised impulse is wᵀ P with P = -λ of its row.
+        return {c.name: [v[c.name][0], vp[c.name]] for c in dae.coords}, -sol[-1]
 
     return reset

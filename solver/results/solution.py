@@ -318,7 +318,8 @@ def event_layout(dae) -> dict:
 
     ``event_which`` (the event's index, -1 for an unused record; CF flags
     name them), ``event_time``, ``event_rate`` (dg/dt there: for a stop the
-    normal velocity of approach), ``event_count`` (every occurrence, also
+    normal velocity of approach), ``event_impulse`` (a stop's contact
+    impulse), ``event_count`` (every occurrence, also
     those past the capacity) and ``{series}_at_event`` for every variable
     series (values and derivatives at the event, before an impact's reset).
     """
@@ -330,6 +331,7 @@ def event_layout(dae) -> dict:
                                      "flag_meanings": " ".join(names)}),
         "event_time": (("event",), {"long_name": "event time", "units": unit}),
         "event_rate": (("event",), {"long_name": "rate of the event function at the event (dg/dt)"}),
+        "event_impulse": (("event",), {"long_name": "contact impulse of a stop's impact (NaN for other events)"}),
         "event_count": ((), {"long_name": "event occurrences (also those past max_events)"}),
     }
     for name, _, _, dims, attrs in _variable_series(dae):
@@ -344,6 +346,7 @@ def _event_data(dae, events: Mapping) -> dict:
     values = {k: np.asarray(v, dtype=float) for k, v in events["values"].items()}
     arrays = {"event_which": which, "event_time": np.asarray(events["time"], dtype=float),
               "event_rate": np.asarray(events["rate"], dtype=float),
+              "event_impulse": np.asarray(events["impulse"], dtype=float),
               "event_count": np.asarray(events["count"]).astype(np.int64)}
     for name, var, k, _, _ in _variable_series(dae):
         arrays[f"{name}_at_event"] = values[var][:, :, k]
