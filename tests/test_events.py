@@ -469,3 +469,20 @@ def test_the_siconos_view_reports_the_contacts_and_their_jacobian():
     np.testing.assert_allclose(view.contact_jacobian(q), [[1.0, 0.0]])
     np.testing.assert_allclose(view.restitutions(), [0.7])
     assert solver.lagrangian_ds(solver.load(MECH / "slider_crank.yaml")).contacts == []
+
+
+def test_plots_mark_event_times_and_animations_mark_impacts(tmp_path):
+    from solver.results.plot import animate, event_marks, impact_points, plot_timeseries
+
+    model = solver.load(MECH / "pendulum_wall.yaml")
+    ds = model.solve()
+    marks = event_marks(ds)
+    n = int(ds.event_count)
+    assert set(marks) == {"wall", "bottom"} and sum(len(v) for v in marks.values()) == n
+    np.testing.assert_allclose(np.sort(np.concatenate(list(marks.values()))), np.sort(ds.event_time.values[:n]))
+    assert plot_timeseries(ds, str(tmp_path / "p.png"), ["x"]) and (tmp_path / "p.png").stat().st_size > 0
+    times, points = impact_points(model, ds)
+    np.testing.assert_allclose(times, marks["wall"])
+    np.testing.assert_allclose(points["bob"][:, 0], -0.5, atol=1e-12)   # the bob on the wall x = -d
+    np.testing.assert_allclose(points["O"], 0.0)
+    assert Path(animate(model, ds, str(tmp_path / "a.gif"), frames=4)).stat().st_size > 0

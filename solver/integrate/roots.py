@@ -160,7 +160,7 @@ def _polish(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
     return jnp.where(jnp.abs(f_lo) <= jnp.abs(f_hi), lo, hi)
 
 
-def isolate_roots(c, pieces_matrix, fine_matrix=None):
+def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None):
     """Every real root of a polynomial on [0, 1], polished, with their directions.
 
     Args:
@@ -171,11 +171,14 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None):
             of degree P with L² pieces, grouped by coarse piece.  The first
             :data:`REFINED` pieces whose Bernstein coefficients change sign
             more than once are then examined again on L sub-pieces each.
+        first: polish only this many slots, the earliest that hold a
+            crossing (they come in time order); None: every slot.
 
     Returns:
         (found, u, sign): bool, whether a slot holds a crossing; its root in
         [0, 1]; and its direction (+1 up, -1 down).  Slots are the L pieces,
-        then L sub-pieces of each refined piece (not in time order).
+        then L sub-pieces of each refined piece (not in time order), or with
+        ``first`` the earliest crossings in time order.
     """
     n = pieces_matrix.shape[0]
     dt = c.dtype
@@ -206,6 +209,11 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None):
         in_hi = jnp.concatenate([in_hi, inhi2])
         lo = jnp.concatenate([lo, lo2])
         hi = jnp.concatenate([hi, hi2])
+    if first is not None and first < found.shape[0]:
+        # Only the earliest crossings are polished (the caller keeps no more).
+        pick = jnp.argsort(jnp.where(found, lo, jnp.inf))[:first]
+        found, sign, lo, hi, f_lo, f_hi, in_lo, in_hi = (a[pick] for a in (found, sign, lo, hi, f_lo, f_hi,
+                                                                            in_lo, in_hi))
     fixed = jax.lax.stop_gradient
     u = _polish(fixed(c), fixed(lo), fixed(hi), fixed(f_lo), fixed(f_hi), fixed(in_lo), fixed(in_hi))
     return found, _implicit_root(c, u), sign

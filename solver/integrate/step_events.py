@@ -227,7 +227,8 @@ class EventStepper:
         maybe = good & jnp.any((jnp.min(Bw, axis=1) < 0) & (jnp.max(Bw, axis=1) >= 0))
 
         def detect(ev):
-            found, u, sign = jax.vmap(isolate_roots, in_axes=(0, None, None))(Cu, self.pieces, self.fine)
+            # More than RECORDS_PER_STEP crossings of one event in one step overflow anyway.
+            found, u, sign = jax.vmap(lambda c: isolate_roots(c, self.pieces, self.fine, RECORDS_PER_STEP + 1))(Cu)
             L = found.shape[1]
             s = u * h
             signs = jnp.asarray(self.signs)[:, None]

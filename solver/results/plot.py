@@ -26,7 +26,8 @@ import numpy as np
 
 from solver.errors import InputError
 
-__all__ = ["plot_timeseries", "animate", "pyplot", "check_animation_output", "up_transform", "ANIMATION_FORMATS"]
+__all__ = ["plot_timeseries", "animate", "pyplot", "check_animation_output", "up_transform", "ANIMATION_FORMATS",
+           "event_marks", "impact_points"]
 
 ANIMATION_FORMATS = (".gif", ".mp4", ".html")
 
@@ -103,7 +104,8 @@ def plot_timeseries(ds, out: str, variables: Sequence[str] | None = None) -> str
     One panel per scalar and per component of a vector variable (``B[x]``,
     ``B[y]``), its y label the name and the ``units`` attribute; a vector
     too large for one panel per component shares one panel (its first 12
-    components).
+    components).  A run with events has a dotted line at each event's
+    times, one colour per event, named in the first panel's legend.
 
     Args:
         ds: a result Dataset (``time`` dimension).
@@ -139,6 +141,15 @@ def plot_timeseries(ds, out: str, variables: Sequence[str] | None = None) -> str
         ax.grid(alpha=0.3)
         if len(lines) > 1:
             ax.legend(fontsize=7, ncol=min(len(lines), 6), loc="upper right")
+    marks = event_marks(ds)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, (name, times) in enumerate(marks.items()):
+        for j, te in enumerate(times):
+            for ax in axes[:, 0]:
+                ax.axvline(te, color=colors[(k + 3) % len(colors)], lw=0.7, ls=":",
+                           label=f"event {name}" if (j == 0 and ax is axes[0, 0]) else None)
+    if marks:
+        axes[0, 0].legend(fontsize=7, loc="lower right")
     unit = ds["time"].attrs.get("units")
     axes[-1, 0].set_xlabel(f"time [{unit}]" if unit else "time")
     fig.suptitle(str(ds.attrs.get("title", "")))
@@ -146,6 +157,59 @@ def plot_timeseries(ds, out: str, variables: Sequence[str] | None = None) -> str
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return out
+
+
+def event_marks(ds) -> dict:
+    """Event name -> its occurrence times in a single run's Dataset (empty without events).
+
+    Args:
+        ds: a single run's result (``event_which``, ``event_time``).
+
+    Returns:
+        dict name -> sorted times, in the events' order.
+    """
+    if "event_time" not in ds or "point" in ds["event_time"].dims:
+        return {}
+    names = str(ds["event_which"].attrs.get("flag_meanings", "")).split()
+    which = np.asarray(ds["event_which"].values)
+    times = np.asarray(ds["event_time"].values, dtype=float)
+    out = {}
+    for k, name in enumerate(names):
+        sel = times[(which == k) & np.isfinite(times)]
+        if sel.size:
+            out[name] = np.sort(sel)
+    return out
+
+
+def impact_points(model, ds) -> tuple[np.ndarray, dict]:
+    """The drawn points at a run's impacts (what :func:`animate` crosses).
+
+    Args:
+        model: the model (its stops and drawn points).
+        ds: a single run's result.
+
+    Returns:
+        (times, points): the stops' impact times and point name -> (impacts,
+        2 or 3) positions there; empty without stops.
+    """
+    stops = [s.name for s in getattr(model.dae, "stops", ())]
+    if not stops or "event_time" not in ds:
+        return np.zeros(0), {}
+    names = str(ds["event_which"].attrs.get("flag_meanings", "")).split()
+    which = np.asarray(ds["event_which"].values)
+    keep = np.isin(which, [names.index(s) for s in stops if s in names])
+    times = np.asarray(ds["event_time"].values, dtype=float)[keep]
+    import xarray as xr
+
+    at = {}
+    for v in model.dae.variables:
+        for name in (v.name, *[f"{v.name}_d{k}" for k in range(1, 4)]):
+            if f"{name}_at_event" in ds:
+                da = ds[f"{name}_at_event"]
+                at[name] = (("time",) + da.dims[1:], np.asarray(da.values)[keep])
+    events = xr.Dataset({k: xr.Variable(*val) for k, val in at.items()}, coords={"time": times},
+                        attrs=ds.attrs)
+    return times, model.point_series(events)
 
 
 # --------------------------------------------------------------- animation
@@ -341,6 +405,17 @@ class _Scene:
                        if len(self.names) <= 12 else [])
         self.title = ax.set_title("")
         self.ax = ax
+        self.impact_times = np.zeros(0)
+        self.impact_marks = None
+
+    def mark_impacts(self, times, points: dict):
+        """Cross the moving points' positions at every impact, each from its time on."""
+        moving = [n for n in self.names if n in points and np.ptp(self.points[n], axis=0).max() > 0]
+        if not len(times) or not moving:
+            return
+        self.impact_times = np.asarray(times)
+        self.impact_P = np.stack([points[n] for n in moving], axis=1)   # (impact, point, dim)
+        self.impact_marks = self.ax.plot(*([[]] * self.dim), "x", color="tab:orange", ms=7, mew=2)[0]
 
     def draw(self, i: int):
         P = self.P[i]
@@ -357,8 +432,18 @@ class _Scene:
             lab.set_position((p[0], p[1]))
             if self.dim == 3:
                 lab.set_3d_properties(p[2], None)
-        self.title.set_text(f"{self.title_text}   t = {self.times[i]:.2f}")
-        return [self.lines, self.dots, self.title] + self.labels
+        title = f"{self.title_text}   t = {self.times[i]:.2f}"
+        extra = []
+        if self.impact_marks is not None:
+            seen = self.impact_times <= self.times[i]
+            Q = self.impact_P[seen].reshape(-1, self.dim)
+            self.impact_marks.set_data(Q[:, 0], Q[:, 1])
+            if self.dim == 3:
+                self.impact_marks.set_3d_properties(Q[:, 2])
+            title += f"   impacts: {int(seen.sum())}"
+            extra = [self.impact_marks]
+        self.title.set_text(title)
+        return [self.lines, self.dots, self.title] + self.labels + extra
 
 
 def _frame_indices(scene: _Scene, fig, n_time: int, wanted: int, budget: float) -> np.ndarray:
@@ -389,7 +474,11 @@ def animate(model, ds, out: str, frames: int | None = None, budget_s: float | No
     artists a frame; frames are subsampled evenly in time so that rendering
     stays within ``budget_s``.  A 3-D view has equal aspect; the model's
     ``Animation.Up`` (e.g. ``-z``) is drawn upward; with ``Animation.follow``
-    the camera tracks a point or a body (:func:`follow_limits`).
+    the camera tracks a point or a body (:func:`follow_limits`).  A model
+    with stops gets a cross at the moving points' positions at each impact
+    (from its time on) and the count of impacts in the title; the stops
+    themselves are drawn as the model's ``Animation`` points and links
+    draw them (a wall as a link between two fixed points).
 
     Args:
         model: the :class:`solver.models.Model` (points, links, view, up).
@@ -445,6 +534,9 @@ def animate(model, ds, out: str, frames: int | None = None, budget_s: float | No
     try:
         scene = _Scene(fig, points, links, lims, dim, axis_labels, anim_cfg.get("view"), model.title,
                        times, frame_lims)
+        hit_times, hit_points = impact_points(model, ds)
+        scene.mark_impacts(hit_times, {k: (v if v.shape[1] == dim else np.pad(v, ((0, 0), (0, 1)))) @ M.T
+                                       for k, v in hit_points.items()})
         wanted = int(frames or anim_cfg.get("frames", 100))
         idx = _frame_indices(scene, fig, n_time, wanted, _frame_budget() if budget_s is None else budget_s)
         fps = int(anim_cfg.get("fps", 20))
