@@ -1345,7 +1345,7 @@ class Integrator:
         """The result dict of a finished pool (as :meth:`run` returns it, batch axis first)."""
         res = dict(carry["res"])
         if "events" in res:
-            res["events"] = {k: v for k, v in res["events"].items() if k != "last"}
+            res["events"] = self.events.unpack(res["events"])
         return {"values": carry["outs"], **res}
 
     def _empty_events(self, lead):
@@ -1709,5 +1709,5 @@ class Integrator:
                "steps": s["steps"], "t_final": s["t"], "z_final": s["z"], "u_final": s["u"]}
         if self.events is not None:
             out["status"] = self.events.final_status(s["status"], s["ev"])
-            out["events"] = {k: v for k, v in s["ev"].items() if k != "last"}
+            out["events"] = self.events.unpack(s["ev"])
         return out

@@ -122,6 +122,32 @@ def _brackets(B, a, w):
     return found, changes, sign, (left, right, B[:, 1], B[:, -2]), a, a + w
 
 
+def earliest(keys, valid, k: int):
+    """One-hot selections of the ``k`` smallest valid keys, in order, without a sort.
+
+    XLA:CPU compiles no loop with a sort or a scatter into one function
+    (:mod:`solver.integrate.xla_setup`), so the step loop of a small model
+    would run kernel by kernel; ranks by pairwise comparison are a few
+    hundred vector operations instead.
+
+    Args:
+        keys: (n,) values (ties broken by position).
+        valid: (n,) bool; invalid entries are never selected.
+        k: how many.
+
+    Returns:
+        (k, n) float matrix whose row j is the one-hot of the j-th smallest
+        valid key (all zero when fewer than j + 1 are valid): ``M @ values``
+        gathers, ``M.sum(1) > 0`` says which rows hold one.
+    """
+    n = keys.shape[0]
+    idx = jnp.arange(n)
+    before = valid[None, :] & ((keys[None, :] < keys[:, None]) |
+                               ((keys[None, :] == keys[:, None]) & (idx[None, :] < idx[:, None])))
+    rank = jnp.where(valid, jnp.sum(before, axis=1), n)
+    return (rank[None, :] == jnp.arange(k)[:, None]).astype(keys.dtype)
+
+
 def _polish(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
     """The root in each bracket [lo, hi] (values f_lo, f_hi at its ends, of opposite signs).
 
@@ -191,16 +217,19 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None):
     found, changes, sign, (f_lo, f_hi, in_lo, in_hi), lo, hi = _brackets(B, a, 1.0 / n)
     if fine_matrix is not None:
         ambiguous = changes >= 2
-        # The first REFINED ambiguous pieces, in time order (a stable sort of the flags).
-        order = jnp.argsort(~ambiguous, stable=True)[:REFINED]
-        picked = ambiguous[order]
-        Bf = jnp.einsum("rijk,k->rij", fine_matrix[order], c)  # (REFINED, L, P + 1)
+        # The first REFINED ambiguous pieces, in time order.
+        onehot = earliest(jnp.arange(n, dtype=dt), ambiguous, REFINED)   # (REFINED, L)
+        picked = onehot.sum(axis=1) > 0
+        order = (onehot @ jnp.arange(n, dtype=dt)).astype(jnp.int32)
+        # Dynamic slices of the constant, not a gather: the loop still compiles whole.
+        sub = jnp.stack([lax.dynamic_index_in_dim(fine_matrix, order[r], keepdims=False) for r in range(REFINED)])
+        Bf = jnp.einsum("rjkl,l->rjk", sub, c)  # (REFINED, L, P + 1)
         Bf = jnp.where(jnp.abs(Bf) <= zero, 0.0, Bf)
         af = (order[:, None] * n + jnp.arange(n)[None, :]).astype(dt) / (n * n)
         f2, _, s2, (flo2, fhi2, inlo2, inhi2), lo2, hi2 = _brackets(Bf.reshape(-1, B.shape[1]), af.reshape(-1),
                                                                      1.0 / (n * n))
         f2 = f2 & jnp.repeat(picked, n)
-        refined = jnp.zeros(n, bool).at[order].set(picked)
+        refined = jnp.sum(onehot, axis=0) > 0
         found = jnp.concatenate([found & ~refined, f2])
         sign = jnp.concatenate([sign, s2])
         f_lo = jnp.concatenate([f_lo, flo2])
@@ -211,9 +240,16 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None):
         hi = jnp.concatenate([hi, hi2])
     if first is not None and first < found.shape[0]:
         # Only the earliest crossings are polished (the caller keeps no more).
-        pick = jnp.argsort(jnp.where(found, lo, jnp.inf))[:first]
-        found, sign, lo, hi, f_lo, f_hi, in_lo, in_hi = (a[pick] for a in (found, sign, lo, hi, f_lo, f_hi,
-                                                                            in_lo, in_hi))
+        pick = earliest(lo, found, first)
+        found = pick.sum(axis=1) > 0
+        lo_f = pick @ lo
+        sign, hi, f_lo, f_hi, in_lo, in_hi = (pick @ a.astype(dt) for a in (sign, hi, f_lo, f_hi, in_lo, in_hi))
+        sign = sign.astype(jnp.int32)
+        # Unused rows: a harmless bracket [0, 1] of a positive and a negative value.
+        lo = jnp.where(found, lo_f, 0.0)
+        hi = jnp.where(found, hi, 1.0)
+        f_lo = jnp.where(found, f_lo, 1.0)
+        f_hi = jnp.where(found, f_hi, -1.0)
     fixed = jax.lax.stop_gradient
     u = _polish(fixed(c), fixed(lo), fixed(hi), fixed(f_lo), fixed(f_hi), fixed(in_lo), fixed(in_hi))
     return found, _implicit_root(c, u), sign

@@ -43,7 +43,7 @@ from jax.experimental import jet
 from solver import status as st
 from solver.errors import InputError
 from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
-from solver.integrate.roots import bernstein_pieces, fine_pieces, isolate_roots, polynomial_value
+from solver.integrate.roots import bernstein_pieces, earliest, fine_pieces, isolate_roots, polynomial_value
 
 __all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN", "DEFAULT_ZENO_TIME",
            "check_taylor_arithmetic"]
@@ -56,6 +56,16 @@ DEFAULT_COOLDOWN = 1e-9
 
 #: Default Zeno interval of a stop, relative to max(1, |t1|).
 DEFAULT_ZENO_TIME = 1e-5
+
+
+def _put(buffer, put, values):
+    """``buffer`` with ``values[m]`` in the rows where ``put[m]`` (at most one m a row)."""
+    any_m = put.any(axis=0)
+    used = put.any(axis=1).reshape((-1,) + (1,) * (values.ndim - 1))
+    values = jnp.where(used, values, jnp.zeros_like(values))  # an unused row's NaN must not reach the sum
+    gathered = jnp.einsum("mc,m...->c...", put.astype(values.dtype), values)
+    mask = any_m.reshape(any_m.shape + (1,) * (buffer.ndim - 1))
+    return jnp.where(mask, gathered.astype(buffer.dtype), buffer)
 
 
 def _composed(fn):
@@ -157,20 +167,49 @@ class EventStepper:
         return v
 
     # ------------------------------------------------------------- the state
+    # The records are one array of rows (which, time, rate, impulse, then every
+    # variable's values and derivatives, flat): a step loop whose carry holds
+    # many arrays is not compiled whole by XLA:CPU, and ran 45 % slower.
+    _WHICH, _TIME, _RATE, _IMPULSE, _VALUES = 0, 1, 2, 3, 4
+
+    def _value_columns(self):
+        out, at = {}, self._VALUES
+        for v in self.integ.dae.variables:
+            size = self.integ.out_orders[v.name] * v.size
+            out[v.name] = (at, at + size)
+            at += size
+        return out, at
+
     def empty(self, lead: tuple = ()) -> dict:
         """The records of runs that have seen no event (``lead``: batch axes)."""
-        C = self.capacity
-        integ = self.integ
-        return {
-            "count": jnp.zeros(lead, jnp.int32),
-            "which": jnp.full(lead + (C,), -1, jnp.int32),
-            "time": jnp.full(lead + (C,), jnp.nan),
-            "rate": jnp.full(lead + (C,), jnp.nan),
-            "impulse": jnp.full(lead + (C,), jnp.nan),
-            "values": {v.name: jnp.full(lead + (C, integ.out_orders[v.name]) + v.shape, jnp.nan)
-                       for v in integ.dae.variables},
-            "last": jnp.full(lead + (len(self.events),), -jnp.inf),
-        }
+        _, width = self._value_columns()
+        rows = jnp.full(lead + (self.capacity, width), jnp.nan)
+        rows = rows.at[..., self._WHICH].set(-1.0)
+        return {"count": jnp.zeros(lead, jnp.int32), "rows": rows,
+                "last": jnp.full(lead + (len(self.events),), -jnp.inf)}
+
+    def unpack(self, ev) -> dict:
+        """The records as named arrays: ``count``, ``which``, ``time``, ``rate``, ``impulse``, ``values``.
+
+        Args:
+            ev: the records (any leading axes).
+
+        Returns:
+            dict; ``values`` maps each variable to (..., capacity, L, *shape).
+        """
+        rows = ev["rows"]
+        lead = rows.shape[:-2]
+        columns, _ = self._value_columns()
+        values = {}
+        for v in self.integ.dae.variables:
+            a, b = columns[v.name]
+            values[v.name] = rows[..., a:b].reshape(lead + (self.capacity, self.integ.out_orders[v.name]) + v.shape)
+        out = {"which": jnp.where(jnp.isnan(rows[..., self._WHICH]), -1, rows[..., self._WHICH]).astype(jnp.int32),
+               "time": rows[..., self._TIME], "rate": rows[..., self._RATE], "impulse": rows[..., self._IMPULSE],
+               "values": values}
+        if "count" in ev:
+            out["count"] = ev["count"]
+        return out
 
     def final_status(self, status, ev):
         """``status`` with ``event_overflow`` where a finished run saw more events than it could keep."""
@@ -223,6 +262,8 @@ class EventStepper:
         at_start = (t - last) <= cooldown
         shifted = jnp.concatenate([Cu[:, 1:], jnp.zeros_like(Cu[:, :1])], axis=1)
         Cu = jnp.where(at_start[:, None], shifted, Cu)
+        # No sign change of the Bernstein coefficients on the whole step: no
+        # root there (most steps); only the others go on to the pieces.
         Bw = Cu @ self.whole.T
         maybe = good & jnp.any((jnp.min(Bw, axis=1) < 0) & (jnp.max(Bw, axis=1) >= 0))
 
@@ -238,35 +279,30 @@ class EventStepper:
             s_cut, which = s_cut_all[first], (first // L).astype(jnp.int32)
             rec = keep & (s <= s_cut)
             flat = jnp.where(rec, s, jnp.inf).reshape(-1)
-            order = jnp.argsort(flat)[:RECORDS_PER_STEP]
-            s_m = flat[order]
-            ok = jnp.isfinite(s_m)
-            e_m = (order // L).astype(jnp.int32)
-            s_at = jnp.where(ok, s_m, 0.0)
+            pick = earliest(flat, rec.reshape(-1), RECORDS_PER_STEP)   # (M, events * L) one-hots
+            ok = pick.sum(axis=1) > 0
+            s_at = jnp.where(ok, pick @ jnp.where(rec.reshape(-1), flat, 0.0), 0.0)
+            e_m = (pick @ (jnp.arange(flat.shape[0]) // L).astype(dt)).astype(jnp.int32)
             vals = jax.vmap(integ.dense, in_axes=(None, 0))(X, s_at)
-            _, rate = jax.vmap(polynomial_value)(C[e_m], s_at)
+            _, rate = jax.vmap(polynomial_value)(jnp.einsum("me,ek->mk", jax.nn.one_hot(e_m, n_ev, dtype=dt), C),
+                                                 s_at)
             n_new = jnp.sum(rec).astype(jnp.int32)
             # Beyond the per-step records: counted, so the run is flagged.
             n_new = jnp.where(n_new > RECORDS_PER_STEP, n_new + self.capacity, n_new)
             pos = ev["count"] + jnp.arange(RECORDS_PER_STEP, dtype=jnp.int32)
-            pos = jnp.where(ok & (pos < self.capacity), pos, self.capacity)  # out of range: dropped
+            # Record m goes to row pos[m] (rows past the capacity: dropped), as selections, not a scatter.
+            put = (ok[:, None] & (jnp.arange(self.capacity)[None, :] == pos[:, None]))   # (M, C)
+            M = RECORDS_PER_STEP
+            row = [e_m.astype(dt)[:, None], (t + s_at)[:, None], rate[:, None], jnp.full((M, 1), jnp.nan, dt)]
+            row += [vals[v.name].reshape(M, -1) for v in integ.dae.variables]
             new = dict(ev)
-            new["which"] = ev["which"].at[pos].set(e_m, mode="drop")
-            new["time"] = ev["time"].at[pos].set(t + s_m, mode="drop")
-            new["rate"] = ev["rate"].at[pos].set(rate, mode="drop")
-            new["values"] = {k: ev["values"][k].at[pos].set(vals[k], mode="drop") for k in ev["values"]}
+            new["rows"] = _put(ev["rows"], put, jnp.concatenate(row, axis=1))
             new["count"] = ev["count"] + n_new
             t_rec = jnp.max(jnp.where(rec, t + s, -jnp.inf), axis=1)
             new["last"] = jnp.maximum(last, t_rec)
             return s_cut, which, new
 
-        def nothing(ev):
-            return jnp.asarray(jnp.inf, dt), jnp.int32(0), ev
-
-        s_cut, which, ev = lax.cond(maybe, detect, nothing, ev)
-        cut = maybe & jnp.isfinite(s_cut)
-
-        def do_cut(_):
+        def do_cut(s_cut, which):
             zc, uc = integ.advance_state(X, s_cut)
             zc, _ = integ.project(zc, t + s_cut, consts)
             impulse = jnp.asarray(jnp.nan, dt)
@@ -279,13 +315,24 @@ class EventStepper:
                 zc, impulse = lax.switch(index, branches, zc)
             return zc, uc, impulse
 
-        z, u, impulse = lax.cond(cut, do_cut, lambda _: (zq, uq, jnp.asarray(jnp.nan, dt)), None)
-        if self.resets:
-            # The cut event is the last record of the step.
-            at = jnp.where(cut & (ev["count"] >= 1) & (ev["count"] <= self.capacity), ev["count"] - 1,
-                           self.capacity)
-            ev = {**ev, "impulse": ev["impulse"].at[at].set(impulse, mode="drop")}
-        h = jnp.where(cut, s_cut, h)
+        def events_of_step(ev):
+            s_cut, which, ev = detect(ev)
+            cut = jnp.isfinite(s_cut)
+            if not self.cuts.any():
+                return h, zq, uq, ev, s_cut, which, cut
+            z, u, impulse = lax.cond(cut, lambda _: do_cut(s_cut, which),
+                                     lambda _: (zq, uq, jnp.asarray(jnp.nan, dt)), None)
+            if self.resets:
+                # The cut event is the last record of the step.
+                at = (jnp.arange(self.capacity) == ev["count"] - 1)[:, None] & \
+                    (jnp.arange(ev["rows"].shape[1]) == self._IMPULSE)[None, :]
+                ev = {**ev, "rows": jnp.where(cut & at, impulse, ev["rows"])}
+            return jnp.where(cut, s_cut, h), z, u, ev, s_cut, which, cut
+
+        def no_events(ev):
+            return h, zq, uq, ev, jnp.asarray(jnp.inf, dt), jnp.int32(0), jnp.asarray(False)
+
+        h, z, u, ev, s_cut, which, cut = lax.cond(maybe, events_of_step, no_events, ev)
         status = jnp.where(cut & jnp.asarray(self.terminal)[which], jnp.int8(st.STOPPED_BY_EVENT), jnp.int8(-1))
         if self.resets:
             zeno_time = jnp.asarray([(DEFAULT_ZENO_TIME if getattr(e, "zeno_time", None) is None else e.zeno_time)

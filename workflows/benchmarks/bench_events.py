@@ -88,7 +88,8 @@ def pendulum_cost(report: Report, repeats: int) -> None:
 def ball_mechsweep(e, h, g, impacts, tol):
     t1 = math.sqrt(2 * h / g)
     tend = t1 + 2 * t1 * e * (1 - e ** (impacts - 1)) / (1 - e) + 0.5 * t1 * e ** impacts
-    model = solver.load(MECH / "bouncing_ball.yaml", overrides={"Events": None, "MaxEvents": impacts + 20})
+    model = solver.load(MECH / "bouncing_ball.yaml", overrides={"Events": None, "MaxEvents": impacts + 20,
+                                                               "Stops": {"floor": {"zeno_time": 1e-9}}})
     ds = model.solve(params={"e": e, "h": h, "g": g}, t_span=(0.0, tend), t_eval=np.array([0.0, tend]), tol=tol)
     dae = model.dae
     comp = solver.compiled_model(dae, int(ds.attrs["solver_order"]), batch=False)
