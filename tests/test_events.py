@@ -486,3 +486,23 @@ def test_plots_mark_event_times_and_animations_mark_impacts(tmp_path):
     np.testing.assert_allclose(points["bob"][:, 0], -0.5, atol=1e-12)   # the bob on the wall x = -d
     np.testing.assert_allclose(points["O"], 0.0)
     assert Path(animate(model, ds, str(tmp_path / "a.gif"), frames=4)).stat().st_size > 0
+
+
+# ------------------------------------------------------------------ the command line
+def test_simulate_reports_the_events_and_bad_event_input_exits_2(tmp_path, capsys):
+    import json as _json
+
+    from sweep.cli.app import main
+
+    ball = tmp_path / "ball.yaml"
+    ball.write_text(BALL.replace("tend: 5", "tend: 1.5"))  # impacts at 0.45 and 1.17
+    assert main(["simulate", str(ball), "--json", "--out", str(tmp_path / "run.zarr")]) == 0
+    info = _json.loads(capsys.readouterr().out)
+    t1 = math.sqrt(2 / 9.81)
+    assert info["events"]["floor"]["count"] == 2 and info["events"]["floor"]["first"] == pytest.approx(t1, abs=1e-12)
+    assert info["event_count"] == sum(e["count"] for e in info["events"].values())
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BALL.replace("restitution: e}", "restitution: 2}"))
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "Stops.floor.restitution" in err and "restitution must be a number in [0, 1]" in err

@@ -298,7 +298,8 @@ def summary(ds, model=None) -> dict:
         E(t0)|) only where the model is conservative (no dissipation, applied
         forces or time dependence: else the change is physics, not drift);
         conservative (where known), wall_seconds, compile_seconds (the part
-        of it spent tracing and compiling).
+        of it spent tracing and compiling); with events, ``events`` (name ->
+        count and first time) and ``event_count``.
     """
     code = int(ds["status"].values)
     res = np.asarray(ds["constraint_residual"].values, dtype=float)
@@ -311,6 +312,12 @@ def summary(ds, model=None) -> dict:
         "final": _final_state(ds),
         "max_constraint_residual": _num(np.nanmax(res)) if np.isfinite(res).any() else None,
     }
+    if "event_count" in ds:
+        from solver.results.plot import event_marks
+
+        out["events"] = {name: {"count": int(times.size), "first": _num(times[0])}
+                         for name, times in event_marks(ds).items()}
+        out["event_count"] = int(ds["event_count"].values)
     conservative = model.conservative if model is not None else ds.attrs.get("conservative")
     out.update(_energy_summary(ds, conservative))
     if conservative is not None:
