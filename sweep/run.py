@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
-import yaml
 import zarr
 
 from solver import status as st
 from solver.errors import InputError
+from solver.models.yamlio import load_yaml
 from sweep.store import (BatchResult, Schema, batch_slices, plan_store, read_status,
                          write_batch)
 
@@ -278,15 +278,8 @@ def load_cluster_config(path) -> dict:
         InputError: unreadable file, unknown or missing keys, wrong types.
     """
     valid = "; ".join(f"{k}: {v}" for k, v in CLUSTER_KEYS.items())
-    try:
-        with open(path) as f:
-            config = yaml.safe_load(f)
-    except OSError as exc:
-        raise InputError(f"cannot read the cluster file: {exc.strerror}", file=str(path)) from exc
-    except yaml.YAMLError as exc:
-        line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise InputError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=str(path),
-                         line=None if line is None else line + 1) from exc
+    # The one YAML reader (YAML 1.2 scalars, duplicate keys refused, input limits).
+    config, _ = load_yaml(Path(path))
     if not isinstance(config, dict):
         raise InputError(f"expected a mapping with keys {valid}", file=str(path))
     unknown = sorted(set(config) - set(CLUSTER_KEYS))

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
 from pathlib import Path
 
 import jax
@@ -97,16 +96,12 @@ def test_rscr_recovers_the_known_design_from_a_perturbed_start(rscr_spec, rscr):
     """Target = the path of L2 = 1.08, gamma = 1.35; start 1.02, 1.30: L-BFGS-B recovers them."""
     spec = dataclasses.replace(rscr_spec, constraints={},
                                optimizer=OptimizerSettings("L-BFGS-B", 200, 1e-14))
-    t = time.perf_counter()
     result = run_design(spec, workers=0, echo=lambda line: None)
-    wall = time.perf_counter() - t
     best = result.starts[result.best]
     assert best.status == "converged", best.message
     np.testing.assert_allclose(best.x, KNOWN, rtol=0, atol=1e-6)
     np.testing.assert_allclose(best.x0, [1.02, 1.30])
     assert best.objective < 1e-14
-    # about 15 solves of 0.2-0.4 s each once compiled
-    assert wall < 60, wall
     rows = best.rows["objective"]
     assert rows[0] == pytest.approx(evaluate(rscr, [1.02, 1.30]).objective)
     assert rows[-1] < 1e-12 * rows[0]

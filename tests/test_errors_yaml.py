@@ -120,8 +120,8 @@ EXPECTED = {
         'and _, not starting with a digit)'),
     'reserved_variable_name': (
         "MODEL:4: Variables[2]: variable 'sin' is reserved (reserved names: abs"
-        ', acos, asin, atan, atan2, cos, cosh, cross, dot, exp, log, norm, pi, '
-        'sin, sinh, sqrt, t, tan, tanh)'),
+        ', acos, asin, atan, atan2, cos, cosh, cross, dot, exp, log, max, min, norm, pi, '
+        'sign, sin, sinh, sqrt, step, t, tan, tanh, where)'),
     'dunder_param': (
         "MODEL:3: PhysicalParams.__class__: parameter '__class__' contains '__'"
         ', which is reserved'),
@@ -142,15 +142,15 @@ EXPECTED = {
         'in an expression\n  (lambda: 0)()\n   ^'),
     'injection_eval_call': (
         "MODEL:6: Equations[0]: unknown function 'eval'; valid functions: abs, "
-        'acos, asin, atan, atan2, cos, cosh, cross, dot, exp, log, norm, sin, s'
-        "inh, sqrt, tan, tanh\n  eval('1')\n  ^"),
+        'acos, asin, atan, atan2, cos, cosh, cross, dot, exp, log, max, min, norm, sign, sin, s'
+        "inh, sqrt, step, tan, tanh, where\n  eval('1')\n  ^"),
     'injection_subscript_string': (
         'MODEL:6: Equations[0]: a subscript must be a non-negative integer lite'
         "ral, e.g. q[0]\n  x['a']\n    ^"),
     'unknown_function': (
         "MODEL:6: Equations[0]: unknown function 'foo'; valid functions: abs, a"
-        'cos, asin, atan, atan2, cos, cosh, cross, dot, exp, log, norm, sin, si'
-        "nh, sqrt, tan, tanh\n  x'' + lam*foo(x)\n            ^"),
+        'cos, asin, atan, atan2, cos, cosh, cross, dot, exp, log, max, min, norm, sign, sin, si'
+        "nh, sqrt, step, tan, tanh, where\n  x'' + lam*foo(x)\n            ^"),
     'undefined_name': (
         "MODEL:6: Equations[0]: unknown name 'mu'; valid names (closest first):"
         " lam, x, y, g, L, t\n  x'' + mu*x\n        ^"),

@@ -506,3 +506,57 @@ def test_simulate_reports_the_events_and_bad_event_input_exits_2(tmp_path, capsy
     assert main(["check", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "Stops.floor.restitution" in err and "restitution must be a number in [0, 1]" in err
+
+
+# ------------------------------------------------------------------ piecewise functions
+def test_piecewise_functions_and_their_switches():
+    from solver.models.expr import ConstantScope, parse
+
+    e = parse("k*max(0, d - x) + where(x - 1, 2, abs(y)) + min(x, 2) + sign(y) + step(x - 0.5)")
+    assert [str(s) for s in e.switches()] == ["0 - (d - x)", "x - 1", "y", "x - 2", "x - 0.5"]
+    value = float(e.evaluate(ConstantScope({"k": 2.0, "d": 1.0, "x": 0.5, "y": -3.0})))
+    assert value == 2 * 0.5 + 3.0 + 0.5 - 1.0 + 1.0  # max, where (x - 1 < 0: abs(y)), min, sign, step(0) = 1
+
+
+def _soft_floor_reference(t_end):
+    """scipy's DOP853, restarted at every switch of max(0, -y) so that no step spans one."""
+    from scipy.integrate import solve_ivp
+
+    k, g = 1000.0, 9.81
+
+    def rhs(t, s):
+        return [s[1], -g + k * max(0.0, -s[0])]
+
+    def contact(t, s):
+        return s[0]
+
+    contact.terminal = True
+    t, s = 0.0, [1.0, 0.0]
+    while t < t_end:
+        sol = solve_ivp(rhs, (t, t_end), s, events=contact, rtol=1e-13, atol=1e-13, method="DOP853")
+        if sol.status != 1:
+            return sol.y[:, -1]
+        t, s = float(sol.t_events[0][0]), [0.0, sol.y_events[0][0][1]]
+        # Just past the switch, on the new branch, before the next segment's event search.
+        past = solve_ivp(rhs, (t, t + 1e-12), s, rtol=1e-13, atol=1e-13, method="DOP853")
+        t, s = float(past.t[-1]), past.y[:, -1]
+    return np.asarray(s)
+
+
+def test_a_piecewise_force_switches_exactly_where_its_argument_crosses_zero():
+    model = solver.load(MECH / "soft_floor.yaml")
+    assert [e.kind for e in model.dae.events] == ["switch"]
+    ds = model.solve()
+    assert ds.attrs["status_meaning"] == "success" and "event_count" not in ds or int(ds.event_count) == 0
+    reference = _soft_floor_reference(3.0)
+    np.testing.assert_allclose([ds.y.values[-1], ds.y_d1.values[-1]], reference, rtol=0, atol=1e-8)
+    # Through the landings the energy of the spring and gravity is conserved.
+    E = 0.5 * ds.y_d1.values**2 + 9.81 * ds.y.values + 500.0 * np.maximum(0.0, -ds.y.values) ** 2
+    np.testing.assert_allclose(E, E[0], atol=1e-9)
+
+
+def test_a_switch_on_a_highest_derivative_is_refused_with_its_key(tmp_path):
+    text = (MECH / "pendulum.yaml").read_text().replace("  - x'' + lam*x", "  - x'' + lam*x + max(0, y'')")
+    with pytest.raises(InputError) as err:
+        _load_text(tmp_path, text)
+    assert err.value.path == "Equations[0]" and "highest derivative" in err.value.message

@@ -103,7 +103,7 @@ UNARY = {
 
 
 def test_every_function_is_tested():
-    assert set(FUNCTIONS) == set(UNARY) | {"atan2", "dot", "cross", "norm"}
+    assert set(FUNCTIONS) == set(UNARY) | {"atan2", "dot", "cross", "norm", "min", "max", "where", "sign", "step"}
 
 
 @pytest.mark.parametrize("func", sorted(UNARY))
@@ -400,8 +400,8 @@ def message(text, **kw):
 
 
 VALID = "numbers, names, + - * / ** ( ) [ ] , and primes '"
-FUNCS = ("abs, acos, asin, atan, atan2, cos, cosh, cross, dot, exp, log, norm, sin, sinh, "
-         "sqrt, tan, tanh")
+FUNCS = ("abs, acos, asin, atan, atan2, cos, cosh, cross, dot, exp, log, max, min, norm, sign, sin, sinh, "
+         "sqrt, step, tan, tanh, where")
 
 MALFORMED = [
     ("__import__('os')",

@@ -88,3 +88,21 @@ def _fuzz(tmp_path, runner):
             assert runs[base, command] >= 1, (base, command, runs)
     assert sum(runs.values()) >= 50, (runs, codes)
     assert codes[0] >= 9 and codes[2] >= 20, codes
+
+
+def test_the_shipped_fuzzer_script_runs(tmp_path):
+    # The script itself, as a user runs it (it once crashed on every run: a local
+    # name shadowed hypothesis's ``given``), with --out so that path runs too.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "fuzz.txt"
+    proc = subprocess.run([sys.executable, str(root / "workflows" / "fuzz_inputs.py"), "--cases", "3",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=root)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stdout + proc.stderr
+    text = out.read_text()
+    assert text.startswith("$ .venv/bin/python workflows/fuzz_inputs.py --cases 3 --out ")
+    assert "| crashes (the process running the case died) | 0 |" in text

@@ -2,7 +2,7 @@
 
 Batches run in-process here (``workers=0``); the Dask paths are in
 ``test_run_dask.py``. The toy batch function is a closed-form damped
-oscillator (``tests/toybatch.py``), itself checked against scipy below.
+oscillator (``tests/toybatch.py``).
 """
 
 import json
@@ -11,7 +11,6 @@ import warnings
 
 import numpy as np
 import pytest
-import scipy.integrate
 import xarray as xr
 
 import sweep.accessor  # noqa: F401  (registers ds.sweep)
@@ -46,15 +45,6 @@ def assert_store_equals(path, ref):
     np.testing.assert_array_equal(ds.steps.values, ref["steps"])
     for name in ("x", "pos", "x_end"):
         np.testing.assert_array_equal(ds[name].values, ref[name])
-
-
-def test_toy_oscillator_matches_scipy():
-    t = np.linspace(0, 2, 9)
-    x, v = oscillator(3.0, 0.2, t)
-    sol = scipy.integrate.solve_ivp(lambda _, y: [y[1], -2 * 0.2 * 3.0 * y[1] - 9.0 * y[0]],
-                                    (0, 2), [1.0, 0.0], t_eval=t, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(x, sol.y[0], atol=1e-9)
-    np.testing.assert_allclose(v, sol.y[1], atol=1e-9)
 
 
 def test_template_reopens_lazily_with_coords_nan_data_and_attrs(tmp_path):

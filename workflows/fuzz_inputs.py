@@ -180,8 +180,8 @@ def main(argv=None) -> int:
             say(f"- {last}: {len(cs)} ({cs[0].describe()})")
     print("\n".join(lines))
     if args.out:
-        given = sys.argv[1:] if argv is None else argv
-        command = "$ .venv/bin/python workflows/fuzz_inputs.py " + " ".join(given)
+        arguments = sys.argv[1:] if argv is None else argv
+        command = "$ .venv/bin/python workflows/fuzz_inputs.py " + " ".join(arguments)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(command + "\n\n" + "\n".join(lines) + "\n")
     for case, out in findings[:args.show]:

@@ -44,13 +44,16 @@ class Event:
             (or that and the impulse, a scalar, as a pair): the values (and
             derivatives) that replace the state at the event; the run then
             goes on from them.  None for a plain event.
-        kind: ``"event"``, or ``"stop"`` for a unilateral constraint's impact.
+        kind: ``"event"``; ``"stop"`` for a unilateral constraint's impact;
+            ``"switch"`` for a piecewise function's switching surface (the
+            step is cut there and the series restarts past it).
         restitution: for a stop, ``restitution(p)``: its coefficient of
             restitution; an impact with none (0, plastic) ends the run with
             status ``zeno`` (the body rests on the stop).
         zeno_time: for an impact: two impacts of it closer than this (in
             time) end the run with status ``zeno``; None:
             ``1e-5 * max(1, |t1|)``.
+        record: whether its occurrences are recorded (a switch's are not).
     """
 
     name: str
@@ -62,6 +65,7 @@ class Event:
     kind: str = "event"
     restitution: Callable | None = None
     zeno_time: float | None = None
+    record: bool = True
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:

@@ -20,6 +20,7 @@ then element); the leading derivatives ``u`` are ``X[j, d_j]``.
 from __future__ import annotations
 
 import math
+from typing import Any, Callable, NamedTuple
 from functools import lru_cache, partial
 
 import numpy as np
@@ -387,6 +388,34 @@ def step_loop_condition(going, counter):
         ``going`` (``counter >= 0`` always holds).
     """
     return going & (counter >= 0)
+
+
+class SlotPool(NamedTuple):
+    """What both forms of a batch's slot pool share (:meth:`Integrator._pool`).
+
+    Attributes:
+        t0, t1, t_eval: the times, as float arrays.
+        z0, u0: the problems' initial states and leading-derivative guesses
+            (``u0`` seeded, :func:`tangent_seeds`).
+        seed: :func:`_tangent_seed` of z0, for the output buffers.
+        N: the number of problems; n_out: output rows; S: slots used.
+        pick: problem rows -> their parameters.
+        step: one problem's step, to vmap.
+        pending: vmapped :meth:`Integrator._outputs_pending`.
+    """
+
+    t0: Any
+    t1: Any
+    t_eval: Any
+    z0: Any
+    u0: Any
+    seed: Any
+    N: int
+    n_out: int
+    S: int
+    pick: Callable
+    step: Callable
+    pending: Callable
 
 
 class Integrator:
@@ -1274,15 +1303,11 @@ class Integrator:
         run = self._run_batch_rounds if jax.default_backend() == "cpu" else self._run_batch_scatter
         return run(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
 
-    def _pool(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots) -> dict:
+    def _pool(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots) -> "SlotPool":
         """What both slot-pool forms share: the inputs as float arrays, sizes, and the vmappable pieces.
 
         Returns:
-            dict with ``t0, t1, t_eval, z0, u0`` (float arrays; ``u0``
-            seeded), ``seed`` (:func:`_tangent_seed` of z0, for the output
-            buffers), ``N`` (problems), ``n_out``, ``S`` (slots used), ``pick`` (problem
-            rows -> their parameters), ``step`` (one problem's step, to
-            vmap) and ``pending`` (vmapped :meth:`_outputs_pending`).
+            :class:`SlotPool`.
         """
         dt = jnp.result_type(float)
         t0, t1, tol = (jnp.asarray(a, dt) for a in (t0, t1, tol))
@@ -1293,16 +1318,16 @@ class Integrator:
                               batched=True, params=p, ev=ev)
 
         seed = _tangent_seed(z0)
-        return {"t0": t0, "t1": t1, "t_eval": jnp.asarray(t_eval, dt), "z0": z0, "u0": _seeded(u0, seed),
-                "seed": seed, "N": z0.shape[0], "n_out": jnp.shape(t_eval)[0], "S": min(slots, z0.shape[0]),
-                "pick": lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params),
-                "step": step, "pending": jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None))}
+        return SlotPool(t0=t0, t1=t1, t_eval=jnp.asarray(t_eval, dt), z0=z0, u0=_seeded(u0, seed), seed=seed,
+                        N=z0.shape[0], n_out=jnp.shape(t_eval)[0], S=min(slots, z0.shape[0]),
+                        pick=lambda idx: jax.tree_util.tree_map(lambda a: jnp.asarray(a)[idx], params),
+                        step=step, pending=jax.vmap(self._outputs_pending, in_axes=(0, 0, 0, 0, None, None)))
 
     def _pool_outputs(self, pool, X, good, t, h, i_out, buf, write):
         """Dense output of every slot's due output times after its step of h from t (a loop).
 
         Args:
-            pool: :meth:`_pool`'s dict.
+            pool: :meth:`_pool`'s :class:`SlotPool`.
             X, good, t, h: the slots' series, step flags, times and steps.
             i_out: each slot's next output row; buf: where outputs go.
             write: ``write(go, rows, values, buf) -> buf`` stores the slots'
@@ -1311,7 +1336,7 @@ class Integrator:
         Returns:
             (i_out, buf) after every due output is written.
         """
-        pending, t_eval, t1, n_out = pool["pending"], pool["t_eval"], pool["t1"], pool["n_out"]
+        pending, t_eval, t1, n_out = pool.pending, pool.t_eval, pool.t1, pool.n_out
 
         def out_cond(oc):
             return jnp.any(pending(oc[0], good, t, h, t_eval, t1))
@@ -1380,9 +1405,9 @@ class Integrator:
         finished or none is running.
         """
         pool = self._pool(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
-        t0, z0, u0, N, n_out, S, pick, step = (pool[k] for k in ("t0", "z0", "u0", "N", "n_out", "S", "pick", "step"))
+        t0, z0, u0, N, n_out, S, pick, step = pool.t0, pool.z0, pool.u0, pool.N, pool.n_out, pool.S, pool.pick, pool.step
         enough = max(1, int(S * _ROUND_FINISHED))
-        empty = self._empty_outputs((S,), n_out, pool["seed"])
+        empty = self._empty_outputs((S,), n_out, pool.seed)
 
         def write_slots(go, ic, vals, buf):
             # One slot at a time: a dynamic update of one row is a few
@@ -1441,7 +1466,7 @@ class Integrator:
         carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
                  "steps": jnp.zeros(S, jnp.int32), "status": jnp.full(S, -1, jnp.int8),
                  "i_out": jnp.zeros(S, jnp.int32), "buf": empty, "ev": empty_ev, "next": jnp.int32(S),
-                 "outs": self._empty_outputs((N,), n_out, pool["seed"]),
+                 "outs": self._empty_outputs((N,), n_out, pool.seed),
                  "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
         return self._pool_output(carry)
@@ -1449,7 +1474,7 @@ class Integrator:
     def _run_batch_scatter(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
         """The slot pool with a refill after every step, outputs scattered to their rows (GPU)."""
         pool = self._pool(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
-        t0, z0, u0, N, n_out, S, pick, step = (pool[k] for k in ("t0", "z0", "u0", "N", "n_out", "S", "pick", "step"))
+        t0, z0, u0, N, n_out, S, pick, step = pool.t0, pool.z0, pool.u0, pool.N, pool.n_out, pool.S, pool.pick, pool.step
 
         def cond(c):
             return step_loop_condition(jnp.any(c["e"] < N), c["next"])
@@ -1484,7 +1509,7 @@ class Integrator:
         empty_ev = self._empty_events((S,))
         carry = {"e": jnp.arange(S, dtype=jnp.int32), "t": jnp.full(S, t0), "z": z0[:S], "u": u0[:S],
                  "steps": jnp.zeros(S, jnp.int32), "i_out": jnp.zeros(S, jnp.int32), "ev": empty_ev,
-                 "next": jnp.int32(S), "outs": self._empty_outputs((N,), n_out, pool["seed"]),
+                 "next": jnp.int32(S), "outs": self._empty_outputs((N,), n_out, pool.seed),
                  "res": self._pool_results(N, t0, z0, u0)}
         carry = lax.while_loop(cond, body, carry)
         return self._pool_output(carry)

@@ -57,6 +57,10 @@ DEFAULT_COOLDOWN = 1e-9
 #: Default Zeno interval of a stop, relative to max(1, |t1|).
 DEFAULT_ZENO_TIME = 1e-5
 
+#: How far past a switching surface (relative to the step) a cut step ends,
+#: so that the next Taylor series is built on the new branch.
+SWITCH_STEP = 1e-10
+
 
 def _put(buffer, put, values):
     """``buffer`` with ``values[m]`` in the rows where ``put[m]`` (at most one m a row)."""
@@ -139,7 +143,9 @@ class EventStepper:
         self.fine = jnp.asarray(fine_pieces(self.degree))
         self.whole = jnp.asarray(bernstein_pieces(self.degree, 1)[0])
         self.signs = np.array([e.sign for e in self.events])
-        self.cuts = np.array([e.terminal or e.reset is not None for e in self.events])
+        self.cuts = np.array([e.terminal or e.reset is not None or e.kind == "switch" for e in self.events])
+        self.switches = np.array([e.kind == "switch" for e in self.events])
+        self.recorded = np.array([e.record for e in self.events])
         self.terminal = np.array([e.terminal for e in self.events])
         self.resets = [i for i, e in enumerate(self.events) if e.reset is not None]
         self._check_functions()
@@ -277,7 +283,8 @@ class EventStepper:
             s_cut_all = jnp.where(keep & jnp.asarray(self.cuts)[:, None], s, jnp.inf).reshape(-1)
             first = jnp.argmin(s_cut_all)
             s_cut, which = s_cut_all[first], (first // L).astype(jnp.int32)
-            rec = keep & (s <= s_cut)
+            seen = keep & (s <= s_cut)
+            rec = seen & jnp.asarray(self.recorded)[:, None]
             flat = jnp.where(rec, s, jnp.inf).reshape(-1)
             pick = earliest(flat, rec.reshape(-1), RECORDS_PER_STEP)   # (M, events * L) one-hots
             ok = pick.sum(axis=1) > 0
@@ -298,8 +305,13 @@ class EventStepper:
             new = dict(ev)
             new["rows"] = _put(ev["rows"], put, jnp.concatenate(row, axis=1))
             new["count"] = ev["count"] + n_new
-            t_rec = jnp.max(jnp.where(rec, t + s, -jnp.inf), axis=1)
-            new["last"] = jnp.maximum(last, t_rec)
+            t_seen = jnp.max(jnp.where(seen, t + s, -jnp.inf), axis=1)
+            new["last"] = jnp.maximum(last, t_seen)
+            if self.switches.any():
+                # Past a switch by a hair: the next series takes the new branch
+                # (piecewise functions branch on their arguments' values there).
+                s_cut = jnp.where(jnp.asarray(self.switches)[which], s_cut + SWITCH_STEP * jnp.maximum(h, 1e-300),
+                                  s_cut)
             return s_cut, which, new
 
         def do_cut(s_cut, which):

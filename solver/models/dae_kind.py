@@ -112,7 +112,7 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
     if data.get("Energy") is not None:
         _attach_energy(dae, data["Energy"], info, lets, sizes, structure, loc)
     attach_events(dae, data, loc, "DAE", scope_of=lambda t, v, p: DAEScope(t, info.resolve(p), lets, v, names),
-                  params=info.numeric())
+                  params=info.numeric(), expressions=equations + [e for _, e in lets])
 
     pd = require_mapping(data["ProblemData"], ("ProblemData",), loc)
     check_keys(pd, TIME_KEYS + ("values", "fixed"), ("tend",), ("ProblemData",), loc)

@@ -147,6 +147,69 @@ def read_stops(data: Mapping, loc: Locator, kind: str, position_scope: Callable,
     return stops, rules
 
 
+def switch_events(expressions, loc: Locator, scope_of: Callable, probe: Callable) -> list:
+    """The implicit events of the piecewise functions in a model's expressions.
+
+    ``abs``, ``sign``, ``step``, ``min``, ``max`` and ``where`` switch where
+    an argument (or a - b) crosses zero; a Taylor series is not valid across
+    that, so each switching function becomes an event (kind ``switch``, not
+    recorded) at which the integrator cuts the step and restarts the series
+    on the new branch.  A switching function of the parameters alone never
+    crosses and is left out; a vector one gives an event per component.
+
+    Args:
+        expressions: the parsed expressions the residual evaluates.
+        loc: the model file's locator.
+        scope_of: ``scope_of(t, v, p)`` -> the scope they are evaluated in.
+        probe: as for :func:`read_events`.
+
+    Returns:
+        A list of :class:`solver.Event`.
+
+    Raises:
+        InputError: a switching function that reads what the state does not
+            hold (a DAE's highest derivative), located at its expression.
+    """
+    from solver.models.expr import Expr, Index
+
+    out, seen = [], set()
+    for expr in expressions:
+        for sw in expr.switches():
+            if sw.text in seen:
+                continue
+            seen.add(sw.text)
+
+            def g(t, v, p, sw=sw):
+                return jnp.asarray(sw.evaluate(scope_of(t, v, p)), jnp.float64)
+
+            try:
+                shape = tuple(probe(g).shape)
+            except ExprError as err:
+                raise loc.error(str(getattr(err, "message", err)), _path_tuple(sw.path)) from None
+            except (IndexError, KeyError) as err:
+                raise loc.error(f"the piecewise function's switch {sw.text} = 0 reads a value the solution "
+                                f"does not carry ({err}); a switch may use the unknowns and the derivatives the "
+                                f"state holds, not the highest derivative", _path_tuple(sw.path)) from None
+            parts = [sw] if shape == () else [
+                Expr(f"({sw.text})[{i}]", Index(sw.root, i), sw.file, sw.path, sw.line) for i in range(int(np.prod(shape)))]
+            for part in parts:
+                names = part.names()
+                if "t" not in names and not (names - set(_params_of(probe))):
+                    continue  # parameters only: constant
+                out.append(Event(f"switch{len(out)}", lambda t, v, p, part=part: jnp.reshape(
+                    jnp.asarray(part.evaluate(scope_of(t, v, p)), jnp.float64), ()), direction="both",
+                    kind="switch", record=False))
+    return out
+
+
+def _path_tuple(path):
+    return tuple(str(path).split(".")) if path else ()
+
+
+def _params_of(probe) -> tuple:
+    return tuple(getattr(probe, "params", ()))
+
+
 def read_max_events(data: Mapping, loc: Locator) -> int:
     """``MaxEvents`` (default :data:`solver.dae.event.DEFAULT_MAX_EVENTS`)."""
     if data.get("MaxEvents") is None:
@@ -214,12 +277,13 @@ def probe_events(dae_variables, orders: Mapping[str, int], params: Mapping) -> C
         check_taylor_arithmetic(lambda t: fn(t, v, p), str(getattr(fn, "__name__", "the function")))
         return out
 
+    probe.params = tuple(params)
     return probe
 
 
 def attach_events(dae, data: Mapping, loc: Locator, kind: str, *, scope_of: Callable,
                   position_scope: Callable | None = None, param_scope: Callable | None = None,
-                  params: Mapping) -> "StopRules | None":
+                  params: Mapping, expressions=()) -> "StopRules | None":
     """Read ``Events``, ``Stops`` and ``MaxEvents`` and give them to a built DAE.
 
     Args:
@@ -233,6 +297,8 @@ def attach_events(dae, data: Mapping, loc: Locator, kind: str, *, scope_of: Call
         param_scope: ``param_scope(p)`` -> a scope of the parameters.
         params: every parameter's default value (free and derived: the
             restitutions are checked at them).
+        expressions: the expressions the residual evaluates, whose
+            piecewise functions become switch events (:func:`switch_events`).
 
     Returns:
         The stops' value rules, or None.
@@ -245,7 +311,8 @@ def attach_events(dae, data: Mapping, loc: Locator, kind: str, *, scope_of: Call
     d = dae.structure.d
     orders = {v.name: max(1, int(np.max(d[v.offset: v.offset + v.size], initial=0))) for v in dae.variables}
     shapes = {v.name: v.shape for v in dae.variables}
-    events = read_events(data, loc, scope_of, probe_events(shapes, orders, dae.params))
+    probe = probe_events(shapes, orders, dae.params)
+    events = read_events(data, loc, scope_of, probe)
     stops, rules = [], None
     if data.get("Stops") is not None:
         def probe_q(fn):
@@ -255,6 +322,7 @@ def attach_events(dae, data: Mapping, loc: Locator, kind: str, *, scope_of: Call
 
         stops, rules = read_stops(data, loc, kind, position_scope, param_scope, probe_q, params,
                                   {e.name for e in events})
-    dae.events = tuple(events) + tuple(stop_events(dae, stops))
+    switches = switch_events(expressions, loc, scope_of, probe)
+    dae.events = tuple(events) + tuple(stop_events(dae, stops)) + tuple(switches)
     dae.max_events = read_max_events(data, loc)
     return rules

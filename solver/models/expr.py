@@ -92,7 +92,7 @@ from solver.errors import InputError
 
 __all__ = [
     "parse", "Expr", "ExprError", "Scope", "ConstantScope", "evaluate_constant", "all_finite",
-    "check_name", "FUNCTIONS", "RESERVED_NAMES", "MAX_LENGTH", "MAX_NESTING",
+    "check_name", "FUNCTIONS", "SWITCHING", "RESERVED_NAMES", "MAX_LENGTH", "MAX_NESTING",
     "MAX_ORDER", "Node", "Num", "Const", "Name", "Neg", "BinOp", "Call",
     "Vector", "Index", "Deriv",
 ]
@@ -180,6 +180,32 @@ def _cross(args, xp):
                     f"{_shape_words(sa)} and {_shape_words(sb)}")
 
 
+def _pairwise(name, op):
+    def fn(args, xp):
+        a, b = args
+        sa, sb = jnp.shape(a), jnp.shape(b)
+        if sa != sb and () not in (sa, sb):
+            raise ExprError(f"{name} needs arguments of equal shape or a scalar, got "
+                            f"{_shape_words(sa)} and {_shape_words(sb)}")
+        return getattr(xp, op)(a, b)
+
+    return fn
+
+
+def _where(args, xp):
+    c, a, b = args
+    shapes = [jnp.shape(x) for x in args]
+    big = [s for s in shapes if s != ()]
+    if any(s != big[0] for s in big):
+        raise ExprError("where needs arguments of equal shape or scalars, got "
+                        + ", ".join(_shape_words(s) for s in shapes))
+    return xp.where(c > 0, a, b)
+
+
+def _step(args, xp):
+    return xp.where(args[0] >= 0, 1.0, 0.0)
+
+
 def _norm(args, xp):
     (a,) = args
     if len(jnp.shape(a)) != 1:
@@ -198,7 +224,13 @@ FUNCTIONS: dict[str, tuple[int, Callable]] = {
     "log": (1, _elementwise("log")), "sqrt": (1, _elementwise("sqrt")),
     "abs": (1, _elementwise("abs")), "atan2": (2, _atan2), "dot": (2, _dot),
     "cross": (2, _cross), "norm": (1, _norm),
+    # Piecewise: each one's switching function (its argument, a - b, the
+    # condition) is an implicit event of the integrator (Expr.switches).
+    "min": (2, _pairwise("min", "minimum")), "max": (2, _pairwise("max", "maximum")),
+    "where": (3, _where), "sign": (1, _elementwise("sign")), "step": (1, _step),
 }
+#: Functions whose value switches where an argument (or a - b) crosses zero.
+SWITCHING = ("abs", "min", "max", "where", "sign", "step")
 CONSTANTS = {"pi": math.pi}
 # Names a model may not declare for its own variables, parameters or Let
 # definitions: they would be unreachable (functions, pi) or clash with time.
@@ -749,6 +781,30 @@ class Expr:
     def names(self) -> set[str]:
         """The bare names used (orders dropped)."""
         return {name for name, _ in self.free_names()}
+
+    def switches(self) -> list["Expr"]:
+        """The switching functions of the piecewise calls in the expression.
+
+        ``abs(x)``, ``sign(x)``, ``step(x)``: x; ``min(a, b)``, ``max(a, b)``:
+        a - b; ``where(c, a, b)``: c.  The Taylor series of the expression is
+        not valid across a zero of one of these: the integrator cuts its
+        steps there (:mod:`solver.models.events`).
+
+        Returns:
+            One :class:`Expr` each, in the order met, the same text once.
+        """
+        out, seen, stack = [], set(), [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(reversed(node.children()))
+            if isinstance(node, Call) and node.func in SWITCHING:
+                arg = (BinOp("-", node.args[0], node.args[1], pos=node.pos) if node.func in ("min", "max")
+                       else node.args[0])
+                text = _fold(arg, _render)
+                if text not in seen:
+                    seen.add(text)
+                    out.append(Expr(text, arg, self.file, self.path, self.line))
+        return out
 
     @property
     def has_expr_derivative(self) -> bool:

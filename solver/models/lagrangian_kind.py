@@ -173,7 +173,10 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
         scope_of=lambda t, v, p: LagrangianScope(t, info.resolve(p), lets, {c: v[c][0] for c in coords},
                                                  {c: v[c][1] for c in coords}),
         position_scope=lambda t, q, p: PositionScope(t, info.resolve(p), lets, q, "a stop's gap"),
-        param_scope=lambda p: BaseScope(jnp.zeros(()), info.resolve(p), []), params=info.numeric())
+        param_scope=lambda p: BaseScope(jnp.zeros(()), info.resolve(p), []), params=info.numeric(),
+        expressions=[e for e in (T, V, R, *constraints) if e is not None] + [e for _, e in lets]
+        + [parse(raw, file=loc.file, path=format_path(("Forces", key)), line=loc.line(("Forces", key)))
+           for key, raw in (forces_raw or {}).items()])
     point_dims = set(sizes.values())
     if point_dims in ({2}, {3}):
         # Every coordinate is read as a point's world position (as Animation

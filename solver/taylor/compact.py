@@ -1054,7 +1054,7 @@ class CompactProgram:
         for g in self.inputs:
             m = k + g.off
             row = lax.dynamic_index_in_dim(Xf, jnp.clip(m + g.param, 0, self.KX - 1), 0, keepdims=False)
-            V = _write(V, m, g.start, _input_factor(m, g.param) * row[g.ops[0]], self.K)
+            V = V.write(g.start, _input_factor(m, g.param) * row[g.ops[0]])
         for g in self.groups:
             V = _EVAL[g.kind](self, V, g, k + g.off)
         return V
@@ -1242,11 +1242,6 @@ def _col(C, m, K):
     return lax.dynamic_index_in_dim(C, jnp.clip(m, 0, K - 1), 1, keepdims=False)
 
 
-def _write(V, m, start, val, K):
-    """The pass's view with coefficient m (= k + off) of nodes start .. start + G set to val (G, *B)."""
-    return V.write(start, val)
-
-
 _tangents_batch_last = TraceFlag()
 
 
@@ -1333,36 +1328,37 @@ def _safe(m):
     return jnp.maximum(_mf(m), 1.0)
 
 
-def _r(r, mm):
+def _term_index(r, m):
+    """The weight r of term r of a Cauchy sum (``Σ r a_r b_{m-r}``, the recurrences of exp, log, sin)."""
     return r
 
 
 def _ev_lin(P, C, g, m):
     (a,) = g.ops
-    return _write(C, m, g.start, a.at(C, m, P.K), P.K)
+    return C.write(g.start, a.at(C, m, P.K))
 
 
 def _ev_ddt(P, C, g, m):
     (x,) = g.ops
-    return _write(C, m, g.start, (_mf(m) + 1.0) * x.at(C, m + 1, P.K), P.K)
+    return C.write(g.start, (_mf(m) + 1.0) * x.at(C, m + 1, P.K))
 
 
 def _ev_mul(P, C, g, m):
     a, b = g.ops
-    return _write(C, m, g.start, P.cauchy(C, a, b, m), P.K)
+    return C.write(g.start, P.cauchy(C, a, b, m))
 
 
 def _ev_div(P, C, g, m):
     a, b = g.ops
     val = (a.at(C, m, P.K) - P.cauchy(C, b, g.own, m, lo=1)) / b.row0(C)
-    return _write(C, m, g.start, val, P.K)
+    return C.write(g.start, val)
 
 
 def _ev_sqrt(P, C, g, m):
     (a,) = g.ops
     z = g.own
     rest = (a.at(C, m, P.K) - P.cauchy(C, z, z, m, lo=1, top=1)) / (2.0 * z.row0(C))
-    return _write(C, m, g.start, jnp.where(m == 0, jnp.sqrt(a.row0(C)), rest), P.K)
+    return C.write(g.start, jnp.where(m == 0, jnp.sqrt(a.row0(C)), rest))
 
 
 def _ev_powc(P, C, g, m):
@@ -1372,21 +1368,21 @@ def _ev_powc(P, C, g, m):
     z0 = jnp.cbrt(x0) if g.param == "cbrt" else x0 ** alpha
     # z_m = 1/(m x0) Σ_{j=0}^{m-1} (α (m−j) − j) x_{m−j} z_j
     s = P.cauchy(C, g.own, a, m, lo=0, top=1, weight=lambda r, mm: alpha[:, None] * (mm - r) - r)
-    return _write(C, m, g.start, jnp.where(m == 0, z0, s / (_safe(m) * x0)), P.K)
+    return C.write(g.start, jnp.where(m == 0, z0, s / (_safe(m) * x0)))
 
 
 def _ev_exp(P, C, g, m):
     (a,) = g.ops
-    s = P.cauchy(C, a, g.own, m, lo=1, weight=_r)
-    return _write(C, m, g.start, jnp.where(m == 0, jnp.exp(a.row0(C)), s / _safe(m)), P.K)
+    s = P.cauchy(C, a, g.own, m, lo=1, weight=_term_index)
+    return C.write(g.start, jnp.where(m == 0, jnp.exp(a.row0(C)), s / _safe(m)))
 
 
 def _ev_log(P, C, g, m):
     (a,) = g.ops
     x0 = a.row0(C)
-    s = P.cauchy(C, g.own, a, m, lo=1, top=1, weight=_r)
+    s = P.cauchy(C, g.own, a, m, lo=1, top=1, weight=_term_index)
     rest = (a.at(C, m, P.K) - s / _safe(m)) / x0
-    return _write(C, m, g.start, jnp.where(m == 0, jnp.log(x0), rest), P.K)
+    return C.write(g.start, jnp.where(m == 0, jnp.log(x0), rest))
 
 
 def _ev_sincos(P, C, g, m):
@@ -1394,14 +1390,14 @@ def _ev_sincos(P, C, g, m):
     s = g.own
     c = _Operand(s.src + g.size)
     x0 = x.row0(C)
-    sm = P.cauchy(C, x, c, m, lo=1, weight=_r) / _safe(m)
-    cm = P.cauchy(C, x, s, m, lo=1, weight=_r) / _safe(m)
+    sm = P.cauchy(C, x, c, m, lo=1, weight=_term_index) / _safe(m)
+    cm = P.cauchy(C, x, s, m, lo=1, weight=_term_index) / _safe(m)
     if g.param:  # sinh, cosh
         s0, c0 = jnp.sinh(x0), jnp.cosh(x0)
     else:
         s0, c0, cm = jnp.sin(x0), jnp.cos(x0), -cm
     val = jnp.concatenate([jnp.where(m == 0, s0, sm), jnp.where(m == 0, c0, cm)], axis=0)
-    return _write(C, m, g.start, val, P.K)
+    return C.write(g.start, val)
 
 
 def _ev_inv(P, C, g, m):
@@ -1409,7 +1405,7 @@ def _ev_inv(P, C, g, m):
     sign = -1.0 if g.param == "acos" else 1.0
     corr = P.cauchy(C, q, g.own, m, lo=1, top=1, weight=lambda r, mm: mm - r)
     rest = (sign * _mf(m) * x.at(C, m, P.K) - corr) / (_safe(m) * q.row0(C))
-    return _write(C, m, g.start, jnp.where(m == 0, _INVERSE_F0[g.param](x.row0(C)), rest), P.K)
+    return C.write(g.start, jnp.where(m == 0, _INVERSE_F0[g.param](x.row0(C)), rest))
 
 
 def _ev_atan2(P, C, g, m):
@@ -1418,19 +1414,19 @@ def _ev_atan2(P, C, g, m):
     rhs = P.cauchy(C, x, y, m, lo=0, top=1, weight=w) - P.cauchy(C, y, x, m, lo=0, top=1, weight=w)
     corr = P.cauchy(C, q, g.own, m, lo=1, top=1, weight=w)
     rest = (rhs - corr) / (_safe(m) * q.row0(C))
-    return _write(C, m, g.start, jnp.where(m == 0, jnp.arctan2(y.row0(C), x.row0(C)), rest), P.K)
+    return C.write(g.start, jnp.where(m == 0, jnp.arctan2(y.row0(C), x.row0(C)), rest))
 
 
 def _ev_abs(P, C, g, m):
     (x,) = g.ops
-    return _write(C, m, g.start, jnp.sign(x.row0(C)) * x.at(C, m, P.K), P.K)
+    return C.write(g.start, jnp.sign(x.row0(C)) * x.at(C, m, P.K))
 
 
 def _ev_select(P, C, g, m):
     pred, *cases = g.ops
     which = jnp.clip(pred.row0(C).astype(jnp.int32), 0, len(cases) - 1)
     vals = jnp.stack([c.at(C, m, P.K) for c in cases])
-    return _write(C, m, g.start, jnp.take_along_axis(vals, which[None], 0)[0], P.K)
+    return C.write(g.start, jnp.take_along_axis(vals, which[None], 0)[0])
 
 
 def _ev_piece(P, C, g, m):
@@ -1438,7 +1434,7 @@ def _ev_piece(P, C, g, m):
     prim = _PIECE_PRIMS[name]
     ins = [op.row0(C).astype(dt) for op, dt in zip(g.ops, dtypes)]
     val = jnp.asarray(prim.bind(*ins, **dict(params))).astype(jnp.float64)
-    return _write(C, m, g.start, jnp.where(m == 0, val, 0.0), P.K)
+    return C.write(g.start, jnp.where(m == 0, val, 0.0))
 
 
 class _StopGradient:
