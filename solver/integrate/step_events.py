@@ -256,7 +256,10 @@ class EventStepper:
         n_ev = len(self.events)
         scale = jnp.maximum(1.0, jnp.abs(t1))
         C = self.coefficients(X, t, params)
-        Cu = C * (h ** jnp.arange(self.degree + 1, dtype=dt))
+        powers = [jnp.ones_like(h)]
+        for _ in range(self.degree):  # products: XLA:CPU calls libm's pow one element at a time
+            powers.append(powers[-1] * h)
+        Cu = C * jnp.stack(powers)
         cooldown = jnp.asarray([DEFAULT_COOLDOWN if e.cooldown is None else e.cooldown for e in self.events],
                                dt) * jnp.where(jnp.asarray([e.cooldown is None for e in self.events]), scale, 1.0)
         last = ev["last"]
