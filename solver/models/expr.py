@@ -150,15 +150,6 @@ def _elementwise(name):
     return lambda args, xp: getattr(xp, name)(args[0])
 
 
-def _atan2(args, xp):
-    y, x = args
-    sy, sx = jnp.shape(y), jnp.shape(x)
-    if sy != sx and () not in (sy, sx):
-        raise ExprError(f"atan2 needs arguments of equal shape or a scalar, got "
-                        f"{_shape_words(sy)} and {_shape_words(sx)}")
-    return xp.arctan2(y, x)
-
-
 def _dot(args, xp):
     a, b = args
     sa, sb = jnp.shape(a), jnp.shape(b)
@@ -222,7 +213,7 @@ FUNCTIONS: dict[str, tuple[int, Callable]] = {
     "sinh": (1, _elementwise("sinh")), "cosh": (1, _elementwise("cosh")),
     "tanh": (1, _elementwise("tanh")), "exp": (1, _elementwise("exp")),
     "log": (1, _elementwise("log")), "sqrt": (1, _elementwise("sqrt")),
-    "abs": (1, _elementwise("abs")), "atan2": (2, _atan2), "dot": (2, _dot),
+    "abs": (1, _elementwise("abs")), "atan2": (2, _pairwise("atan2", "arctan2")), "dot": (2, _dot),
     "cross": (2, _cross), "norm": (1, _norm),
     # Piecewise: each one's switching function (its argument, a - b, the
     # condition) is an implicit event of the integrator (Expr.switches).
