@@ -346,7 +346,8 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
         for name, (dims, attrs) in event_layout(dae).items():
             base = name[:-len("_at_event")] if name.endswith("_at_event") else None
             if base is None or base in series_names:
-                layout[name] = (dims, {k: v for k, v in attrs.items() if k != "_FillValue"})
+                # Stored as floats: no missing_value, which would decode -1 to NaN on reading.
+                layout[name] = (dims, {k: v for k, v in attrs.items() if k != "missing_value"})
         coords["event"] = np.arange(dae.max_events)
     variables = {name: dims for name, (dims, _) in layout.items()}
     var_attrs = {name: attrs for name, (_, attrs) in layout.items()}

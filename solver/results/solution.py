@@ -326,7 +326,7 @@ def event_layout(dae) -> dict:
     names = [e.name for e in dae.events]
     unit = getattr(dae, "time_units", "s")
     layout = {
-        "event_which": (("event",), {"long_name": "which event", "_FillValue": -1,
+        "event_which": (("event",), {"long_name": "which event", "missing_value": -1,
                                      "flag_values": np.arange(len(names), dtype=np.int16),
                                      "flag_meanings": " ".join(names)}),
         "event_time": (("event",), {"long_name": "event time", "units": unit}),
@@ -350,14 +350,7 @@ def _event_data(dae, events: Mapping) -> dict:
               "event_count": np.asarray(events["count"]).astype(np.int64)}
     for name, var, k, _, _ in _variable_series(dae):
         arrays[f"{name}_at_event"] = values[var][:, :, k]
-    out = {}
-    for name, (dims, attrs) in layout.items():
-        attrs = dict(attrs)
-        fill = attrs.pop("_FillValue", None)
-        if fill is not None:
-            attrs["missing_value"] = fill
-        out[name] = (("point",) + dims, arrays[name], attrs)
-    return out
+    return {name: (("point",) + dims, arrays[name], dict(attrs)) for name, (dims, attrs) in layout.items()}
 
 
 def _json_safe(attrs: dict) -> dict:
