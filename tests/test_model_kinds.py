@@ -41,7 +41,7 @@ EXPECTED_DOF = {
     "pendulum_chain3d": 12,     # 3 points in 3-D (9 coordinates), 3 rods
     "free_body": 12,            # 3 points in 3-D (9 coordinates), 3 rigidity constraints
     "free_body_lagrangian": 12,  # centroid and 3 Euler angles
-    "car": 12,                  # centre of mass and 3 Euler angles of the frame, no constraints
+    "car": 20,                  # centre of mass, 3 Euler angles of the frame, 4 struts; no constraints
     "bouncing_ball": 2,         # 1 coordinate (a stop is no constraint)
     "pendulum_wall": 2,         # 2 coordinates, 1 constraint, a stop
     "slider_crank_stop": 2,     # 3 coordinates, 2 constraints, a stop
