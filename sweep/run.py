@@ -366,6 +366,7 @@ class SweepSummary:
         batch_seconds: batch index -> compute time on its worker.
         wall_seconds: from the first submission to the last write.
         startup_seconds: store preparation and cluster start.
+        total_seconds: the whole call, start-up included.
         threads: worker threads seen (for the overhead).
         overhead_fraction: ``1 - sum(batch_seconds) / (wall_seconds * threads)``,
             the share of the workers' time not spent inside batch functions
@@ -386,6 +387,7 @@ class SweepSummary:
     startup_seconds: float = 0.0
     threads: int = 1
     overhead_fraction: float = 0.0
+    total_seconds: float = 0.0
 
     def __str__(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in self.store_by_status.items())
@@ -394,8 +396,10 @@ class SweepSummary:
         lines = [f"{self.store}: {self.n_points} points in {self.n_batches} batches; "
                  f"this run wrote {len(self.batches_run)} batches ({self.points_run} points)",
                  f"store status: {counts}",
-                 f"wall {self.wall_seconds:.3g} s (+{self.startup_seconds:.3g} s start-up), "
-                 f"{per}, {self.threads} worker threads, overhead {100 * self.overhead_fraction:.0f}%"]
+                 f"wall {format_seconds(max(self.total_seconds, self.wall_seconds + self.startup_seconds))} "
+                 f"({self.startup_seconds:.3g} s store and cluster start-up, {self.wall_seconds:.3g} s "
+                 f"running batches), {per}, {self.threads} worker threads, "
+                 f"overhead {100 * self.overhead_fraction:.0f}%"]
         if self.batches_damaged:
             lines.append(f"{len(self.batches_damaged)} batches failed verification against their "
                          f"commit records and were run again:")
@@ -507,7 +511,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
               scheduler: str | None = None, scheduler_file=None, cluster=None,
               mode: str = "resume", progress: bool = True, *, schema: Schema | None = None,
               attrs: Mapping | None = None, jax_cache_dir: str | None = None,
-              verify: bool = True, client=None) -> SweepSummary:
+              verify: bool = True, client=None, progress_every: float | None = None) -> SweepSummary:
     """Run (or resume) a sweep into a Zarr store.
 
     Args:
@@ -526,6 +530,9 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         mode: ``resume`` (default), ``overwrite`` or ``retry-failed``
             (see :func:`sweep.store.plan_store`).
         progress: show a progress bar (only when stderr is a terminal).
+        progress_every: when stderr is not a terminal (a batch job's log),
+            print a progress line there at most every this many seconds, at
+            a batch's completion; None or 0: none.
         schema: the outputs; default ``context.schema``.
         attrs: dataset attributes (model YAML text, solver settings...);
             default ``context.attrs`` or none. ``title`` defaults to the spec's.
@@ -594,10 +601,14 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         failed = int(sum(st.is_failure(c).sum() for c in run_codes))
         if failed:
             bar.set_postfix(failed=failed)
+        if log is not None:
+            log.batch_done(len(summary.batches_run), failed)
 
     group = zarr.open_group(store_path, mode="r+")
     bar = tqdm(total=len(todo), unit="batch", desc=title or "sweep",
                disable=not progress or not sys.stderr.isatty())
+    log = (ProgressLog(len(todo), progress_every, title or store_path)
+           if progress_every and todo and not sys.stderr.isatty() else None)
     try:
         if not todo:
             pass
@@ -624,7 +635,36 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     busy = sum(summary.batch_seconds.values())
     if summary.wall_seconds > 0:
         summary.overhead_fraction = max(0.0, 1.0 - busy / (summary.wall_seconds * summary.threads))
+    summary.total_seconds = time.perf_counter() - t_start
     return summary
+
+
+class ProgressLog:
+    """Progress lines on stderr for runs without a terminal (batch jobs' logs).
+
+    A line at a batch's completion when ``every`` seconds have passed since
+    the last one (and at the last batch): batches written of those planned,
+    failed points so far, time taken and an estimate of the time left.
+    """
+
+    def __init__(self, total: int, every: float, label: str, stream=None, clock=time.monotonic):
+        self.total, self.every, self.label = int(total), float(every), str(label)
+        self.stream, self.clock = stream, clock
+        self.start = self.last = clock()
+
+    def batch_done(self, done: int, failed: int) -> None:
+        """Say where the run is, if it is time to (``done`` batches of :attr:`total`)."""
+        now = self.clock()
+        if now - self.last < self.every and done < self.total:
+            return
+        self.last = now
+        spent = now - self.start
+        left = spent / done * (self.total - done) if done else float("nan")
+        line = (f"[mechsweep] {self.label}: {done}/{self.total} batches written "
+                f"({100 * done / max(self.total, 1):.0f}%), {failed} failed points, "
+                f"{format_seconds(spent)} so far" + (f", about {format_seconds(left)} left"
+                                                      if done < self.total else ""))
+        print(line, file=self.stream or sys.stderr, flush=True)
 
 
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary,

@@ -94,6 +94,7 @@ import zarr
 
 from solver import status as st
 from solver.errors import InputError
+from sweep.folders import publish, temporary_sibling
 from solver.results.solution import package_versions
 
 __all__ = [
@@ -389,10 +390,8 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
     if batch < 1:
         raise ValueError(f"batch must be a positive number of points, got {batch}")
     ds, encoding = _template(spec_hash, points, schema, attrs, int(batch))
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_sibling(path)
     try:
         with warnings.catch_warnings():
             # Consolidated metadata (so that a plain xr.open_zarr is quick and quiet) is
@@ -400,7 +399,7 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
             warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
             ds.to_zarr(tmp, mode="w-", compute=False, encoding=encoding, consolidated=True,
                        zarr_format=3)
-        os.rename(tmp, path)
+        publish(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -47,7 +47,6 @@ import dataclasses
 import datetime
 import hashlib
 import json
-import os
 import shutil
 import sys
 import traceback
@@ -313,17 +312,17 @@ def create_root(path, spec, names: list[str], groups: list[Group]) -> None:
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"{path} exists; remove it or resume it")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
+    from sweep.folders import publish, temporary_sibling
+
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_sibling(path)
     try:
         zarr.open_group(str(tmp), mode="w-", zarr_format=3,
                         attributes=_root_attrs_for(spec, names, groups))
         for g in groups:
             _template(tmp / g.label, g)
         _consolidate(tmp)
-        os.rename(tmp, path)
+        publish(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -407,6 +406,11 @@ class StructuralSummary:
         return _add(s.store_by_status for s in self.groups.values())
 
     @property
+    def batches_left(self) -> list:
+        """(group label, batch) pairs this run meant to run but left pending."""
+        return [(label, i) for label, s in self.groups.items() for i in s.batches_left]
+
+    @property
     def by_status(self) -> dict[str, int]:
         """Status name -> points written by this run (all groups), in code order."""
         return _add(s.by_status for s in self.groups.values())
@@ -446,15 +450,15 @@ def _count(n: int, word: str) -> str:
 
 def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None, scheduler=None,
                scheduler_file=None, cluster=None, mode: str = "resume", progress: bool = True,
-               note: Callable[[str], None] = _progress) -> StructuralSummary:
+               note: Callable[[str], None] = _progress, progress_every: float | None = None) -> StructuralSummary:
     """Run the structure groups in turn, each into its own group of the store.
 
     Args:
         spec, names, groups: the sweep, its structural names and
             :func:`plan_groups`.
         out: the store (root) path.
-        workers, scheduler, scheduler_file, cluster, progress: as for
-            :func:`sweep.run.run_sweep`, for every group that can be built.
+        workers, scheduler, scheduler_file, cluster, progress, progress_every: as
+            for :func:`sweep.run.run_sweep`, for every group that can be built.
         mode: ``resume``, ``overwrite`` (the whole store) or ``retry-failed``;
             each group is then resumed (or retried) on its own store.
         note: where the one line per group goes (stderr by default).
@@ -468,7 +472,7 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
     out = Path(out)
     prepare_root(out, spec, names, groups, mode)
     if workers == 0 or all(g.error for g in groups):
-        return _run_groups(spec, names, groups, out, None, mode, progress, note)
+        return _run_groups(spec, names, groups, out, None, mode, progress, note, progress_every)
     from sweep.run import _say_dashboard, dask_client
 
     # One cluster for every group, started when the first group has batches
@@ -483,10 +487,10 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
                 _say_dashboard(started[0])
             return started[0]
 
-        return _run_groups(spec, names, groups, out, client, mode, progress, note)
+        return _run_groups(spec, names, groups, out, client, mode, progress, note, progress_every)
 
 
-def _run_groups(spec, names, groups, out, client, mode, progress, note) -> StructuralSummary:
+def _run_groups(spec, names, groups, out, client, mode, progress, note, progress_every=None) -> StructuralSummary:
     """:func:`run_groups` on a prepared root; ``client`` (see :func:`sweep.run.run_sweep`) None: in this process."""
     from sweep.pipeline import batch_fn, remember_model
     from sweep.run import run_sweep
@@ -514,7 +518,8 @@ def _run_groups(spec, names, groups, out, client, mode, progress, note) -> Struc
             if g.model is not None:
                 remember_model(g.context.key, g.model)
             s = run_sweep(g.spec, batch_fn, g.context, path, workers=workers, client=client, mode=group_mode,
-                          progress=progress, schema=g.context.schema, attrs=g.context.attrs)
+                          progress=progress, schema=g.context.schema, attrs=g.context.attrs,
+                          progress_every=progress_every)
             g.model = None
         summary.groups[g.label] = s
     if recreated:
@@ -524,7 +529,7 @@ def _run_groups(spec, names, groups, out, client, mode, progress, note) -> Struc
 
 def run_structural_file(spec, base, names, out, *, workers=None, scheduler=None,
                         scheduler_file=None, cluster=None, mode="resume", dry_run=False,
-                        progress=True, plot=None, echo=print, estimate=False):
+                        progress=True, plot=None, echo=print, estimate=False, progress_every=None):
     """:func:`sweep.cli.sweep_command.run_sweep_file` for a sweep with structural parameters.
 
     The names are checked (structural values must be whole numbers), the
@@ -560,7 +565,7 @@ def run_structural_file(spec, base, names, out, *, workers=None, scheduler=None,
         return None
     summary = run_groups(spec, names, groups, out, workers=workers, scheduler=scheduler,
                          scheduler_file=scheduler_file, cluster=cluster, mode=mode,
-                         progress=progress)
+                         progress=progress, progress_every=progress_every)
     echo(str(summary))
     if plot:
         png = plot(out)

@@ -389,7 +389,7 @@ def test_cli_runs_a_structural_sweep_end_to_end(tmp_path, capsys):
     assert "  N=1: 2 points in 1 batch; this run wrote 1 batch (2 points); status: success 2" \
         in captured.out
     assert "store status: success 2, error 2" in captured.out
-    assert (tmp_path / "s.png").is_file()
+    assert (out / "summary.png").is_file()
     assert main(["status", str(out), "--verify"]) == 0
     capsys.readouterr()
     assert main(["sweep", str(path), "--out", str(out), "--resume", "--workers", "1"]) == 1

@@ -14,7 +14,8 @@
 
 Exit codes: 0 success, 1 failed simulation (or failed sweep points), 2 bad
 input (every :class:`solver.errors.InputError` is printed on stderr without a
-traceback).
+traceback), 3 an incomplete sweep (batches left pending: interrupted,
+scheduler lost, storage fault; the message gives the command that resumes).
 """
 
 from __future__ import annotations
@@ -62,6 +63,18 @@ def _at_least(minimum: int):
 
 
 _positive_int = _at_least(1)
+
+
+def _positive_float(text: str) -> float:
+    """An argparse type: a number > 0 (seconds such as ``--progress-every``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text}")
+    return value
+
 #: ``design --workers``: 0 runs the starts in this process.
 _whole_number = _at_least(0)
 
@@ -135,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--estimate", action="store_true",
                     help="with --dry-run (implied): compile and run the first batch and print "
                          "compile seconds, seconds per point and the estimated total")
+    sw.add_argument("--progress-every", type=_positive_float, default=30.0, metavar="SECONDS",
+                    help="when stderr is not a terminal (a batch job's log): a progress line at "
+                         "most every SECONDS (default 30)")
+    sw.add_argument("-v", "--verbose", action="store_true",
+                    help="show the traceback of a storage or cluster fault")
     stat = sub.add_parser("status", help="progress, status counts and integrity of a sweep store "
                           "(exit 1 when a batch is damaged)")
     stat.add_argument("store")

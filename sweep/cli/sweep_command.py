@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shlex
+import signal
 import sys
+import threading
+import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +17,21 @@ import numpy as np
 from solver import status as st
 from solver.errors import InputError
 
-__all__ = ["main_sweep", "run_sweep_file", "summary_plot", "DEFAULT_SWEEP"]
+__all__ = ["main_sweep", "run_sweep_file", "summary_plot", "resume_command", "DEFAULT_SWEEP", "EXIT_INCOMPLETE",
+           "SUMMARY_PICTURE"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SWEEP = ROOT / "configs" / "sweeps" / "rscr_lengths_angles.yaml"
+
+#: Exit code of a sweep that left batches pending (interrupted, scheduler or
+#: workers lost, a storage fault): its store is safe and a resume finishes it.
+EXIT_INCOMPLETE = 3
+
+#: The summary picture's file name, inside the store's folder.
+SUMMARY_PICTURE = "summary.png"
+
+#: Seconds between progress lines when stderr is not a terminal (batch jobs).
+PROGRESS_EVERY = 30.0
 
 
 def _mode(args) -> str:
@@ -27,7 +44,7 @@ def _mode(args) -> str:
 
 def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file=None, cluster=None,
                    mode="resume", dry_run=False, progress=True, plot=True, echo=print,
-                   estimate=False):
+                   estimate=False, progress_every=None):
     """Expand a sweep file and run it into a Zarr store.
 
     Args:
@@ -41,8 +58,10 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
         estimate: with ``dry_run``, also compile and run the first batch
             and print the estimated run time (:func:`dry_run_estimate`).
         progress: show a progress bar.
-        plot: write ``<out>.png`` with a summary picture afterwards.
+        plot: write the summary picture (``<out>/summary.png``) afterwards.
         echo: where messages go.
+        progress_every: seconds between progress lines on stderr when it
+            is not a terminal (None: none).
 
     A sweep that varies (or sets) a structural parameter runs one structure
     group after another into one store (:mod:`sweep.structural`).
@@ -69,11 +88,17 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
     if names:   # one model, compile and store group per structure (sweep/structural.py)
         from sweep.structural import run_structural_file
 
-        return run_structural_file(spec, model, names, out, workers=workers, scheduler=scheduler,
-                                   scheduler_file=scheduler_file, cluster=cluster, mode=mode,
-                                   dry_run=dry_run, progress=progress,
-                                   plot=summary_plot if plot else None, echo=echo,
-                                   estimate=estimate)
+        if dry_run:
+            return run_structural_file(spec, model, names, out, workers=workers, scheduler=scheduler,
+                                       scheduler_file=scheduler_file, cluster=cluster, mode=mode,
+                                       dry_run=True, progress=progress, echo=echo, estimate=estimate)
+        from sweep.folders import StoreLease
+
+        with StoreLease(out):
+            return run_structural_file(spec, model, names, out, workers=workers, scheduler=scheduler,
+                                       scheduler_file=scheduler_file, cluster=cluster, mode=mode,
+                                       progress=progress, plot=summary_plot if plot else None, echo=echo,
+                                       progress_every=progress_every)
     context = build_context(spec, model)
     store_line = check_store_size(spec, context)
     batch_line = check_batch_memory(spec, context)
@@ -86,9 +111,12 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
         if estimate:
             echo(dry_run_estimate(spec, context, workers, scheduler or scheduler_file or cluster))
         return None
-    summary = run_sweep(spec, batch_fn, context, out, workers=workers, scheduler=scheduler,
-                        scheduler_file=scheduler_file, cluster=cluster, mode=mode, progress=progress,
-                        schema=context.schema, attrs=context.attrs)
+    from sweep.folders import StoreLease
+
+    with StoreLease(out):
+        summary = run_sweep(spec, batch_fn, context, out, workers=workers, scheduler=scheduler,
+                            scheduler_file=scheduler_file, cluster=cluster, mode=mode, progress=progress,
+                            schema=context.schema, attrs=context.attrs, progress_every=progress_every)
     echo(str(summary))
     if plot:
         png = summary_plot(out)
@@ -129,6 +157,9 @@ def dry_run_estimate(spec, context, workers=None, remote=None) -> str:
 
 def summary_plot(store, out_png=None):
     """A picture of a sweep store: a metric (or output range) over the design.
+
+    It is written inside the store's folder (:data:`SUMMARY_PICTURE`), so it
+    never replaces a file the store does not own.
 
     The first metric (or the range of the first output) is shown against the
     first two swept parameters (a heat map when they form a grid, a scatter
@@ -185,27 +216,123 @@ def summary_plot(store, out_png=None):
     if failed.any():
         ax.legend(loc="best")
     ax.set_title(f"{ds.attrs.get('title', 'sweep')}: {int((~failed).sum())} ok, {int(failed.sum())} failed")
-    out_png = out_png or str(Path(store).with_suffix("")) + ".png"
+    out_png = out_png or str(Path(store) / SUMMARY_PICTURE)
     fig.tight_layout()
     fig.savefig(out_png, dpi=110)
     plt.close(fig)
     return out_png
 
 
+def resume_command(args) -> str:
+    """The command line that resumes the sweep of ``args`` (quoted for a POSIX shell).
+
+    Args:
+        args: the parsed ``mechsweep sweep`` arguments.
+
+    Returns:
+        ``mechsweep sweep SWEEP --out OUT --resume`` with the run's
+        ``--workers``, ``--scheduler``, ``--scheduler-file`` or ``--cluster``.
+    """
+    words = ["mechsweep", "sweep", str(args.sweep), "--out", str(args.out), "--resume"]
+    for flag, attr in (("--workers", "workers"), ("--scheduler", "scheduler"),
+                       ("--scheduler-file", "scheduler_file"), ("--cluster", "cluster")):
+        value = getattr(args, attr, None)
+        if value:
+            words += [flag, str(value)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _fault_line(err: OSError, store) -> str:
+    """One line for an operating-system fault during a sweep: what happened and what to do."""
+    if isinstance(err, TimeoutError) or "Timed out" in str(err) or isinstance(err, ConnectionError):
+        return (f"could not reach the Dask scheduler or its workers ({err}); check that the scheduler "
+                f"runs and its address, or run without --scheduler/--cluster on local workers")
+    code = getattr(err, "errno", None)
+    what = os.strerror(code) if code else str(err)
+    where = f" ({err.filename})" if getattr(err, "filename", None) else ""
+    if code == errno.ENOSPC:
+        fix = "free space on its file system (or choose another --out) and resume"
+    elif code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = "make it writable again (or copy it somewhere writable) and resume"
+    else:
+        fix = "fix the cause and resume"
+    return f"storage fault writing {store}: {what}{where}; {fix}"
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the written batches stay, the queued ones are cancelled."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated()
+
+
+def _remove_unstarted_store(out, existed: bool) -> None:
+    """Remove a store this run created if no batch of it was written (nothing to resume)."""
+    if existed or out is None or not Path(out).is_dir():
+        return
+    try:
+        from sweep import store, structural
+
+        if structural.is_structural_store(out):
+            return
+        if not store.check_store(out, "quick").done:
+            import shutil
+
+            shutil.rmtree(out)
+    except Exception:  # noqa: BLE001 - a store we cannot read is kept, never deleted
+        pass
+
+
 def main_sweep(args) -> int:
     """``mechsweep sweep`` with parsed arguments (see :mod:`sweep.cli.app`).
 
+    Interrupts (Ctrl-C, SIGTERM), a lost scheduler and storage faults end
+    the run with one line that says what happened and the command that
+    resumes it; ``--verbose`` adds the traceback.
+
     Returns:
-        exit code: 0 when every point succeeded, 1 when some failed.
+        exit code: 0 when every point is done and succeeded, 1 when every
+        point is done and some failed, :data:`EXIT_INCOMPLETE` (3) when
+        batches are left pending (interrupted, scheduler lost, storage fault).
     """
-    summary = run_sweep_file(
-        args.sweep, getattr(args, "out", None), workers=getattr(args, "workers", None),
-        scheduler=getattr(args, "scheduler", None), scheduler_file=getattr(args, "scheduler_file", None),
-        cluster=getattr(args, "cluster", None), mode=_mode(args),
-        dry_run=getattr(args, "dry_run", False) or getattr(args, "estimate", False),
-        progress=sys.stderr.isatty(), estimate=getattr(args, "estimate", False))
+    out = getattr(args, "out", None)
+    existed = out is not None and Path(out).exists()
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    t0 = time.perf_counter()
+    try:
+        summary = run_sweep_file(
+            args.sweep, out, workers=getattr(args, "workers", None),
+            scheduler=getattr(args, "scheduler", None), scheduler_file=getattr(args, "scheduler_file", None),
+            cluster=getattr(args, "cluster", None), mode=_mode(args),
+            dry_run=getattr(args, "dry_run", False) or getattr(args, "estimate", False),
+            progress=sys.stderr.isatty(), estimate=getattr(args, "estimate", False),
+            progress_every=getattr(args, "progress_every", PROGRESS_EVERY))
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"
+        _remove_unstarted_store(out, existed)
+        print(f"mechsweep: {how}; the batches written so far are kept in {out}; resume with:\n"
+              f"  {resume_command(args)}", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    except OSError as err:
+        if getattr(args, "verbose", False):
+            traceback.print_exc()
+        _remove_unstarted_store(out, existed)
+        print(f"mechsweep: {_fault_line(err, out)}:\n  {resume_command(args)}", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
     if summary is None:
         return 0
+    print(f"the command took {time.perf_counter() - t0:.3g} s in all", file=sys.stderr)
+    pending = summary.store_by_status.get("pending", 0)
+    if pending or summary.batches_left:
+        print(f"mechsweep: incomplete: {pending} points in {out} are not done yet "
+              f"({len(summary.batches_left)} batches of this run were left pending); resume with:\n"
+              f"  {resume_command(args)}", file=sys.stderr)
+        return EXIT_INCOMPLETE
     # Failed points anywhere in the store (also those of earlier, resumed runs).
     failed = sum(n for name, n in summary.store_by_status.items()
                  if st.is_failure(st.CODES.get(name, st.ERROR)))

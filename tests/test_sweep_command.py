@@ -1,0 +1,218 @@
+"""``mechsweep sweep`` as a batch job sees it: exit codes, interrupts, faults, a lease, logs, the picture.
+
+* Exit codes mean one thing each: 0 every point done and successful, 1 done
+  with failed designs, 2 bad input, 3 incomplete (batches left pending);
+  every incomplete exit prints the command that resumes, and that command
+  finishes the store.
+* SIGTERM (a batch system's cancel) is handled like Ctrl-C: the written
+  batches stay, the run exits 3 with the resume command.  Tested on a real
+  ``mechsweep sweep`` process.
+* A scheduler that cannot be reached ends the run with one line and exit 3,
+  no traceback, and leaves no empty store behind.
+* A second writer of a store is refused, naming the holder of its lease; a
+  lease whose process is dead is taken over.  Temporaries of runs killed
+  while building a store are removed by the next run.
+* Progress lines reach a log when stderr is not a terminal.
+* The summary picture goes inside the store and never replaces another file.
+"""
+
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dask
+import pytest
+
+from pendulum_sweep import PENDULUM, write_pendulum_sweep
+from sweep import store
+from sweep.cli.app import main
+from sweep.cli.sweep_command import EXIT_INCOMPLETE, SUMMARY_PICTURE, _fault_line
+from sweep.folders import StoreLease, remove_stale_temporaries
+from sweep.run import ProgressLog
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Sixty designs of one point each: long enough to be interrupted in the middle.
+MANY = """\
+Title: Many small batches
+Model: pendulum_x0.yaml
+Sweep:
+  product:
+    L: {linspace: [1.0, 1.5, 60]}
+    x0: {values: [0.5]}
+Outputs:
+  samples: 21
+  metrics:
+    y_max: {of: y, reduce: max}
+Batch: 1
+"""
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _many(tmp_path) -> Path:
+    (tmp_path / "pendulum_x0.yaml").write_text(PENDULUM)
+    (tmp_path / "many.yaml").write_text(MANY)
+    return tmp_path / "many.yaml"
+
+
+def test_sigterm_exits_incomplete_with_the_resume_command_which_finishes_the_store(tmp_path, capsys):
+    sweep, out = _many(tmp_path), tmp_path / "many.zarr"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT)] + [os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-m", "sweep.cli.app", "sweep", str(sweep), "--out", str(out),
+                             "--workers", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    deadline = time.monotonic() + 240
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no batch was written in time"
+        try:
+            if store.check_store(out, "quick").done:
+                break
+        except Exception:  # noqa: BLE001 - the store is not there yet
+            pass
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_INCOMPLETE, stderr
+    assert "Traceback" not in stderr
+    assert "mechsweep: terminated (SIGTERM); the batches written so far are kept in" in stderr
+    resume = f"mechsweep sweep {sweep} --out {out} --resume --workers 1"
+    assert resume in stderr
+    check = store.check_store(out, "quick")
+    assert 0 < len(check.done) < 60 and not check.damaged
+    assert not (tmp_path / ".many.zarr.lease").exists()          # the lease was given back
+    # The printed command finishes the store.
+    assert main(resume.split()[1:]) == 0
+    assert store.check_store(out, "quick").todo == []
+    assert "store status: success 60" in capsys.readouterr().out
+
+
+def test_an_unreachable_scheduler_is_one_line_exit_3_and_no_store(tmp_path, capsys):
+    sweep = write_pendulum_sweep(tmp_path)
+    out = tmp_path / "s.zarr"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]            # nothing listens there once closed
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+        code = main(["sweep", str(sweep), "--out", str(out), "--scheduler", f"tcp://127.0.0.1:{port}"])
+    err = capsys.readouterr().err
+    assert code == EXIT_INCOMPLETE
+    assert "Traceback" not in err
+    assert "mechsweep: could not reach the Dask scheduler or its workers" in err
+    assert f"mechsweep sweep {sweep} --out {out} --resume --scheduler tcp://127.0.0.1:{port}" in err
+    assert not out.exists()
+
+
+def test_fault_lines_say_what_happened_and_what_to_do():
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/data/s.zarr/x/c/0/0")
+    assert _fault_line(full, "/data/s.zarr") == (
+        "storage fault writing /data/s.zarr: No space left on device (/data/s.zarr/x/c/0/0); free space on its "
+        "file system (or choose another --out) and resume")
+    read_only = OSError(errno.EROFS, os.strerror(errno.EROFS), "/data/s.zarr/status/c/0")
+    assert _fault_line(read_only, "/data/s.zarr").endswith(
+        "Read-only file system (/data/s.zarr/status/c/0); make it writable again (or copy it somewhere "
+        "writable) and resume")
+    assert _fault_line(OSError("Timed out trying to connect to tcp://10.0.0.1:8786 after 30 s"), "s").startswith(
+        "could not reach the Dask scheduler or its workers (Timed out trying to connect")
+
+
+def test_a_second_writer_is_refused_naming_the_holder(tmp_path, capsys):
+    sweep = write_pendulum_sweep(tmp_path)
+    out = tmp_path / "s.zarr"
+    with StoreLease(out) as lease:
+        code = main(["sweep", str(sweep), "--out", str(out), "--workers", "1"])
+        err = capsys.readouterr().err
+        holder = lease.holder()
+    assert code == 2
+    assert (f"mechsweep: error: {out}: another mechsweep run is writing this store (pid {os.getpid()} on "
+            f"{holder['host']}, since {holder['since']}); wait for it to finish. If that run is gone (another "
+            f"host, or a lost machine), remove {tmp_path / '.s.zarr.lease'} and resume") in err
+    assert not out.exists()                                   # refused before anything was written
+    assert not (tmp_path / ".s.zarr.lease").exists()          # released by its holder
+
+
+def test_a_dead_holders_lease_and_temporaries_are_taken_over(tmp_path, capsys):
+    sweep = write_pendulum_sweep(tmp_path)
+    out = tmp_path / "s.zarr"
+    gone = dead_pid()
+    (tmp_path / ".s.zarr.lease").write_text(
+        f'{{"pid": {gone}, "host": "{socket.gethostname()}", "since": "2026-01-01T00:00:00+00:00"}}')
+    stale = tmp_path / f".s.zarr.tmp-{gone}"
+    (stale / "x").mkdir(parents=True)
+    live = tmp_path / f".s.zarr.tmp-{os.getppid()}"            # a running process's: kept
+    live.mkdir()
+    other = tmp_path / ".other.zarr.tmp-1"                      # another store's: not ours to judge
+    other.mkdir()
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1"]) == 1   # two designs cannot assemble
+    assert not stale.exists() and live.is_dir() and other.is_dir()
+    assert not (tmp_path / ".s.zarr.lease").exists()
+    assert store.check_store(out, "quick").todo == []
+    assert remove_stale_temporaries(out) == []
+
+
+def test_a_lease_held_on_another_host_is_respected(tmp_path):
+    out = tmp_path / "s.zarr"
+    (tmp_path / ".s.zarr.lease").write_text('{"pid": 1, "host": "node-17", "since": "2026-11-28T08:00:00+00:00"}')
+    with pytest.raises(Exception, match="pid 1 on node-17, since 2026-11-28T08:00:00"):
+        StoreLease(out).acquire()
+
+
+def test_progress_lines_for_logs(tmp_path, capsys):
+    """Without a terminal: a line per batch at --progress-every 0.001, the last one complete."""
+    sweep = write_pendulum_sweep(tmp_path)
+    out = tmp_path / "s.zarr"
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1", "--progress-every", "0.001"]) == 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if "batches written" in ln]
+    assert lines[0].startswith("[mechsweep] Pendulum release study: 1/2 batches written (50%), ")
+    assert lines[-1].startswith("[mechsweep] Pendulum release study: 2/2 batches written (100%), 2 failed points, ")
+    assert "left" not in lines[-1]
+    assert "the command took" in err
+
+
+def test_progress_log_keeps_its_interval():
+    clock = iter([0.0, 10.0, 31.0, 45.0, 70.0]).__next__
+    lines = []
+
+    class Stream:
+        def write(self, text):
+            lines.append(text)
+
+        def flush(self):
+            pass
+
+    log = ProgressLog(4, 30.0, "study", stream=Stream(), clock=clock)
+    log.batch_done(1, 0)      # t = 10: too soon
+    log.batch_done(2, 1)      # t = 31: a line
+    log.batch_done(3, 1)      # t = 45: too soon
+    log.batch_done(4, 1)      # t = 70: the last batch always says so
+    text = "".join(lines).splitlines()
+    assert text == ["[mechsweep] study: 2/4 batches written (50%), 1 failed points, 31 s so far, about 31 s left",
+                    "[mechsweep] study: 4/4 batches written (100%), 1 failed points, 70 s so far"]
+
+
+def test_the_summary_picture_is_inside_the_store_and_replaces_nothing(tmp_path, capsys):
+    sweep = write_pendulum_sweep(tmp_path)
+    beside = tmp_path / "s.png"
+    beside.write_bytes(b"not ours")
+    out = tmp_path / "s.zarr"
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1"]) == 1
+    assert f"summary picture: {out / SUMMARY_PICTURE}" in capsys.readouterr().out
+    assert (out / SUMMARY_PICTURE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert beside.read_bytes() == b"not ours"
+    assert main(["status", str(out), "--verify"]) == 0         # the picture is no damage
+    # A store named like a picture is a folder like any other.
+    odd = tmp_path / "result.png"
+    assert main(["sweep", str(sweep), "--out", str(odd), "--workers", "1"]) == 1
+    assert (odd / SUMMARY_PICTURE).is_file()
