@@ -90,9 +90,13 @@ class Equilibrium:
     Attributes:
         title: the model's title.
         configuration: variable name -> value at rest (float for a scalar,
-            array for a vector) of every differentiated variable.
-        multipliers: name -> value of the algebraic variables (Σ offset
-            d = 0: the Lagrange multipliers of a mechanical model).
+            array for a vector) of every coordinate: for a Lagrangian model
+            (``Kind: Lagrangian`` or ``Mechanism``) all its coordinates,
+            massless points included; for a DAE written out, every
+            differentiated variable.
+        multipliers: name -> value of the Lagrange multipliers of a
+            Lagrangian model; for a DAE written out, of the algebraic
+            variables (Σ offset d = 0).
         residual: largest |residual| at the point.
         tolerance: the residual accepted (``tol`` times the equations' scale).
         method: ``"newton"``, ``"settle"`` or ``"ipopt"`` (the one that
@@ -286,6 +290,25 @@ def _params(dae: DAE, model, params) -> dict:
 
 def _offsets_d(dae: DAE) -> np.ndarray:
     return np.asarray(dae.structure.d, dtype=int)
+
+
+def _reported_coordinates(dae: DAE) -> np.ndarray:
+    """Flat mask of the entries reported as the configuration (the rest are multipliers).
+
+    The solver's own split is by Σ offset (d > 0 a coordinate, d = 0 an
+    algebraic variable), but a coordinate without mass, such as a massless
+    point P tied to a rigid coupler, has d = 0 as the multipliers have: it
+    is fixed by its constraints, not by an equation of motion.  It is still
+    a coordinate, so a Lagrangian model (``Kind: Lagrangian`` or
+    ``Mechanism``, whose variables are its coordinates and then the
+    multiplier vector) reports every coordinate; a DAE written out equation
+    by equation has no such list and keeps the split by offset.
+    """
+    from solver.mechanics.lagrangian import LagrangianDAE
+
+    if isinstance(dae, LagrangianDAE):
+        return np.arange(dae.n) < dae.n_q
+    return _offsets_d(dae) > 0
 
 
 def _set_guess(dae: DAE, x: np.ndarray, key: str, value, where: str) -> None:
@@ -724,11 +747,11 @@ def _equilibrium(dae, model, guess, params, method, tol, zero_tol, t, ipopt_opti
             "the equilibrium is not isolated (the Jacobian of the equilibrium equations is "
             "singular): one of a family of equilibria, the one Newton reached from the guess"]
     config, mult = {}, {}
-    d = _offsets_d(dae)
+    coordinate = _reported_coordinates(dae)
     for v in dae.variables:
         val = x[v.offset:v.offset + v.size]
         val = float(val[0]) if v.shape == () else val.reshape(v.shape).copy()
-        (config if d[v.offset] > 0 else mult)[v.name] = val
+        (config if coordinate[v.offset] else mult)[v.name] = val
     title = getattr(model, "title", None) or dae.name
     return Equilibrium(title=title, configuration=config, multipliers=mult, residual=res,
                        tolerance=lim, method=how, iterations=it, t=t, **stability,
