@@ -1,4 +1,4 @@
-"""What ``mechsweep equilibrium`` reports: coordinates against multipliers.
+"""What ``mechsweep equilibrium`` reports: coordinates against multipliers, and settling.
 
 References nobody here wrote:
 
@@ -8,16 +8,22 @@ References nobody here wrote:
   B = (2, −2.5) and P = 2B − A = (4, −4) is an equilibrium, since there the
   coupler's first-order motion is a horizontal translation and no height
   changes; P carries no mass, so it is a coordinate fixed by its
-  constraints (Σ offset d = 0, as the multipliers have).
+  constraints (Σ offset d = 0, as the multipliers have);
+* the pendulum's closed form: standing upright (y = −L, y downward in the
+  file) is an unstable equilibrium, hanging (y = +L, λ = g/L) the stable one;
+* a ball on a hilltop, V = −k x²/2: x = 0 is its one equilibrium, unstable.
 """
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import solver
 from sweep.cli.app import main
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "mechanisms"
 
 LAMBDA = """Title: Chebyshev lambda linkage
 Kind: Mechanism
@@ -38,6 +44,15 @@ ProblemData:
   tend: 1
   positions: {A: [0, -1], B: [2.5, -2.5], P: [5, -4]}
   fixedpositions: {A}
+"""
+
+HILLTOP = """Title: Ball on a hilltop
+Kind: Lagrangian
+PhysicalParams: {m: 1.0, k: 4.0}
+Coordinates: {x: 1}
+KineticEnergy: m/2*x'**2
+PotentialEnergy: -k/2*x**2
+ProblemData: {tend: 1, positions: {x: 0}, velocities: {x: 0}}
 """
 
 
@@ -72,3 +87,44 @@ def test_python_result_splits_as_the_report(lambda_linkage):
     res = solver.equilibrium(solver.load(lambda_linkage))
     assert set(res.configuration) == {"A", "B", "P"} and set(res.multipliers) == {"lam"}
     assert res.to_dict()["configuration"].keys() == res.configuration.keys()
+
+
+# ------------------------------------------------------------------ settle
+def test_settle_from_the_exact_upright_pendulum_is_pushed_off_and_hangs(capsys):
+    code = main(["equilibrium", str(CONFIGS / "pendulum.yaml"), "--method", "settle",
+                 "--guess", "x=0", "--guess", "y=-L", "--json"])
+    assert code == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["method"] == "settle" and info["settle_unstable"] is False
+    assert info["configuration"]["x"] == pytest.approx(0.0, abs=1e-12)
+    assert info["configuration"]["y"] == pytest.approx(1.0, rel=1e-13)
+    assert info["multipliers"]["lam"] == pytest.approx(9.81, rel=1e-12)
+    assert info["branch"] == "stable"
+    assert info["notes"][0].startswith("settle stayed at its starting point, an unstable "
+                                       "equilibrium; pushed off it by 0.002 along its unstable "
+                                       "mode, the model settled here")
+
+
+def test_settle_from_just_off_upright_falls_without_a_push():
+    # 1e-4 off the top the over-damped motion has to fall away on its own;
+    # with a step that halved whenever the residual grew it went back up.
+    pendulum = solver.load(CONFIGS / "pendulum.yaml")
+    res = solver.equilibrium(pendulum, guess={"x": 1e-4, "y": -np.sqrt(1 - 1e-8)},
+                             method="settle")
+    assert res.configuration["y"] == pytest.approx(1.0, rel=1e-13)
+    assert res.branch == "stable" and res.notes == []
+
+
+def test_settle_without_a_stable_equilibrium_says_it_stayed(capsys, tmp_path):
+    path = tmp_path / "hilltop.yaml"
+    path.write_text(HILLTOP)
+    assert main(["equilibrium", str(path), "--method", "settle"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Ball on a hilltop: settle stayed at an unstable equilibrium in ")
+    assert "found by settle" not in out
+    assert "  x = 0\n" in out and "stability: unstable" in out
+    assert ("note: settle stayed at its starting point, an unstable equilibrium; pushed off it "
+            "by 0.001 along its unstable mode, settling returned to an unstable equilibrium "
+            "both ways: this is not the stable equilibrium settle looks for") in out
+    res = solver.equilibrium(solver.load(path), method="settle")
+    assert res.settle_unstable is True and res.to_dict()["settle_unstable"] is True
