@@ -17,7 +17,9 @@ pendulum without gravity, still converges to the member nearest the guess).
 Where Newton fails (no descent from the guess: a pendulum held level with
 its pivot is as far from hanging as from standing) the model is let settle
 (pseudo-transient continuation of the over-damped motion, which finds a
-stable equilibrium); IPOPT (cyipopt, as :mod:`solver.integrate.initialize` uses it),
+stable equilibrium; motion started exactly at an unstable equilibrium stays
+there, so such a point is pushed off along its unstable mode and let settle
+again); IPOPT (cyipopt, as :mod:`solver.integrate.initialize` uses it),
 the equilibrium nearest the guess, is the last resort.
 
 Stability, for a second-order model (every variable of Σ offset d = 2, a
@@ -62,7 +64,7 @@ from solver.taylor.pointwise import residual_at
 from solver.taylor.program import TaylorProgram
 
 __all__ = ["equilibrium", "Equilibrium", "EquilibriumError", "METHODS",
-           "MAX_EQUILIBRIUM_UNKNOWNS", "DEFAULT_TOL", "ZERO_TOL"]
+           "MAX_EQUILIBRIUM_UNKNOWNS", "DEFAULT_TOL", "ZERO_TOL", "SETTLE_PUSH"]
 
 METHODS = ("auto", "newton", "settle", "ipopt")
 DEFAULT_TOL = 1e-10
@@ -74,6 +76,11 @@ MAX_EQUILIBRIUM_UNKNOWNS = 2000
 """Most unknowns the equilibrium solver takes (its Jacobian is dense: n² numbers);
 ``MECHSWEEP_MAX_EQUILIBRIUM_UNKNOWNS`` overrides it."""
 MAX_NEWTON_ITERATIONS = 60
+SETTLE_PUSH = 1e-3
+"""Size of the push off an unstable equilibrium that settling reached, relative
+to 1 + the largest |coordinate|: far above rounding and the Newton tolerance, so
+that the motion and not noise decides the way down, and small enough to stay
+in the equilibrium's neighbourhood."""
 
 _KEY = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[\s*(\d+)\s*\])?\s*('*)\s*$")
 
@@ -90,13 +97,22 @@ class Equilibrium:
     Attributes:
         title: the model's title.
         configuration: variable name -> value at rest (float for a scalar,
-            array for a vector) of every differentiated variable.
-        multipliers: name -> value of the algebraic variables (Σ offset
-            d = 0: the Lagrange multipliers of a mechanical model).
+            array for a vector) of every coordinate: for a Lagrangian model
+            (``Kind: Lagrangian`` or ``Mechanism``) all its coordinates,
+            massless points included; for a DAE written out, every
+            differentiated variable.
+        multipliers: name -> value of the Lagrange multipliers of a
+            Lagrangian model; for a DAE written out, of the algebraic
+            variables (Σ offset d = 0).
         residual: largest |residual| at the point.
         tolerance: the residual accepted (``tol`` times the equations' scale).
         method: ``"newton"``, ``"settle"`` or ``"ipopt"`` (the one that
             found the point).
+        settle_unstable: True when ``method`` is ``"settle"`` and the point
+            is an unstable equilibrium that settling reached (at its start,
+            or where it stopped) and could not leave even when pushed along
+            its unstable mode: not the stable equilibrium settle looks for
+            (``notes`` says more).
         iterations: Newton iterations and pseudo-time steps (IPOPT's
             iterations are not counted).
         stiffness_eigenvalues: eigenvalues of the constrained stiffness
@@ -137,6 +153,7 @@ class Equilibrium:
     dof: int | None
     n_negative: int | None = None
     n_zero: int | None = None
+    settle_unstable: bool = False
     status: str = "converged"
     notes: list = dataclasses.field(default_factory=list)
     t: float = 0.0
@@ -170,7 +187,10 @@ class Equilibrium:
 
     def summary(self) -> str:
         """Readable report: configuration, multipliers, eigenvalues, classification."""
-        lines = [f"{self.title}: equilibrium found by {self.method}"
+        # Settling promises a stable equilibrium: say so where it did not keep it.
+        found = "settle stayed at an unstable equilibrium" if self.settle_unstable else \
+            f"equilibrium found by {self.method}"
+        lines = [f"{self.title}: {found}"
                  f"{f' in {self.iterations} iterations' if self.iterations else ''} "
                  f"(residual {self.residual:.2e}, tolerance {self.tolerance:.1e}, t = {self.t:g})",
                  "configuration:"]
@@ -286,6 +306,25 @@ def _params(dae: DAE, model, params) -> dict:
 
 def _offsets_d(dae: DAE) -> np.ndarray:
     return np.asarray(dae.structure.d, dtype=int)
+
+
+def _reported_coordinates(dae: DAE) -> np.ndarray:
+    """Flat mask of the entries reported as the configuration (the rest are multipliers).
+
+    The solver's own split is by Σ offset (d > 0 a coordinate, d = 0 an
+    algebraic variable), but a coordinate without mass, such as a massless
+    point P tied to a rigid coupler, has d = 0 as the multipliers have: it
+    is fixed by its constraints, not by an equation of motion.  It is still
+    a coordinate, so a Lagrangian model (``Kind: Lagrangian`` or
+    ``Mechanism``, whose variables are its coordinates and then the
+    multiplier vector) reports every coordinate; a DAE written out equation
+    by equation has no such list and keeps the split by offset.
+    """
+    from solver.mechanics.lagrangian import LagrangianDAE
+
+    if isinstance(dae, LagrangianDAE):
+        return np.arange(dae.n) < dae.n_q
+    return _offsets_d(dae) > 0
 
 
 def _set_guess(dae: DAE, x: np.ndarray, key: str, value, where: str) -> None:
@@ -422,7 +461,10 @@ def _settle(k: _Kernels, x0, t, p, cfg: np.ndarray, tol: float, max_steps: int =
     descent direction (the pendulum held horizontal: both equilibria equally
     far) then falls to a stable equilibrium, as the released model would.
     The pseudo time step grows as the residual falls (switched evolution
-    relaxation), so the last steps are Newton steps.
+    relaxation), so the last steps are Newton steps; it does not shrink
+    where the residual grows, as it does while the model falls away from an
+    unstable equilibrium (see the step update).  The motion cannot leave an
+    equilibrium it starts at exactly: :func:`_settle_stable` handles that.
 
     Returns:
         as :func:`_newton`.
@@ -461,10 +503,66 @@ def _settle(k: _Kernels, x0, t, p, cfg: np.ndarray, tol: float, max_steps: int =
             break
         fn = np.asarray(k.F(y, t, p))
         grow = float(np.linalg.norm(f)) / max(float(np.linalg.norm(fn)), 1e-300)
-        h *= min(max(grow, 0.5), 10.0)
+        # Not below 1: leaving an unstable equilibrium the residual grows, and
+        # a step halved at every such step adds up to a pseudo time of 2h, too
+        # short to fall away (from x = 1e-4 off the standing pendulum settling
+        # went back to it); a large step instead is a Newton step, which would
+        # also go back, so the step is kept.
+        h *= min(max(grow, 1.0), 10.0)
         x, f = y, fn
     x, it, ok, res, lim = _newton(k, x, t, p, cfg, tol)
     return x, steps + it, ok, res, lim
+
+
+def _settle_stable(k: _Kernels, x0, t, p, pvals, cfg: np.ndarray, tol: float, zero_tol: float):
+    """Settle, and push off an unstable equilibrium where settling ends at one.
+
+    Over-damped motion started exactly at an equilibrium stays there, stable
+    or not (the residual is already zero), and from very near an unstable
+    one its last Newton steps can return to it.  Where the point reached is
+    unstable (a negative projected stiffness eigenvalue) it is pushed by
+    ``SETTLE_PUSH`` x (1 + max |q|) along its most unstable mode
+    (:func:`_unstable_direction`), one way and then the other, and let settle
+    again; the first push that comes to rest at a point not unstable wins.
+
+    Returns:
+        (x, steps, converged, residual, tolerance, note, stayed): as
+        :func:`_settle` (all pseudo steps counted), a note for the report
+        (None when settling never met an unstable equilibrium) and whether
+        the result is still the unstable point (no push found a way down).
+    """
+    x, it, ok, res, lim = _settle(k, x0, t, p, cfg, tol)
+    if not ok or _classify(k, x, t, p, pvals, zero_tol).get("branch") != "unstable":
+        return x, it, ok, res, lim, None, False
+    dae = k.dae
+    shown = cfg if cfg.any() else np.ones(dae.n, dtype=bool)
+    size = float(np.max(np.abs(x[cfg]))) if cfg.any() else 0.0
+    # Where it started decides the wording only: the push is the same.
+    moved = float(np.max(np.abs(x[shown] - np.asarray(x0)[shown]))) > 1e-9 * (1.0 + size)
+    where = ("settle stopped at an unstable equilibrium [" + _point_text(dae, x) + "]") if moved \
+        else "settle stayed at its starting point, an unstable equilibrium"
+    direction = _unstable_direction(k, x, t, p, pvals)
+    if direction is None:
+        return x, it, ok, res, lim, (f"{where} (no unstable mode to leave it along); this is not "
+                                     "the stable equilibrium settle looks for"), True
+    push = SETTLE_PUSH * (1.0 + size)
+    tries = []
+    for sign in (1.0, -1.0):
+        y, it2, ok2, res2, lim2 = _settle(k, x + sign * push * direction, t, p, cfg, tol)
+        it += it2
+        branch = _classify(k, y, t, p, pvals, zero_tol).get("branch") if ok2 else None
+        if ok2 and branch != "unstable":
+            return y, it, True, res2, lim2, (
+                f"{where}; pushed off it by {push:.3g} along its unstable mode, the model "
+                f"settled here"), False
+        tries.append("returned to an unstable equilibrium" if ok2 else
+                     f"did not come to rest (residual {res2:.3g})")
+    outcome = f"{tries[0]} both ways" if tries[0] == tries[1] else \
+        f"{tries[0]} one way and {tries[1]} the other"
+    return x, it, ok, res, lim, (
+        f"{where}; pushed off it by {push:.3g} along its unstable mode, settling {outcome}: "
+        "this is not the stable equilibrium settle looks for (the model may have none; "
+        "--method newton reports the equilibrium near a guess as it is)"), True
 
 
 class _IpoptProblem:
@@ -542,16 +640,21 @@ def _layout(dae: DAE):
     return q, mu, dyn, con
 
 
-def _classify(k: _Kernels, x, t, p, pvals, zero_tol) -> dict:
-    """The stability fields of :class:`Equilibrium` at an equilibrium ``x``."""
+def _linearised(k: _Kernels, x, t, p, pvals):
+    """The model linearised at rest at ``x``, or the reason it is not classified.
+
+    Returns:
+        a dict with the flat index arrays ``q, mu, dyn`` (:func:`_layout`),
+        the Jacobian ``J``, ``M``, ``K``, ``W`` and ``Z`` (an orthonormal
+        basis of null(G)), as in the module docstring; or a reason string.
+    """
     from solver.mechanics.lagrangian import LagrangianDAE
 
     dae = k.dae
     lay = _layout(dae)
     if isinstance(lay, str):
-        return {"notes": [lay]}
+        return lay
     q, mu, dyn, con = lay
-    notes = []
     J = np.asarray(k.J(x, t, p))
     if isinstance(dae, LagrangianDAE):
         qd = np.zeros(dae.n_q)
@@ -561,9 +664,48 @@ def _classify(k: _Kernels, x, t, p, pvals, zero_tol) -> dict:
     else:
         M = np.asarray(k.M(x, t, p))[np.ix_(dyn, q)]
         G = J[np.ix_(con, q)]
-    K = J[np.ix_(dyn, q)]
-    W = J[np.ix_(dyn, mu)]
     Z = sla.null_space(G) if G.shape[0] else np.eye(len(q))
+    return {"q": q, "mu": mu, "dyn": dyn, "J": J, "M": M, "K": J[np.ix_(dyn, q)],
+            "W": J[np.ix_(dyn, mu)], "Z": Z}
+
+
+def _unstable_direction(k: _Kernels, x, t, p, pvals) -> np.ndarray | None:
+    """The most unstable mode at the equilibrium ``x`` as a flat move, or None.
+
+    The eigenvector of the most negative eigenvalue of ``Zᵀ K Z`` (real
+    parts where K is not symmetric), mapped back to the coordinates by Z:
+    a move along the constraints on which the stiffness pushes the model
+    further away.  The multipliers' entries are zero (settling solves them).
+
+    Returns:
+        a unit-max-norm vector of length ``dae.n``, or None where the model
+        is not classified or has no mode with a negative eigenvalue.
+    """
+    lin = _linearised(k, x, t, p, pvals)
+    if isinstance(lin, str) or lin["Z"].shape[1] == 0:
+        return None
+    Z = lin["Z"]
+    Kt = Z.T @ lin["K"] @ Z
+    if np.allclose(Kt, Kt.T, rtol=0, atol=1e-8 * max(1.0, float(np.max(np.abs(Kt))))):
+        ev, vecs = np.linalg.eigh(0.5 * (Kt + Kt.T))
+    else:
+        ev, vecs = np.linalg.eig(Kt)
+    i = int(np.argmin(np.real(ev)))
+    if np.real(ev[i]) >= 0:
+        return None
+    move = np.zeros(k.dae.n)
+    move[lin["q"]] = Z @ np.real(vecs[:, i])
+    size = float(np.max(np.abs(move)))
+    return move / size if size > 0 else None
+
+
+def _classify(k: _Kernels, x, t, p, pvals, zero_tol) -> dict:
+    """The stability fields of :class:`Equilibrium` at an equilibrium ``x``."""
+    lin = _linearised(k, x, t, p, pvals)
+    if isinstance(lin, str):
+        return {"notes": [lin]}
+    mu, dyn, J, M, K, W, Z = (lin[n] for n in ("mu", "dyn", "J", "M", "K", "W", "Z"))
+    notes = []
     dof = Z.shape[1]
     if dof == 0:
         return {"dof": 0, "notes": ["no degrees of freedom: the constraints fix the configuration"]}
@@ -630,7 +772,12 @@ def equilibrium(model_or_dae, guess: Mapping | None = None, params: Mapping | No
         method: ``"newton"`` (the equilibrium the guess is near, of any
             stability), ``"settle"`` (where the model comes to rest when
             released at the guess with heavy damping: a stable equilibrium,
-            by pseudo-transient continuation), ``"ipopt"`` (the
+            by pseudo-transient continuation; where it comes to an unstable
+            one, or starts exactly at one, it is pushed off along the
+            unstable mode by ``SETTLE_PUSH`` x (1 + max |q|), both ways, and
+            let settle again; where neither push comes to rest elsewhere the
+            result is that unstable point, with ``settle_unstable`` set and a
+            note), ``"ipopt"`` (the
             equilibrium nearest the guess, polished by Newton) or
             ``"auto"`` (Newton, then settle, then IPOPT, each where the
             previous one fails).
@@ -695,8 +842,10 @@ def _equilibrium(dae, model, guess, params, method, tol, zero_tol, t, ipopt_opti
                      f"(tolerance {lim:.3g}) at [{_point_text(dae, x)}]")
         if ok:
             found = (x, it, res, lim, "newton")
+    settle_note, stayed = None, False
     if found is None and method in ("auto", "settle"):
-        x, it, ok, res, lim = _settle(k, x0, t, p, cfg, tol)
+        x, it, ok, res, lim, settle_note, stayed = _settle_stable(k, x0, t, p, pvals, cfg, tol,
+                                                                 zero_tol)
         tried.append(f"settling (over-damped motion from the guess) stopped after {it} steps "
                      f"with residual {res:.3g} at [{_point_text(dae, x)}]")
         if ok:
@@ -723,15 +872,18 @@ def _equilibrium(dae, model, guess, params, method, tol, zero_tol, t, ipopt_opti
         stability["notes"] = list(stability.get("notes", [])) + [
             "the equilibrium is not isolated (the Jacobian of the equilibrium equations is "
             "singular): one of a family of equilibria, the one Newton reached from the guess"]
+    if how == "settle" and settle_note:
+        stability["notes"] = [settle_note] + list(stability.get("notes", []))
     config, mult = {}, {}
-    d = _offsets_d(dae)
+    coordinate = _reported_coordinates(dae)
     for v in dae.variables:
         val = x[v.offset:v.offset + v.size]
         val = float(val[0]) if v.shape == () else val.reshape(v.shape).copy()
-        (config if d[v.offset] > 0 else mult)[v.name] = val
+        (config if coordinate[v.offset] else mult)[v.name] = val
     title = getattr(model, "title", None) or dae.name
     return Equilibrium(title=title, configuration=config, multipliers=mult, residual=res,
-                       tolerance=lim, method=how, iterations=it, t=t, **stability,
+                       tolerance=lim, method=how, iterations=it, t=t,
+                       settle_unstable=how == "settle" and stayed, **stability,
                        params={k_: (float(v) if np.ndim(v) == 0 else np.asarray(v).tolist())
                                for k_, v in pvals.items()})
 

@@ -116,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "(repeatable): x=0.5, A=[0.7,0.7], A[1]=-L; values may use the parameters")
     eq.add_argument("--method", default="auto", choices=("auto", "newton", "settle", "ipopt"),
                     help="auto (default): Newton from the guess, where it fails let the model "
-                         "settle (over-damped motion: a stable equilibrium), then IPOPT")
+                         "settle (over-damped motion: a stable equilibrium; pushed off an "
+                         "unstable one it reaches or starts at), then IPOPT")
     eq.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     pl = sub.add_parser("plot", help="time series of a run or model as a PNG")
     pl.add_argument("source", help="RUN.zarr, RUN.nc or MODEL.yaml (simulated first)")
