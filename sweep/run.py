@@ -347,6 +347,39 @@ def make_cluster(config: Mapping, path=None, workers: int | None = None):
 
 # ----------------------------------------------------------------- driver
 
+class _Interrupts:
+    """Ctrl-C and SIGTERM held back while a batch is written (see :func:`interrupt`)."""
+
+    writing = False
+    pending: BaseException | None = None
+
+
+def interrupt(exc: BaseException) -> None:
+    """Raise ``exc`` (a signal handler's), or hold it until the batch being written is committed.
+
+    A batch's chunks, status and commit record are written one after another;
+    stopped between them, the batch reads as damaged and runs again. The
+    command line's handlers of SIGINT and SIGTERM call this, so an interrupt
+    lands between batches.
+    """
+    if _Interrupts.writing:
+        _Interrupts.pending = exc
+        return
+    raise exc
+
+
+@contextlib.contextmanager
+def _writing_a_batch():
+    _Interrupts.writing = True
+    try:
+        yield
+    finally:
+        _Interrupts.writing = False
+        held, _Interrupts.pending = _Interrupts.pending, None
+        if held is not None:
+            raise held
+
+
 @dataclass
 class SweepSummary:
     """What a call of :func:`run_sweep` did.
@@ -593,7 +626,8 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             seconds = result.seconds
             result = BatchResult.failed(sl.stop - sl.start, st.ERROR, f"bad batch result: {exc}")
             result.seconds = seconds
-        write_batch(group, sl, result)
+        with _writing_a_batch():
+            write_batch(group, sl, result)
         summary.batches_run.append(index)
         summary.batch_seconds[index] = float(result.seconds)
         run_codes.append(result.status)

@@ -73,8 +73,8 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
     Raises:
         InputError: bad sweep file, model or options.
     """
-    from sweep.pipeline import (batch_fn, build_context, check_batch_memory, check_store_size,
-                                load_model, structural_names)
+    from sweep.pipeline import (batch_fn, build_context, check_batch_memory, check_free_space,
+                                check_store_size, load_model, structural_names)
     from sweep.run import run_sweep
     from sweep.spec import load_sweep
 
@@ -102,6 +102,8 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
     context = build_context(spec, model)
     store_line = check_store_size(spec, context)
     batch_line = check_batch_memory(spec, context)
+    if not dry_run:
+        check_free_space(out, spec, context)
     if dry_run:
         echo(spec.describe())
         echo(store_line)
@@ -263,8 +265,10 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the written batches stay, the queued ones are cancelled."""
 
 
-def _on_sigterm(signum, frame):
-    raise _Terminated()
+def _on_signal(signum, frame):
+    from sweep.run import interrupt
+
+    interrupt(_Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
 
 
 def _remove_unstarted_store(out, existed: bool) -> None:
@@ -299,7 +303,8 @@ def main_sweep(args) -> int:
     out = getattr(args, "out", None)
     existed = out is not None and Path(out).exists()
     in_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    # Both signals wait for the batch being written (sweep.run.interrupt).
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
     t0 = time.perf_counter()
     try:
         summary = run_sweep_file(
@@ -322,8 +327,8 @@ def main_sweep(args) -> int:
         print(f"mechsweep: {_fault_line(err, out)}:\n  {resume_command(args)}", file=sys.stderr)
         return EXIT_INCOMPLETE
     finally:
-        if in_main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if summary is None:
         return 0
     print(f"the command took {time.perf_counter() - t0:.3g} s in all", file=sys.stderr)
