@@ -51,6 +51,12 @@ Checks (:func:`check_store`), per batch, at three levels:
   chunk of every array, so undecodable chunks and damaged coordinates are
   reported too.
 
+The files the template writes once, the coordinates' chunks and every
+``zarr.json``, are covered by the *template record*
+(:mod:`sweep.template_record`), checked at every level: a damaged coordinate
+is a store problem that a resume repairs from the sweep file (it is derived
+data), damaged metadata one it refuses, naming ``--overwrite``.
+
 A batch with no commit record is *pending* (not run, or interrupted before its
 status); a batch whose commit record does not match its chunks (missing,
 resized, changed, undecodable), or whose status was written without a commit
@@ -95,6 +101,7 @@ import zarr
 from solver import status as st
 from solver.errors import InputError
 from sweep.folders import publish, temporary_sibling
+from sweep.template_record import TEMPLATE_ARRAY, check_template, repair_coordinates, write_template_record
 from solver.results.solution import package_versions
 
 __all__ = [
@@ -109,7 +116,8 @@ __all__ = [
 MODES = ("resume", "overwrite", "retry-failed")
 
 #: Variables every sweep store has besides the schema's; schema names must differ.
-RESERVED = ("status", "steps", "batch_message", "batch_seconds", "batch_commit", "point", "batch",
+RESERVED = ("status", "steps", "batch_message", "batch_seconds", "batch_commit", "template_commit",
+            "point", "batch",
             "time")
 
 #: 1: no commit records (status fill value 0); 2: commit records, status fill value pending.
@@ -343,6 +351,9 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
         encoding[name] = {"chunks": (min(n_batches, 1024),)}
     # One chunk (file) per batch, so that committing a batch rewrites no other batch's record.
     encoding["batch_commit"] = {"chunks": (1,)}
+    data_vars[TEMPLATE_ARRAY] = ((), np.array("", dtype=object),
+                                 {"long_name": "template record: JSON with the checksums of the files "
+                                               "written once (coordinates, metadata)"})
 
     all_attrs = {str(k): _attr_value(v) for k, v in attrs.items()}
     all_attrs.update({
@@ -399,6 +410,7 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
             warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
             ds.to_zarr(tmp, mode="w-", compute=False, encoding=encoding, consolidated=True,
                        zarr_format=3)
+        write_template_record(tmp)
         publish(tmp, path)
     finally:
         if tmp.exists():
@@ -509,10 +521,32 @@ def plan_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: S
     check = check_store(path, "checksum" if verify else "quick")
     if check.legacy:
         raise InputError(_legacy_message(), file=str(path))
+    if check.template_damage:
+        _repair_template(path, check, points, schema)
     todo = set(check.todo)
     if mode == "retry-failed":
         todo |= {i for i in check.done if st.is_failure(check.codes[check.slices[i]]).any()}
     return sorted(todo), check
+
+
+def _repair_template(path: Path, check: "StoreCheck", points: Mapping[str, np.ndarray], schema: Schema) -> None:
+    """Write damaged coordinates again from the sweep (they are derived data); refuse damaged metadata.
+
+    Raises:
+        InputError: the store's metadata or its template record is damaged
+            (the message lists the files and says to use ``--overwrite``).
+    """
+    damage = check.template_damage
+    if damage.metadata:
+        raise InputError("the store's files written once are damaged: " + "; ".join(damage.lines()),
+                         file=str(path))
+    values = {name: np.asarray(v) for name, v in points.items()}
+    values["time"] = np.asarray(schema.time, dtype=np.float64)
+    values.update({dim: variable_length_text(np.asarray(v)) for dim, v in schema.coords.items()})
+    repair_coordinates(path, damage, values)
+    check.repaired = damage.coordinates
+    check.template_damage = type(damage)()
+    check.store_problems = [p for p in check.store_problems if p not in damage.lines()]
 
 
 def _batch_index(group: zarr.Group, sl: slice) -> int:
@@ -731,8 +765,13 @@ class StoreCheck:
         damaged: batch -> what is wrong: a chunk missing, resized, changed or
             undecodable, a malformed commit record, or a status written
             without a commit record.
-        store_problems: damage outside the batches (coordinates, shared
-            arrays), found at level ``decode``; a resume cannot repair these.
+        store_problems: damage outside the batches: the files written once
+            (coordinates, metadata: their template record, at every level)
+            and, at level ``decode``, undecodable shared arrays.
+        template_damage: the template record's findings
+            (:class:`sweep.template_record.TemplateDamage`); a resume
+            writes damaged coordinates again from the sweep file.
+        repaired: coordinates a resume wrote again (see :func:`plan_store`).
         codes: ``status(point)`` as stored, with the points of batches that
             are not done set to pending.
     """
@@ -747,6 +786,8 @@ class StoreCheck:
     pending: list[int] = field(default_factory=list)
     damaged: dict[int, list[str]] = field(default_factory=dict)
     store_problems: list[str] = field(default_factory=list)
+    template_damage: list = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
     codes: np.ndarray | None = None
 
     @property
@@ -841,10 +882,13 @@ def _check_batch(group: zarr.Group, root: Path, index: int, sl: slice, record,
     return problems
 
 
-def _check_other_arrays(group: zarr.Group) -> list[str]:
-    """Decode every array that is not per batch (coordinates, shared batch arrays)."""
+def _check_other_arrays(group: zarr.Group, reported=()) -> list[str]:
+    """Decode every array that is not per batch (coordinates, shared batch arrays).
+
+    ``reported``: arrays whose damage the template record already reported.
+    """
     problems = []
-    skip = set(_batch_arrays(group))
+    skip = set(_batch_arrays(group)) | set(reported)
     for name, array in group.arrays():
         if name in skip:
             continue
@@ -910,8 +954,10 @@ def check_store(path, level: str = "quick") -> StoreCheck:
             check.damaged[i] = ["status chunk undecodable"]
         else:
             check.done.append(i)
+    check.template_damage = check_template(group)
+    check.store_problems = check.template_damage.lines()
     if level == "decode":
-        check.store_problems = _check_other_arrays(group)
+        check.store_problems += _check_other_arrays(group, check.template_damage.coordinates)
     check.codes = codes.copy()
     for i in check.todo:
         check.codes[slices[i]] = st.PENDING
@@ -1109,6 +1155,9 @@ def open_store(path, verify: str | None = "quick", group: str | None = None):
             f"(mechsweep status {path} names the chunks); their points read as pending until "
             f"'mechsweep sweep SWEEP.yaml --out {_resume_target(path, ds.attrs)} --resume' "
             f"recomputes them", stacklevel=2)
+    if check.store_problems:
+        warnings.warn(f"{path}: files written once are damaged, so coordinates or metadata may read "
+                      f"wrong: {'; '.join(check.store_problems)}", stacklevel=2)
     stored = ds["status"]
     return ds.assign(status=(stored.dims, np.asarray(check.codes, dtype=stored.dtype), stored.attrs))
 
