@@ -571,6 +571,64 @@ def check_store_size(spec, context: SweepContext) -> str:
             f"{'' if nv == 1 else 's'}, {nm} metric{'' if nm == 1 else 's'})")
 
 
+#: Space kept free on a store's file system beyond what the store needs.
+FREE_SPACE_MARGIN = 64 * 2**20
+
+
+def _folder_bytes(path) -> int:
+    """Bytes of the files under ``path`` (an existing store's size on disk)."""
+    import os
+
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(folder, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def check_free_space(out, spec, context: SweepContext) -> str:
+    """Refuse a sweep whose store would not fit on its file system, before anything is written.
+
+    The store's size is the uncompressed estimate of :func:`store_bytes`
+    (compression can only make it smaller); a store that exists already
+    (a resume) needs only what it does not hold yet. The file system must
+    have that plus :data:`FREE_SPACE_MARGIN` free.
+
+    Args:
+        out: the store's path (it may not exist yet).
+        spec, context: the sweep and its context.
+
+    Returns:
+        A line for the dry run: the space needed and free.
+
+    Raises:
+        InputError: too little free space, with both figures and what to do.
+    """
+    import shutil
+    from pathlib import Path
+
+    from solver.errors import format_bytes
+
+    path = Path(out)
+    need, _ = store_bytes(spec, context)
+    if path.exists():
+        need = max(0.0, need - _folder_bytes(path))
+    anchor = path
+    while not anchor.exists() and anchor != anchor.parent:
+        anchor = anchor.parent
+    free = shutil.disk_usage(anchor).free
+    if free < need + FREE_SPACE_MARGIN:
+        raise InputError(f"the store needs about {format_bytes(need)} more (uncompressed, "
+                         f"{spec.n_points} points) and {format_bytes(FREE_SPACE_MARGIN)} to spare, "
+                         f"but its file system has {format_bytes(free)} free: free space there, choose "
+                         f"another --out, or lower the number of points, output times or variables",
+                         file=str(out))
+    return f"  disk:      {format_bytes(need)} needed, {format_bytes(free)} free where the store goes"
+
+
 def check_batch_memory(spec, context: SweepContext) -> str:
     """The dry run's batch line, after checking one batch's outputs against ``MAX_OUTPUT_BYTES``.
 

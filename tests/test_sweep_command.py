@@ -216,3 +216,22 @@ def test_the_summary_picture_is_inside_the_store_and_replaces_nothing(tmp_path, 
     odd = tmp_path / "result.png"
     assert main(["sweep", str(sweep), "--out", str(odd), "--workers", "1"]) == 1
     assert (odd / SUMMARY_PICTURE).is_file()
+
+
+def test_a_store_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    from sweep import pipeline
+
+    sweep = write_pendulum_sweep(tmp_path)
+    out = tmp_path / "s.zarr"
+    real = shutil.disk_usage(tmp_path)
+    # The file system as a full one would report itself: 10 MiB free (under the margin).
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real._replace(free=10 * 2**20))
+    assert main(["sweep", str(sweep), "--out", str(out), "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"mechsweep: error: {out}: the store needs about " in err
+    assert ("and 64 MiB to spare, but its file system has 10 MiB free: free space there, choose another --out, "
+            "or lower the number of points, output times or variables") in err
+    assert not out.exists()
+    assert pipeline.FREE_SPACE_MARGIN == 64 * 2**20
