@@ -33,6 +33,7 @@ import importlib
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -400,6 +401,8 @@ class SweepSummary:
         wall_seconds: from the first submission to the last write.
         startup_seconds: store preparation and cluster start.
         total_seconds: the whole call, start-up included.
+        stopped: why the run stopped before its batches were done (a
+            cluster without workers), or empty.
         threads: worker threads seen (for the overhead).
         overhead_fraction: ``1 - sum(batch_seconds) / (wall_seconds * threads)``,
             the share of the workers' time not spent inside batch functions
@@ -421,6 +424,7 @@ class SweepSummary:
     threads: int = 1
     overhead_fraction: float = 0.0
     total_seconds: float = 0.0
+    stopped: str = ""
 
     def __str__(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in self.store_by_status.items())
@@ -438,6 +442,8 @@ class SweepSummary:
                          f"commit records and were run again:")
             lines += [f"  batch {i}: {'; '.join(why)}"
                       for i, why in sorted(self.batches_damaged.items())]
+        if self.stopped:
+            lines.append(f"stopped early: {self.stopped}")
         if self.batches_left:
             lines.append(f"{len(self.batches_left)} batches left pending; run again to resume")
         return "\n".join(lines)
@@ -544,7 +550,8 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
               scheduler: str | None = None, scheduler_file=None, cluster=None,
               mode: str = "resume", progress: bool = True, *, schema: Schema | None = None,
               attrs: Mapping | None = None, jax_cache_dir: str | None = None,
-              verify: bool = True, client=None, progress_every: float | None = None) -> SweepSummary:
+              verify: bool = True, client=None, progress_every: float | None = None,
+              worker_timeout: float | None = None) -> SweepSummary:
     """Run (or resume) a sweep into a Zarr store.
 
     Args:
@@ -563,6 +570,10 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         mode: ``resume`` (default), ``overwrite`` or ``retry-failed``
             (see :func:`sweep.store.plan_store`).
         progress: show a progress bar (only when stderr is a terminal).
+        worker_timeout: seconds the run waits while its Dask cluster has no
+            worker (none started, or all lost) before it stops, leaving the
+            rest pending (``summary.stopped`` says why); default
+            :data:`WORKER_TIMEOUT`, 0 or None: wait for ever.
         progress_every: when stderr is not a terminal (a batch job's log),
             print a progress line there at most every this many seconds, at
             a batch's completion; None or 0: none.
@@ -658,7 +669,8 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         else:
             summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
                 todo, slices, points, batch_fn, context, cache_dir, finish, summary,
-                workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client)
+                workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client,
+                WORKER_TIMEOUT if worker_timeout is None else worker_timeout)
     finally:
         bar.close()
 
@@ -702,7 +714,8 @@ class ProgressLog:
 
 
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary,
-              workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client=None):
+              workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client=None,
+              worker_timeout: float = 0.0):
     """Submit the batches and write them as they complete; (startup, wall, threads).
 
     With a ``client``, the batches go to it and it stays open (its owner
@@ -716,7 +729,7 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         client = client()
     if not shared:
         client, own = _client(workers, scheduler, scheduler_file, cluster, cluster_file)
-    futures = {}
+    futures, watch = {}, None
     try:
         if not shared:
             _say_dashboard(client)
@@ -735,6 +748,8 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
                                 key=f"mechsweep-batch-{index}-{run_id}", pure=False)
             futures[fut.key] = (index, fut)
         threads = _threads(client)
+        watch = WorkerWatch(client, lambda: [f for _, f in list(futures.values())], worker_timeout,
+                            after_first=cluster is not None)
         for fut in as_completed([f for _, f in futures.values()]):
             index = futures.pop(fut.key)[0]
             n = slices[index].stop - slices[index].start
@@ -750,6 +765,8 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             finally:
                 fut.release()
             finish(index, result)
+        watch.stop()
+        summary.stopped = watch.reason
         wall = time.perf_counter() - t0
         return startup, wall, max(threads, _threads(client))
     except BaseException:
@@ -757,10 +774,75 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         client.cancel([fut for _, fut in futures.values()])
         raise
     finally:
+        if watch is not None:
+            watch.stop()
         if not shared:
             client.close()
         if own is not None:
             own.close()
+
+
+#: Seconds a sweep waits while its cluster has no worker before it stops (``--worker-timeout``).
+WORKER_TIMEOUT = 60.0
+
+
+class WorkerWatch:
+    """Stop a sweep whose Dask cluster has had no worker for ``timeout`` seconds.
+
+    A thread asks the scheduler for its workers every ``poll`` seconds. With
+    none, it says so on stderr at once; after ``timeout`` seconds without
+    any (with ``after_first``, counted only once a first worker has come:
+    a cluster file's job queue may take long to start them) it cancels the
+    queued batches (they stay pending in the store) and
+    sets :attr:`reason`, so that the run ends as incomplete instead of
+    waiting in silence for workers that may never come.
+
+    Attributes:
+        reason: why it stopped the run, or empty.
+    """
+
+    def __init__(self, client, futures: Callable[[], list], timeout: float, poll: float = 1.0,
+                 after_first: bool = False):
+        self.client, self.futures, self.timeout, self.poll = client, futures, float(timeout or 0), poll
+        self.after_first = after_first
+        self.reason = ""
+        self._stop = threading.Event()
+        self._thread = None
+        if self.timeout > 0:
+            self._thread = threading.Thread(target=self._watch, name="mechsweep-worker-watch", daemon=True)
+            self._thread.start()
+
+    def _workers(self) -> int:
+        try:
+            return len(self.client.scheduler_info()["workers"])
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer has no workers for us
+            return 0
+
+    def _watch(self) -> None:
+        since, seen = None, False
+        while not self._stop.wait(self.poll):
+            if self._workers():
+                since, seen = None, True
+                continue
+            if self.after_first and not seen:
+                # A cluster file's workers come from a job queue: they may
+                # take a long time to start, and the wait starts with the first.
+                continue
+            if since is None:
+                since = time.monotonic()
+                print(f"[mechsweep] the Dask cluster has no workers; waiting up to {self.timeout:g} s "
+                      f"for one (--worker-timeout)", file=sys.stderr, flush=True)
+            elif time.monotonic() - since >= self.timeout:
+                self.reason = (f"the Dask cluster had no workers for {self.timeout:g} s (none started, or "
+                               f"all lost); start workers and resume")
+                self.client.cancel(self.futures())
+                return
+
+    def stop(self) -> None:
+        """End the watch (the run's batches are done or cancelled)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def _say_dashboard(client) -> None:

@@ -406,6 +406,11 @@ class StructuralSummary:
         return _add(s.store_by_status for s in self.groups.values())
 
     @property
+    def stopped(self) -> str:
+        """Why a group's run stopped early, or empty."""
+        return next((f"{label}: {s.stopped}" for label, s in self.groups.items() if s.stopped), "")
+
+    @property
     def batches_left(self) -> list:
         """(group label, batch) pairs this run meant to run but left pending."""
         return [(label, i) for label, s in self.groups.items() for i in s.batches_left]
@@ -450,14 +455,15 @@ def _count(n: int, word: str) -> str:
 
 def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None, scheduler=None,
                scheduler_file=None, cluster=None, mode: str = "resume", progress: bool = True,
-               note: Callable[[str], None] = _progress, progress_every: float | None = None) -> StructuralSummary:
+               note: Callable[[str], None] = _progress, progress_every: float | None = None,
+               worker_timeout: float | None = None) -> StructuralSummary:
     """Run the structure groups in turn, each into its own group of the store.
 
     Args:
         spec, names, groups: the sweep, its structural names and
             :func:`plan_groups`.
         out: the store (root) path.
-        workers, scheduler, scheduler_file, cluster, progress, progress_every: as
+        workers, scheduler, scheduler_file, cluster, progress, progress_every, worker_timeout: as
             for :func:`sweep.run.run_sweep`, for every group that can be built.
         mode: ``resume``, ``overwrite`` (the whole store) or ``retry-failed``;
             each group is then resumed (or retried) on its own store.
@@ -472,7 +478,7 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
     out = Path(out)
     prepare_root(out, spec, names, groups, mode)
     if workers == 0 or all(g.error for g in groups):
-        return _run_groups(spec, names, groups, out, None, mode, progress, note, progress_every)
+        return _run_groups(spec, names, groups, out, None, mode, progress, note, progress_every, worker_timeout)
     from sweep.run import _say_dashboard, dask_client
 
     # One cluster for every group, started when the first group has batches
@@ -487,10 +493,11 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
                 _say_dashboard(started[0])
             return started[0]
 
-        return _run_groups(spec, names, groups, out, client, mode, progress, note, progress_every)
+        return _run_groups(spec, names, groups, out, client, mode, progress, note, progress_every, worker_timeout)
 
 
-def _run_groups(spec, names, groups, out, client, mode, progress, note, progress_every=None) -> StructuralSummary:
+def _run_groups(spec, names, groups, out, client, mode, progress, note, progress_every=None,
+                worker_timeout=None) -> StructuralSummary:
     """:func:`run_groups` on a prepared root; ``client`` (see :func:`sweep.run.run_sweep`) None: in this process."""
     from sweep.pipeline import batch_fn, remember_model
     from sweep.run import run_sweep
@@ -519,7 +526,7 @@ def _run_groups(spec, names, groups, out, client, mode, progress, note, progress
                 remember_model(g.context.key, g.model)
             s = run_sweep(g.spec, batch_fn, g.context, path, workers=workers, client=client, mode=group_mode,
                           progress=progress, schema=g.context.schema, attrs=g.context.attrs,
-                          progress_every=progress_every)
+                          progress_every=progress_every, worker_timeout=worker_timeout)
             g.model = None
         summary.groups[g.label] = s
     if recreated:
@@ -529,7 +536,8 @@ def _run_groups(spec, names, groups, out, client, mode, progress, note, progress
 
 def run_structural_file(spec, base, names, out, *, workers=None, scheduler=None,
                         scheduler_file=None, cluster=None, mode="resume", dry_run=False,
-                        progress=True, plot=None, echo=print, estimate=False, progress_every=None):
+                        progress=True, plot=None, echo=print, estimate=False, progress_every=None,
+                        worker_timeout=None):
     """:func:`sweep.cli.sweep_command.run_sweep_file` for a sweep with structural parameters.
 
     The names are checked (structural values must be whole numbers), the
@@ -565,7 +573,7 @@ def run_structural_file(spec, base, names, out, *, workers=None, scheduler=None,
         return None
     summary = run_groups(spec, names, groups, out, workers=workers, scheduler=scheduler,
                          scheduler_file=scheduler_file, cluster=cluster, mode=mode,
-                         progress=progress, progress_every=progress_every)
+                         progress=progress, progress_every=progress_every, worker_timeout=worker_timeout)
     echo(str(summary))
     if plot:
         png = plot(out)

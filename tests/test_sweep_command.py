@@ -235,3 +235,37 @@ def test_a_store_that_does_not_fit_is_refused_before_anything_is_written(tmp_pat
             "or lower the number of points, output times or variables") in err
     assert not out.exists()
     assert pipeline.FREE_SPACE_MARGIN == 64 * 2**20
+
+
+def test_a_cluster_without_workers_stops_in_bounded_time_with_the_resume_command(tmp_path, capsys):
+    """A real scheduler whose only worker was killed: the run says so at once, stops after
+    --worker-timeout, exits 3 with the reason and the resume command; nothing is lost."""
+    from test_run_dask import DaskProcesses
+
+    sweep = write_pendulum_sweep(tmp_path)
+    out = tmp_path / "s.zarr"
+    procs = DaskProcesses(tmp_path, n_workers=1)
+    try:
+        procs.workers[0].kill()
+        procs.workers[0].wait()
+        from distributed import Client
+
+        with Client(procs.address) as client:       # until the scheduler has seen it go
+            deadline = time.monotonic() + 30
+            while client.scheduler_info()["workers"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+        start = time.monotonic()
+        code = main(["sweep", str(sweep), "--out", str(out), "--scheduler", procs.address,
+                     "--worker-timeout", "3"])
+        elapsed = time.monotonic() - start
+    finally:
+        procs.stop()
+    err = capsys.readouterr().err
+    assert code == EXIT_INCOMPLETE
+    assert "[mechsweep] the Dask cluster has no workers; waiting up to 3 s for one (--worker-timeout)" in err
+    assert ("mechsweep: incomplete: 6 points in " + str(out) + " are not done yet (the Dask cluster had no "
+            "workers for 3 s (none started, or all lost); start workers and resume; 2 batches of this run "
+            "were left pending); resume with:") in err
+    assert f"mechsweep sweep {sweep} --out {out} --resume --scheduler {procs.address}" in err
+    assert elapsed < 60
+    assert store.check_store(out, "quick").pending == [0, 1]

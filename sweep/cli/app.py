@@ -65,6 +65,17 @@ def _at_least(minimum: int):
 _positive_int = _at_least(1)
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}") from None
+    if not value >= 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     """An argparse type: a number > 0 (seconds such as ``--progress-every``)."""
     try:
@@ -152,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--progress-every", type=_positive_float, default=30.0, metavar="SECONDS",
                     help="when stderr is not a terminal (a batch job's log): a progress line at "
                          "most every SECONDS (default 30)")
+    sw.add_argument("--worker-timeout", type=_seconds, default=None, metavar="SECONDS",
+                    help="stop (exit 3, batches left pending) when the Dask cluster has had no worker "
+                         "for SECONDS (default 60; 0 waits for ever)")
     sw.add_argument("-v", "--verbose", action="store_true",
                     help="show the traceback of a storage or cluster fault")
     stat = sub.add_parser("status", help="progress, status counts and integrity of a sweep store "

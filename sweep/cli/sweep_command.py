@@ -44,7 +44,7 @@ def _mode(args) -> str:
 
 def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file=None, cluster=None,
                    mode="resume", dry_run=False, progress=True, plot=True, echo=print,
-                   estimate=False, progress_every=None):
+                   estimate=False, progress_every=None, worker_timeout=None):
     """Expand a sweep file and run it into a Zarr store.
 
     Args:
@@ -62,6 +62,8 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
         echo: where messages go.
         progress_every: seconds between progress lines on stderr when it
             is not a terminal (None: none).
+        worker_timeout: seconds to wait while the cluster has no worker
+            (:func:`sweep.run.run_sweep`).
 
     A sweep that varies (or sets) a structural parameter runs one structure
     group after another into one store (:mod:`sweep.structural`).
@@ -98,7 +100,7 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
             return run_structural_file(spec, model, names, out, workers=workers, scheduler=scheduler,
                                        scheduler_file=scheduler_file, cluster=cluster, mode=mode,
                                        progress=progress, plot=summary_plot if plot else None, echo=echo,
-                                       progress_every=progress_every)
+                                       progress_every=progress_every, worker_timeout=worker_timeout)
     context = build_context(spec, model)
     store_line = check_store_size(spec, context)
     batch_line = check_batch_memory(spec, context)
@@ -118,7 +120,8 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
     with StoreLease(out):
         summary = run_sweep(spec, batch_fn, context, out, workers=workers, scheduler=scheduler,
                             scheduler_file=scheduler_file, cluster=cluster, mode=mode, progress=progress,
-                            schema=context.schema, attrs=context.attrs, progress_every=progress_every)
+                            schema=context.schema, attrs=context.attrs, progress_every=progress_every,
+                            worker_timeout=worker_timeout)
     echo(str(summary))
     if plot:
         png = summary_plot(out)
@@ -313,7 +316,8 @@ def main_sweep(args) -> int:
             cluster=getattr(args, "cluster", None), mode=_mode(args),
             dry_run=getattr(args, "dry_run", False) or getattr(args, "estimate", False),
             progress=sys.stderr.isatty(), estimate=getattr(args, "estimate", False),
-            progress_every=getattr(args, "progress_every", PROGRESS_EVERY))
+            progress_every=getattr(args, "progress_every", PROGRESS_EVERY),
+            worker_timeout=getattr(args, "worker_timeout", None))
     except KeyboardInterrupt as exc:
         how = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"
         _remove_unstarted_store(out, existed)
@@ -334,8 +338,10 @@ def main_sweep(args) -> int:
     print(f"the command took {time.perf_counter() - t0:.3g} s in all", file=sys.stderr)
     pending = summary.store_by_status.get("pending", 0)
     if pending or summary.batches_left:
-        print(f"mechsweep: incomplete: {pending} points in {out} are not done yet "
-              f"({len(summary.batches_left)} batches of this run were left pending); resume with:\n"
+        stopped = getattr(summary, "stopped", "")
+        why = f"{stopped}; " if stopped else ""
+        print(f"mechsweep: incomplete: {pending} points in {out} are not done yet ({why}"
+              f"{len(summary.batches_left)} batches of this run were left pending); resume with:\n"
               f"  {resume_command(args)}", file=sys.stderr)
         return EXIT_INCOMPLETE
     # Failed points anywhere in the store (also those of earlier, resumed runs).
