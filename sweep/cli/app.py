@@ -847,7 +847,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: arguments without the program name (default ``sys.argv[1:]``).
 
     Returns:
-        The exit code: 0 success, 1 failed simulation, 2 bad input.
+        The exit code: 0 success, 1 failed simulation (or failed sweep
+        points), 2 bad input, 3 an incomplete sweep (see the module
+        docstring).
     """
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
