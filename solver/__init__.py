@@ -14,7 +14,7 @@ from solver.integrate import xla_setup  # noqa: F401
 import jax as _jax  # noqa: E402
 
 # The one place the package changes JAX's global configuration: Taylor
-# coefficients of order 15-20 need float64 (METHOD.md §4), and every module
+# coefficients of order 15-20 need float64 (docs/method.md §4), and every module
 # of solver/ and sweep/ is imported through this package, so no library
 # module sets it again.
 _jax.config.update("jax_enable_x64", True)

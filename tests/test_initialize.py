@@ -1,4 +1,4 @@
-"""Consistent initial values (METHOD.md §6): IPOPT nearest point, diagnostics, batches.
+"""Consistent initial values (docs/method.md §6): IPOPT nearest point, diagnostics, batches.
 
 References are closed forms worked out by hand: the nearest point of a circle
 and the tangent projection for the pendulum, the intersection of two circles

@@ -2,7 +2,7 @@
 
 References: Pryce, "A simple structural analysis method for DAEs", BIT 41
 (2001); Nedialkov & Pryce, "Solving DAEs by Taylor series (I)", BIT 45 (2005);
-METHOD.md §2 (the pendulum's published offsets).  The dependency patterns
+docs/method.md §2 (the pendulum's published offsets).  The dependency patterns
 Σ is read from (primitive by primitive, against numeric Jacobians) are
 specified in tests/test_sparsity.py.
 """
@@ -39,7 +39,7 @@ def pendulum():
 
 
 def test_pendulum_matches_published_offsets():
-    """METHOD.md §2 / Pryce 2001: c = (0,0,2), d = (2,2,0), ν = 3, DOF = 2."""
+    """docs/method.md §2 / Pryce 2001: c = (0,0,2), d = (2,2,0), ν = 3, DOF = 2."""
     s = pendulum().structure
     np.testing.assert_array_equal(s.sigma, [[2, N, 0], [N, 2, 0], [0, 0, N]])
     np.testing.assert_array_equal(s.c, [0, 0, 2])
@@ -48,14 +48,14 @@ def test_pendulum_matches_published_offsets():
     # The HVT uses only finite entries on which d_j - c_i = σ_ij.
     for i, j in enumerate(s.transversal):
         assert s.d[j] - s.c[i] == s.sigma[i, j]
-    # System Jacobian pattern [[1,0,x],[0,1,y],[2x,2y,0]] (METHOD.md §2).
+    # System Jacobian pattern [[1,0,x],[0,1,y],[2x,2y,0]] (docs/method.md §2).
     np.testing.assert_array_equal(s.jacobian_pattern().toarray(),
                                   [[1, 0, 1], [0, 1, 1], [1, 1, 0]])
     assert s.equation_names == ["f0", "f1", "f2"] and s.variable_names == ["x", "y", "lam"]
 
 
 def test_pendulum_stage_plan():
-    """METHOD.md §3: stage k solves f_i, k + c_i >= 0, for X[j, k + d_j]."""
+    """docs/method.md §3: stage k solves f_i, k + c_i >= 0, for X[j, k + d_j]."""
     plan = pendulum().structure.stage_plan()
     assert plan == [
         (-2, [2], [(0, 0), (1, 0)]),

@@ -5,7 +5,7 @@ unknown j in equation i, ``NEG_INF`` where it does not occur) is found
 structurally from the traced residual (:mod:`solver.dae.sparsity`).  A highest
 value transversal (HVT) is a linear assignment; the canonical offsets c, d
 come from Pryce's fixed-point iteration (Pryce, BIT 41, 2001; Nedialkov &
-Pryce, BIT 2005).  See METHOD.md §2.
+Pryce, BIT 2005).  See docs/method.md §2.
 
 Large systems stay sparse: Σ is kept as its finite entries
 (:class:`SparseSignature`); the dense matrix is built only on request.

@@ -1,4 +1,4 @@
-"""Consistent initial values (METHOD.md §6).
+"""Consistent initial values (docs/method.md §6).
 
 The user gives values of the state entries ``x_j^(l)`` (l < d_j): each is
 fixed or a guess.  A consistent point satisfies every hidden constraint.  Two

@@ -1,4 +1,4 @@
-"""The staged Taylor step loop (METHOD.md §3, §5): jit- and vmap-safe.
+"""The staged Taylor step loop (docs/method.md §3, §5): jit- and vmap-safe.
 
 :class:`Integrator` holds a :class:`~solver.taylor.program.TaylorProgram` and turns it
 into pure functions of (parameters, state, time):

@@ -2,7 +2,7 @@
 
 From a Lagrangian ``L(t, q, q', p)``, holonomic (possibly rheonomic)
 constraints ``C(t, q, p) = 0``, a Rayleigh dissipation ``R(t, q, q', p)`` and
-generalised forces ``Q(t, q, q', p)`` this module builds the DAE (METHOD.md §7)
+generalised forces ``Q(t, q, q', p)`` this module builds the DAE (docs/method.md §7)
 
     d/dt ∂L/∂q' − ∂L/∂q + ∂R/∂q' + Gᵀλ − Q = 0      (one item per coordinate)
     C(t, q) = 0                                     (one item, all constraints)
@@ -947,7 +947,7 @@ def lagrangian(L: Callable, coords, constraints: Callable | None = None,
                units: Mapping[str, str] | None = None,
                drivers: Mapping[str, tuple] | None = None, events=None, stops=None,
                max_events: int | None = None) -> LagrangianDAE:
-    """Build the Euler–Lagrange DAE of a mechanical model (METHOD.md §7).
+    """Build the Euler–Lagrange DAE of a mechanical model (docs/method.md §7).
 
     Args:
         L: ``L(t, q, qd, p)`` -> scalar Lagrangian; ``q``, ``qd`` are dicts

@@ -1,4 +1,4 @@
-"""Rigid-body kinematics and kinetic energies in natural coordinates (the talk; METHOD.md §7).
+"""Rigid-body kinematics and kinetic energies in natural coordinates (the talk; docs/method.md §7).
 
 This module is the one place that defines them: the frame rule, the
 rotation and its rate from basic points, the rigidity constraints, the

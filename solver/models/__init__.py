@@ -1,6 +1,6 @@
 """YAML model files: ``solver.load(path)`` for every kind.
 
-A model file's ``Kind`` picks the builder (DESIGN.md "YAML model files"):
+A model file's ``Kind`` picks the builder (docs/models.md):
 
 * ``DAE`` — equations written out (:mod:`solver.models.dae_kind`);
 * ``Lagrangian`` — coordinates, energies, constraints

@@ -66,7 +66,7 @@ parameters, so a sweep may vary any parameter (lengths, masses, geometry).
     3-D ``|b|², |c|², b·c`` equal to their local values.  Further points
     are tied to the body by ``X − (A + Q Eᵀ X₀) = 0`` (d constraints each).
     T = ½ m|Ȧ|² + m Ȧ·(Ẇ c) + ½ tr(Ẇ Θ Ẇᵀ) with W = Q Eᵀ the local-to-world
-    rotation and Θ the second moment about the origin point (METHOD.md §7).
+    rotation and Θ the second moment about the origin point (docs/method.md §7).
     A 2-D body needs at least 2 points, a 3-D body 3 (use ``Rods`` for a
     thin rod in 3-D).  Basic *vectors* (the talk's RSCR) are not supported.
 

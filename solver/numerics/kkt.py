@@ -1,6 +1,6 @@
 """Structure-aware solves with the system Jacobian of a Lagrangian DAE.
 
-The Euler–Lagrange DAE (METHOD.md §7) has the system Jacobian
+The Euler–Lagrange DAE (docs/method.md §7) has the system Jacobian
 ``[[M, Gᵀ], [G, 0]]`` with M = ∂²L/∂q'² and G = ∂C/∂q.  When M is block
 diagonal (particles, rods, bodies) a factorisation of the diagonal blocks and
 a dense Schur complement ``S = G M⁻¹ Gᵀ`` on the n_c constraints cost

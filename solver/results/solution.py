@@ -1,4 +1,4 @@
-"""Integration results as an ``xarray.Dataset`` (DESIGN.md "Dataset schema").
+"""Integration results as an ``xarray.Dataset`` (the README's "Outputs").
 
 The only place that names outputs: a variable by its name, its k-th
 derivative (k < d_j) as ``NAME_d{k}``, ``constraint_residual``, ``energy``

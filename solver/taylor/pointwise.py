@@ -8,7 +8,8 @@ directional derivative of ``g`` with tangent 1 for t and ``x^(l+1)`` for each
 ``x^(l)`` — one ``jax.jvp``.  :func:`residual_at` evaluates the cleaned tape
 of a :class:`~solver.taylor.program.TaylorProgram` that way, so that the Jacobian is
 ``jax.jacfwd`` of a small straight-line function instead of derivatives
-through the Taylor stages (METHOD.md: never differentiate the interpreter).
+through the Taylor stages (docs/method.md §4: J comes from the plain
+residual, never from the Taylor interpreter).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Incremental Taylor arithmetic over a residual's jaxpr (METHOD.md §3-4).
+"""Incremental Taylor arithmetic over a residual's jaxpr (docs/method.md §3-4).
 
 The residual is traced once to a jaxpr; :class:`TaylorProgram` interprets it
 with arrays of normalised Taylor coefficients, one coefficient per node per

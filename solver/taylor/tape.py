@@ -3,8 +3,8 @@
 :class:`~solver.taylor.program.TaylorProgram` interprets the residual's jaxpr with a
 ``lax`` loop over the stages and dynamic indexing of the order axis, so the
 program does not grow with the order — but XLA cannot fuse across the loop,
-and every coefficient read and write is a dynamic slice (METHOD.md §4b: 61 µs
-per pendulum step for about two thousand flops).
+and every coefficient read and write is a dynamic slice: a pendulum step then
+costs many times its arithmetic (the README's "Method notes").
 
 Here the same analysis (flattened equations, series nodes, offsets, windows)
 is emitted with the stage k and every order m as Python integers: a node's

@@ -1,4 +1,4 @@
-"""The ``mechsweep`` command line (DESIGN.md "CLI").
+"""The ``mechsweep`` command line (the README's "Command line").
 
 ::
 
