@@ -572,8 +572,8 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         progress: show a progress bar (only when stderr is a terminal).
         worker_timeout: seconds the run waits while its Dask cluster has no
             worker (none started, or all lost) before it stops, leaving the
-            rest pending (``summary.stopped`` says why); default
-            :data:`WORKER_TIMEOUT`, 0 or None: wait for ever.
+            rest pending (``summary.stopped`` says why); None:
+            :data:`WORKER_TIMEOUT`; 0: wait for ever.
         progress_every: when stderr is not a terminal (a batch job's log),
             print a progress line there at most every this many seconds, at
             a batch's completion; None or 0: none.

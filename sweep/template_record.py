@@ -39,12 +39,15 @@ __all__ = ["TEMPLATE_ARRAY", "template_files", "write_template_record", "check_t
 #: The array whose one chunk holds the record.
 TEMPLATE_ARRAY = "template_commit"
 
-#: Arrays whose chunks change after the template (per batch, or shared by batches).
-_REWRITTEN = ("status", "steps", "batch_message", "batch_seconds", "batch_commit", TEMPLATE_ARRAY)
+#: Arrays shared by the batches, whose chunks change after the template.
+_SHARED = ("batch_message", "batch_seconds", "batch_commit", TEMPLATE_ARRAY)
 
 
 def _rewritten(group: zarr.Group) -> set[str]:
-    return set(_REWRITTEN) | set(group.attrs.get("sweep_outputs") or [])
+    """The arrays whose chunks change after the template: per batch, or shared by batches."""
+    from sweep.store import _batch_arrays   # sweep.store imports this module
+
+    return set(_batch_arrays(group)) | set(_SHARED)
 
 
 def template_files(group: zarr.Group) -> list[str]:
@@ -76,10 +79,9 @@ def _digest(path: Path) -> str | None:
 
 
 def _root(group: zarr.Group) -> Path:
-    root = getattr(group.store, "root", None)
-    if root is None:
-        raise ValueError(f"only local directory stores are supported, not {group.store!r}")
-    return Path(root) / group.path if group.path else Path(root)
+    from sweep.store import _store_root   # sweep.store imports this module
+
+    return _store_root(group)
 
 
 def write_template_record(path) -> None:

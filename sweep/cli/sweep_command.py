@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -284,8 +285,6 @@ def _remove_unstarted_store(out, existed: bool) -> None:
         if structural.is_structural_store(out):
             return
         if not store.check_store(out, "quick").done:
-            import shutil
-
             shutil.rmtree(out)
     except Exception:  # noqa: BLE001 - a store we cannot read is kept, never deleted
         pass
