@@ -39,15 +39,13 @@ __all__ = ["TEMPLATE_ARRAY", "template_files", "write_template_record", "check_t
 #: The array whose one chunk holds the record.
 TEMPLATE_ARRAY = "template_commit"
 
-#: Arrays shared by the batches, whose chunks change after the template.
-_SHARED = ("batch_message", "batch_seconds", "batch_commit", TEMPLATE_ARRAY)
+#: Arrays whose chunks change after the template (per batch, or shared by batches).
+_REWRITTEN = ("status", "steps", "batch_message", "batch_seconds", "batch_commit", TEMPLATE_ARRAY)
 
 
 def _rewritten(group: zarr.Group) -> set[str]:
-    """The arrays whose chunks change after the template: per batch, or shared by batches."""
-    from sweep.store import _batch_arrays   # sweep.store imports this module
-
-    return set(_batch_arrays(group)) | set(_SHARED)
+    # The outputs, status and steps are sweep.store._batch_arrays (not imported: no cycle).
+    return set(_REWRITTEN) | set(group.attrs.get("sweep_outputs") or [])
 
 
 def template_files(group: zarr.Group) -> list[str]:
@@ -79,9 +77,11 @@ def _digest(path: Path) -> str | None:
 
 
 def _root(group: zarr.Group) -> Path:
-    from sweep.store import _store_root   # sweep.store imports this module
-
-    return _store_root(group)
+    # As sweep.store._store_root, which imports this module (no import cycle).
+    root = getattr(group.store, "root", None)
+    if root is None:
+        raise ValueError(f"only local directory stores are supported, not {group.store!r}")
+    return Path(root) / group.path if group.path else Path(root)
 
 
 def write_template_record(path) -> None:
