@@ -1,4 +1,4 @@
-"""Run a sweep on Dask: one task per batch, results written by the driver.
+"""Run a sweep on Dask: one task per batch, written by its worker, committed by the driver.
 
 The runtime knows nothing about the solver but its status codes. It is given a
 *batch function*, a picklable module-level callable ::
@@ -10,13 +10,17 @@ grid) plus, as attributes, the store :class:`~sweep.store.Schema` (``schema``)
 and the dataset attributes (``attrs``) unless those are passed explicitly.
 
 Flow: prepare the store (template, or resume / retry / overwrite), start or
-connect to a Dask cluster, submit one task per batch (:func:`run_batch_task`),
-and as each one completes write it into the store from the driver. Only the
-driver writes, so the Zarr store stays consistent without locks, and a batch
-counts as done only once its commit record is written, after its data and its
-``status`` (see :mod:`sweep.store`). On an existing store every committed
-batch is first checked against its commit record (checksums of all its
-chunks), and batches that fail run again.
+connect to a Dask cluster, submit one task per batch
+(:func:`run_and_write_batch`). Each task computes its batch, writes the
+batch's chunks into the store itself (batches are chunk-aligned, so no two
+tasks write the same file) and returns only the status codes and the chunks'
+checksums. The driver, the only writer of commit records, commits each batch
+as it completes: the data never pass through it, and a batch counts as done
+only once its commit record is written, after its data and its ``status``
+(see :mod:`sweep.store`). On an existing store every committed batch is first
+checked against its commit record (checksums of all its chunks), and batches
+that fail run again. The workers must therefore see the store: a file system
+they share with the driver, or object storage.
 
 Failures never end a sweep (status codes from :mod:`solver.status`): an
 exception in the batch function becomes status ``error`` for its points with
@@ -30,8 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import re
+import socket
 import sys
 import threading
 import time
@@ -48,8 +54,8 @@ import zarr
 from solver import status as st
 from solver.errors import InputError
 from solver.models.yamlio import load_yaml
-from sweep.store import (BatchResult, Schema, batch_slices, plan_store, read_status,
-                         write_batch)
+from sweep.store import (BatchResult, Schema, WrittenBatch, batch_slices, commit_batch, plan_store,
+                         read_status, write_batch, write_batch_data)
 
 __all__ = [
     "BatchResult", "SweepSummary", "run_sweep", "run_batch_task", "check_result",
@@ -255,6 +261,73 @@ def check_result(result: BatchResult, schema: Schema, n: int) -> BatchResult:
         data[name] = value
     return BatchResult(codes.astype(np.int8), steps.astype(np.int64), data, result.message,
                        result.seconds)
+
+
+@dataclass
+class WriteFailed:
+    """A batch that its worker computed but could not write: the storage error, for the driver.
+
+    The driver raises ``error`` as its own (a full disk or a read-only store
+    stops the run with the resume command, as when the driver writes).
+    """
+
+    error: BaseException
+    seconds: float = math.nan
+
+
+def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_dir: str,
+                        store: str, batch_slice: slice, schema: Schema) -> WrittenBatch | WriteFailed:
+    """The Dask task of one batch: compute it, check it, write its chunks into the store.
+
+    The batch's data never leave the worker: what comes back to the driver is
+    the status codes, the message, the compute time and the table of chunk
+    checksums for the batch's commit record (:func:`sweep.store.commit_batch`,
+    written by the driver alone).
+
+    Args:
+        batch_fn, points, context, cache_dir: as for :func:`run_batch_task`.
+        store: the store's path.
+        batch_slice: the batch's points in the store.
+        schema: the store's schema, to check the result against.
+
+    Returns:
+        A :class:`~sweep.store.WrittenBatch`, or a :class:`WriteFailed` with
+        the exception that the write raised.
+    """
+    n = batch_slice.stop - batch_slice.start
+    if "://" not in store and not os.path.isdir(store):
+        # Checked before computing: a worker on another host without the driver's file system.
+        return WriteFailed(InputError(
+            f"the Dask worker on {socket.gethostname()} cannot see the store: the workers write "
+            f"their batches themselves, so --out must be on a file system they share with the "
+            f"driver, or an object store URL such as s3://bucket/sweep.zarr", file=store))
+    result = run_batch_task(batch_fn, points, context, cache_dir)
+    result = checked_or_failed(result, schema, n)
+    try:
+        return write_batch_data(store, batch_slice, result)
+    except Exception as exc:  # noqa: BLE001 - the driver decides; a worker must not die of it
+        return WriteFailed(_picklable(exc), result.seconds)
+
+
+def checked_or_failed(result: BatchResult, schema: Schema, n: int) -> BatchResult:
+    """:func:`check_result`, or a result with status ``error`` for all points saying why not."""
+    try:
+        return check_result(result, schema, n)
+    except ValueError as exc:
+        failed = BatchResult.failed(n, st.ERROR, f"bad batch result: {exc}")
+        failed.seconds = result.seconds
+        return failed
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """The exception itself when it survives pickling (to reach the driver), else its text."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any unpicklable exception
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 # ----------------------------------------------------------------- clusters
@@ -629,19 +702,20 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         summary.batches_damaged = dict(check.damaged)
     run_codes: list[np.ndarray] = []
 
-    def finish(index: int, result: BatchResult) -> None:
+    def finish(index: int, outcome: WrittenBatch | WriteFailed | BatchResult) -> None:
+        # A worker's batch arrives written (commit it here) or not writable (stop the run);
+        # a batch lost with its worker (a result made here) is written here.
         sl = slices[index]
-        try:
-            result = check_result(result, schema, sl.stop - sl.start)
-        except ValueError as exc:
-            seconds = result.seconds
-            result = BatchResult.failed(sl.stop - sl.start, st.ERROR, f"bad batch result: {exc}")
-            result.seconds = seconds
+        if isinstance(outcome, WriteFailed):
+            raise outcome.error
         with _writing_a_batch():
-            write_batch(group, sl, result)
+            if isinstance(outcome, BatchResult):
+                outcome = write_batch_data(group, sl, checked_or_failed(outcome, schema,
+                                                                        sl.stop - sl.start))
+            commit_batch(group, outcome)
         summary.batches_run.append(index)
-        summary.batch_seconds[index] = float(result.seconds)
-        run_codes.append(result.status)
+        summary.batch_seconds[index] = float(outcome.seconds)
+        run_codes.append(outcome.status)
         bar.update(1)
         failed = int(sum(st.is_failure(c).sum() for c in run_codes))
         if failed:
@@ -650,6 +724,8 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             log.batch_done(len(summary.batches_run), failed)
 
     group = zarr.open_group(store_path, mode="r+")
+    if "://" not in store_path:
+        store_path = os.path.abspath(store_path)      # workers may run in another directory
     bar = tqdm(total=len(todo), unit="batch", desc=title or "sweep",
                disable=not progress or not sys.stderr.isatty())
     log = (ProgressLog(len(todo), progress_every, title or store_path)
@@ -663,12 +739,12 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             t0 = time.perf_counter()
             for index in todo:
                 sl = slices[index]
-                finish(index, run_batch_task(batch_fn, {k: v[sl] for k, v in points.items()},
-                                             context, cache_dir))
+                finish(index, run_and_write_batch(batch_fn, {k: v[sl] for k, v in points.items()},
+                                                  context, cache_dir, store_path, sl, schema))
             summary.wall_seconds = time.perf_counter() - t0
         else:
             summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
-                todo, slices, points, batch_fn, context, cache_dir, finish, summary,
+                todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
                 workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client,
                 WORKER_TIMEOUT if worker_timeout is None else worker_timeout)
     finally:
@@ -713,10 +789,10 @@ class ProgressLog:
         print(line, file=self.stream or sys.stderr, flush=True)
 
 
-def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary,
+def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
               workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client=None,
               worker_timeout: float = 0.0):
-    """Submit the batches and write them as they complete; (startup, wall, threads).
+    """Submit the batches and commit them as they complete; (startup, wall, threads).
 
     With a ``client``, the batches go to it and it stays open (its owner
     registered :class:`JaxSetup`); else a client is made here and closed.
@@ -743,8 +819,9 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         run_id = uuid.uuid4().hex[:8]
         for index in todo:
             sl = slices[index]
-            fut = client.submit(run_batch_task, batch_fn,
+            fut = client.submit(run_and_write_batch, batch_fn,
                                 {k: v[sl] for k, v in points.items()}, context, cache_dir,
+                                store_path, sl, schema,
                                 key=f"mechsweep-batch-{index}-{run_id}", pure=False)
             futures[fut.key] = (index, fut)
         threads = _threads(client)

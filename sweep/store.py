@@ -13,17 +13,25 @@ variable):
   is ``pending`` (-1): a status chunk that is missing reads as *not run*, never
   as success; ``steps(point)`` int64 (fill value -1: not run);
 - ``batch_message(batch)`` text (why a batch failed, empty otherwise) and
-  ``batch_seconds(batch)`` (compute time of the batch on its worker);
+  ``batch_seconds(batch)`` (compute time of the batch on its worker), one chunk
+  per batch from format 3 on (format 2 shared a chunk among 1,024 batches);
 - ``batch_commit(batch)`` text, one chunk per batch: the batch's *commit
   record*, empty until the batch is complete (store format 2).
 
-Writing a batch (:func:`write_batch`): its data chunks, then ``steps``,
-``batch_message`` and ``batch_seconds``, then its ``status`` chunk, and last
-its commit record. Every chunk of a batch is written, even an all-NaN one
+Writing a batch happens in two places. The worker that computed it writes its
+chunks (:func:`write_batch_data`): data, then ``steps``, ``batch_message`` and
+``batch_seconds``, then ``status``; it reads each chunk file back for its size,
+modification time and SHA-256, and sends only that table (and the status
+codes) to the driver. The driver alone writes the batch's commit record
+(:func:`commit_batch`). Every chunk of a batch is written, even an all-NaN one
 (Zarr would otherwise skip chunks equal to the fill value), and a local Zarr
-store writes each chunk atomically (temporary file + rename). So a driver
-killed at any moment leaves a store in which every batch is either committed
-with all its chunks, or not committed and run again by a resume.
+store writes each chunk atomically (temporary file + rename). So a driver or
+worker killed at any moment leaves a store in which every batch is either
+committed with all its chunks, or not committed and run again by a resume.
+Batches are chunk-aligned, so workers never write the same file.
+
+Every chunk of a format-3 store also carries a CRC32C checksum (Zarr's
+``crc32c`` codec) that any Zarr reader checks when it decodes the chunk.
 
 A commit record is JSON text (read with ``json.loads``, never executed)::
 
@@ -57,14 +65,12 @@ The files the template writes once, the coordinates' chunks and every
 is a store problem that a resume repairs from the sweep file (it is derived
 data), damaged metadata one it refuses, naming ``--overwrite``.
 
-A batch with no commit record is *pending* (not run, or interrupted before its
-status); a batch whose commit record does not match its chunks (missing,
-resized, changed, undecodable), or whose status was written without a commit
-record, is *damaged*. Neither counts as done: a resume runs both again, and
-``mechsweep status`` counts their points as pending or damaged, never by the
-status codes they may still hold. (While a sweep runs, a check may catch a
-batch in the millisecond between its status and its commit record: it then
-reads as damaged, and as done at the next check.)
+A batch with no commit record is *pending*: not run, or written by its worker
+and not yet committed by the driver (the run stopped in between, or is still
+running); a batch whose commit record does not match its chunks (missing,
+resized, changed, undecodable) is *damaged*. Neither counts as done: a resume
+runs both again, and ``mechsweep status`` counts their points as pending or
+damaged, never by the status codes they may still hold.
 
 Stores of format 1 (written before commit records existed) can still be read
 and reported, but neither verified nor resumed (a clear error says so).
@@ -120,14 +126,20 @@ RESERVED = ("status", "steps", "batch_message", "batch_seconds", "batch_commit",
             "point", "batch",
             "time")
 
-#: 1: no commit records (status fill value 0); 2: commit records, status fill value pending.
-STORE_FORMAT = 2
+#: 1: no commit records (status fill value 0); 2: commit records, status fill value pending;
+#: 3: ``batch_message`` and ``batch_seconds`` one chunk per batch, under the commit records,
+#: and every chunk carries a CRC32C checksum (Zarr's ``crc32c`` codec).
+STORE_FORMAT = 3
 
 #: How thoroughly :func:`check_store` looks (see the module docstring).
 CHECK_LEVELS = ("quick", "checksum", "decode")
 
 #: Version of the commit record's JSON layout.
 COMMIT_FORMAT = 1
+
+#: Every chunk of a format-3 store: Zstandard, then a CRC32C of the compressed bytes, so that a
+#: damaged chunk fails to decode with a checksum error wherever it is read, by any Zarr reader.
+_COMPRESSORS = (zarr.codecs.ZstdCodec(level=0), zarr.codecs.Crc32cCodec())
 
 
 @dataclass
@@ -347,13 +359,16 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     # must never read as a finished point (format 1 filled status with 0 = success).
     encoding["status"] = {"chunks": (batch,), "fill_value": st.PENDING}
     encoding["steps"] = {"chunks": (batch,), "fill_value": -1}
-    for name in ("batch_message", "batch_seconds"):
-        encoding[name] = {"chunks": (min(n_batches, 1024),)}
-    # One chunk (file) per batch, so that committing a batch rewrites no other batch's record.
-    encoding["batch_commit"] = {"chunks": (1,)}
+    # One chunk (file) per batch, so that a worker writes its batch's message and time
+    # without touching another batch's, and committing a batch rewrites no other record.
+    for name in ("batch_message", "batch_seconds", "batch_commit"):
+        encoding[name] = {"chunks": (1,)}
+    for name in [*encoding, *coords]:
+        encoding.setdefault(name, {})["compressors"] = _COMPRESSORS
     data_vars[TEMPLATE_ARRAY] = ((), np.array("", dtype=object),
                                  {"long_name": "template record: JSON with the checksums of the files "
                                                "written once (coordinates, metadata)"})
+    encoding[TEMPLATE_ARRAY] = {"compressors": _COMPRESSORS}
 
     all_attrs = {str(k): _attr_value(v) for k, v in attrs.items()}
     all_attrs.update({
@@ -566,8 +581,43 @@ def _full_chunks(array):
     return array.with_config({"write_empty_chunks": True})
 
 
-def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
-    """Write one finished batch into the store: data, then ``status``, then its commit record.
+@dataclass
+class WrittenBatch:
+    """A batch whose chunks are written but not yet committed: what a worker sends back.
+
+    Attributes:
+        index: the batch.
+        status: ``(B,)`` int8 status codes as written.
+        message: the batch's message as written.
+        seconds: its compute time as written.
+        chunks: chunk path (relative to the store) -> ``[size, mtime_ns, sha256 hex]`` of
+            every chunk of the batch, as on disk after the write: the commit record's table.
+    """
+
+    index: int
+    status: np.ndarray
+    message: str
+    seconds: float
+    chunks: dict[str, list]
+
+
+def store_format(group: zarr.Group) -> int:
+    """The store format of an open sweep group (1 when the attribute is missing)."""
+    return int(group.attrs.get("mechsweep_store_format", 1))
+
+
+def _writable_group(path) -> zarr.Group:
+    return path if isinstance(path, zarr.Group) else zarr.open_group(str(path), mode="r+")
+
+
+def write_batch_data(path, batch_slice: slice, result: BatchResult) -> WrittenBatch:
+    """Write one batch's chunks (all but its commit record); what :func:`commit_batch` needs.
+
+    Run where the batch was computed (a Dask worker): the data never travel
+    to the driver, only the returned table of chunk checksums does. The
+    order of the writes (data, ``steps``, message and time, then ``status``)
+    means that a status that is not pending always has its data beside it;
+    the batch counts as done only once :func:`commit_batch` has run.
 
     Points whose status is not success are written as NaN whatever data the
     result holds for them; outputs missing from ``result.data`` are NaN.
@@ -579,19 +629,24 @@ def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
         result: the batch's result, already checked against the schema (see
             :func:`sweep.run.check_result`).
 
+    Returns:
+        A :class:`WrittenBatch`.
+
     Raises:
         ValueError: the slice is not a batch of the store, or the store has
             no commit records (format 1: resume refuses such stores earlier).
+        OSError: the store cannot be written (disk full, read-only).
     """
-    group = path if isinstance(path, zarr.Group) else zarr.open_group(str(path), mode="r+")
+    group = _writable_group(path)
     if "batch_commit" not in group:
         raise ValueError(f"{_store_root(group)}: store format 1 has no commit records; "
-                         "batches can only be written into a store of format 2")
+                         "batches can only be written into a store of format 2 or later")
     index = _batch_index(group, batch_slice)
     n = batch_slice.stop - batch_slice.start
     codes = np.asarray(result.status, dtype=np.int8).reshape(n)
     bad = st.is_failure(codes)
-    arrays = {name: group[name] for name in _batch_arrays(group)}   # one lookup each
+    names = _batch_arrays(group)
+    arrays = {name: group[name] for name in names}   # one lookup each
     for name in group.attrs["sweep_outputs"]:
         target = _full_chunks(arrays[name])
         value = result.data.get(name)
@@ -601,11 +656,60 @@ def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
             value = np.array(value, dtype=np.float64).reshape((n,) + target.shape[1:])
             value[bad] = np.nan
         target[batch_slice] = value
-    group["batch_message"][index] = str(result.message or "")
-    group["batch_seconds"][index] = float(result.seconds)
     _full_chunks(arrays["steps"])[batch_slice] = np.asarray(result.steps, dtype=np.int64).reshape(n)
+    message, seconds = str(result.message or ""), float(result.seconds)
+    if "batch_message" in arrays:
+        _full_chunks(arrays["batch_message"])[index] = message
+        _full_chunks(arrays["batch_seconds"])[index] = seconds
     _write_status(group, batch_slice, codes)
-    _write_commit(group, index, _chunk_layout(group, arrays))
+    keys = _batch_chunks(group, index, _chunk_layout(group, arrays))
+    return WrittenBatch(index, codes, message, seconds, _chunk_table(_store_root(group), keys))
+
+
+def commit_batch(path, written: WrittenBatch) -> None:
+    """Commit a batch written by :func:`write_batch_data`: write its commit record.
+
+    The record's chunk table comes from the writer; its chunk paths must be
+    exactly those the store's metadata give the batch. In a store of format 2
+    the batch's message and time are written here first (they share chunks
+    with other batches there, so only one process may write them).
+
+    Args:
+        path: the store (or an open ``zarr.Group`` of it).
+        written: what the writer returned.
+
+    Raises:
+        ValueError: the table names other chunks than the batch has.
+        OSError: the store cannot be written.
+    """
+    group = _writable_group(path)
+    keys = _batch_chunks(group, written.index)
+    if sorted(written.chunks) != keys:
+        raise ValueError(f"{_store_root(group)}: batch {written.index} was written with other "
+                         f"chunks ({sorted(written.chunks)[:3]}...) than the store has "
+                         f"({keys[:3]}...)")
+    if store_format(group) < 3:
+        group["batch_message"][written.index] = written.message
+        group["batch_seconds"][written.index] = written.seconds
+    _write_commit(group, written.index, written.chunks)
+
+
+def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
+    """Write one finished batch into the store and commit it, in this process.
+
+    :func:`write_batch_data` then :func:`commit_batch`; see those.
+
+    Args:
+        path: the store (or an open ``zarr.Group`` of it, to save re-opening).
+        batch_slice: the points of the batch, aligned with the store's batches.
+        result: the batch's result, already checked against the schema.
+
+    Raises:
+        ValueError: the slice is not a batch of the store, or the store is of format 1.
+        OSError: the store cannot be written.
+    """
+    group = _writable_group(path)
+    commit_batch(group, write_batch_data(group, batch_slice, result))
 
 
 def _write_status(group: zarr.Group, batch_slice: slice, codes: np.ndarray) -> None:
@@ -614,11 +718,14 @@ def _write_status(group: zarr.Group, batch_slice: slice, codes: np.ndarray) -> N
     _full_chunks(group["status"])[batch_slice] = codes
 
 
-def _write_commit(group: zarr.Group, index: int, layout=None) -> None:
-    # The commit point of a batch: one chunk of batch_commit, written atomically.
-    root = _store_root(group)
-    record = _commit_record(root, _batch_chunks(group, index, layout))
-    group["batch_commit"][index] = json.dumps(record, sort_keys=True)
+def _write_commit(group: zarr.Group, index: int, chunks: Mapping[str, list] | None = None) -> None:
+    """The commit point of a batch: one chunk of ``batch_commit``, written atomically.
+
+    ``chunks``: the batch's chunk table from its writer; None reads the chunks as they are now.
+    """
+    if chunks is None:
+        chunks = _chunk_table(_store_root(group), _batch_chunks(group, index))
+    group["batch_commit"][index] = json.dumps(_commit_record(chunks), sort_keys=True)
 
 
 # ------------------------------------------------------------ commit records
@@ -632,8 +739,13 @@ def _store_root(group: zarr.Group) -> Path:
 
 
 def _batch_arrays(group: zarr.Group) -> list[str]:
-    """The arrays with one chunk per batch: every output, ``steps``, ``status``."""
-    return [*group.attrs["sweep_outputs"], "steps", "status"]
+    """The arrays with one chunk per batch, under its commit record.
+
+    Every output, ``steps``, ``status``, and from format 3 on
+    ``batch_message`` and ``batch_seconds``.
+    """
+    shared = ["batch_message", "batch_seconds"] if store_format(group) >= 3 else []
+    return [*group.attrs["sweep_outputs"], "steps", *shared, "status"]
 
 
 def _chunk_layout(group: zarr.Group, arrays: Mapping | None = None) -> list:
@@ -678,12 +790,17 @@ def _read_chunk(path: Path) -> tuple[bytes, int]:
         return f.read(), os.fstat(f.fileno()).st_mtime_ns
 
 
-def _commit_record(root: Path, keys: list[str]) -> dict:
-    """The commit record of a batch whose chunk files ``keys`` are on disk."""
+def _chunk_table(root: Path, keys: list[str]) -> dict[str, list]:
+    """``[size, mtime_ns, sha256]`` of each chunk file ``keys`` as it is on disk now."""
     chunks = {}
     for key in keys:
         data, mtime = _read_chunk(root / key)
         chunks[key] = [len(data), mtime, _digest(data)]
+    return chunks
+
+
+def _commit_record(chunks: Mapping[str, list]) -> dict:
+    """The commit record of a batch whose chunk table (:func:`_chunk_table`) is ``chunks``."""
     return {
         "format": COMMIT_FORMAT,
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds"),
@@ -760,11 +877,10 @@ class StoreCheck:
         legacy: the store has no commit records (format 1): ``done`` and
             ``pending`` then come from ``status`` alone and nothing is verified.
         done: batches committed whose chunks match their commit records.
-        pending: batches without a commit record and without a status (never
-            run, or interrupted before their status).
+        pending: batches without a commit record (never run, or written
+            and not committed).
         damaged: batch -> what is wrong: a chunk missing, resized, changed or
-            undecodable, a malformed commit record, or a status written
-            without a commit record.
+            undecodable, or a malformed commit record.
         store_problems: damage outside the batches: the files written once
             (coordinates, metadata: their template record, at every level)
             and, at level ``decode``, undecodable shared arrays.
@@ -866,10 +982,8 @@ def _check_batch(group: zarr.Group, root: Path, index: int, sl: slice, record,
     if isinstance(record, Exception):
         return [f"commit record undecodable ({type(record).__name__}: {record})"]
     if not record:
-        status_key = next(k for k in keys if k.startswith("status/"))
-        if (root / status_key).exists():
-            return ["status written but no commit record (the run stopped before the commit, "
-                    "or the record was lost)"]
+        # Chunks without a commit record are a batch its worker wrote and the driver never
+        # committed (the run stopped in between): not done, run again, but not damage.
         return None
     chunks, why = _parse_record(record, keys)
     if chunks is None:

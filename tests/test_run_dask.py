@@ -23,6 +23,7 @@ from distributed import Client
 
 from solver import status as st
 from solver.errors import InputError
+import sweep.run
 from sweep import store
 from sweep.run import load_cluster_config, make_cluster, run_sweep
 from toybatch import ToyContext, grid_spec, read_log, serial_reference, toy_batch
@@ -147,9 +148,13 @@ def kill_when(log, spec, condition, timeout=60.0):
     return thread, killed
 
 
-def test_sweep_on_scheduler_and_two_workers_equals_a_serial_loop(healthy, tmp_path):
+def test_sweep_on_scheduler_and_two_workers_equals_a_serial_loop(healthy, tmp_path, monkeypatch):
     # 6 x 3 = 18 points in 5 batches (the last one of 2); every failure kind the toy has:
     # zeta 1.2 -> no_assembly, omega 6 -> max_steps, omega 3 raises -> error.
+    def driver_writes(*args):
+        raise AssertionError("the driver wrote a batch's data; its worker should have")
+
+    monkeypatch.setattr(sweep.run, "write_batch_data", driver_writes)   # in this process only
     spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5, 1.2], batch=4)
     ctx = ToyContext(sleep=0.1, omega_max=5.5, raise_at=3.0, log=str(tmp_path / "log"))
     path = tmp_path / "s.zarr"
@@ -172,6 +177,20 @@ def test_sweep_on_scheduler_and_two_workers_equals_a_serial_loop(healthy, tmp_pa
     assert len(env) == 2
     assert list(env.values()) == [("1", cache)] * 2
     assert os.path.isdir(cache)
+
+
+def test_a_worker_that_cannot_see_the_store_says_so_before_computing(tmp_path):
+    spec = grid_spec([1, 2], [0.1], batch=2)
+    ctx = ToyContext(log=str(tmp_path / "log"))
+    gone = str(tmp_path / "elsewhere.zarr")
+    out = sweep.run.run_and_write_batch(toy_batch, dict(spec.points), ctx, str(tmp_path / "cache"),
+                                        gone, slice(0, 2), ctx.schema)
+    assert isinstance(out, sweep.run.WriteFailed) and isinstance(out.error, InputError)
+    assert str(out.error).startswith(f"{gone}: the Dask worker on {socket.gethostname()} cannot "
+                                     "see the store: the workers write their batches themselves, "
+                                     "so --out must be on a file system they share with the "
+                                     "driver, or an object store URL such as s3://")
+    assert not os.path.exists(ctx.log)                  # nothing was computed
 
 
 DRIVER = textwrap.dedent("""

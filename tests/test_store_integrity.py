@@ -102,7 +102,7 @@ def test_status_fill_value_is_pending_and_every_chunk_of_a_batch_is_written(tmp_
     flags = dict(zip(group["status"].attrs["flag_meanings"].split(),
                      group["status"].attrs["flag_values"]))
     assert flags["pending"] == st.PENDING and flags["success"] == st.SUCCESS
-    assert group.attrs["mechsweep_store_format"] == 2
+    assert group.attrs["mechsweep_store_format"] == 3
     # Batch 3 failed as a whole: its all-NaN chunks are still files, so that a
     # missing file always means a lost chunk.
     assert (path / "x" / "c" / "3" / "0").is_file() and (path / "x_end" / "c" / "3").is_file()
@@ -115,7 +115,8 @@ def test_commit_record_holds_the_checksums_of_the_chunks_on_disk_and_the_time(tm
     before = time.time()
     path = toy_store(tmp_path / "s.zarr")
     record = json.loads(str(zarr.open_group(str(path), mode="r")["batch_commit"][1]))
-    keys = ["pos/c/1/0/0", "status/c/1", "steps/c/1", "x/c/1/0", "x_end/c/1"]
+    keys = ["batch_message/c/1", "batch_seconds/c/1", "pos/c/1/0/0", "status/c/1", "steps/c/1",
+            "x/c/1/0", "x_end/c/1"]
     assert sorted(record["chunks"]) == keys
     lines = ""
     for key in keys:
@@ -142,12 +143,10 @@ def test_a_batch_is_not_done_until_its_commit_record_is_written(tmp_path, monkey
     monkeypatch.undo()
     assert store.read_status(path)[:4].tolist() == [st.SUCCESS] * 4   # status got there...
     check = store.check_store(path)
-    assert check.done == [] and check.pending == [1, 2, 3]            # ...but batch 0 is not done
-    assert check.damaged == {0: ["status written but no commit record (the run stopped before "
-                                 "the commit, or the record was lost)"]}
+    # ...but batch 0 is not done: written, never committed, it is pending (not damage).
+    assert check.done == [] and check.pending == [0, 1, 2, 3] and check.damaged == {}
     code, out, _ = status_cli(path, capsys)
-    assert code == 1 and "success" not in counts(out)
-    assert counts(out) == {"pending": 11, "damaged": 4}
+    assert code == 0 and counts(out) == {"pending": 15}
 
     summary = resume_toy(path, log)
     assert sorted(summary.batches_run) == [0, 1, 2, 3]
@@ -253,9 +252,10 @@ def test_several_damaged_batches_and_a_lost_commit_record(reference, tmp_path, c
     os.remove(path / "steps" / "c" / "3")
     code, out, _ = status_cli(path, capsys, "--verify")
     assert code == 1
-    assert "batch 0 (points 0-3): status written but no commit record" in out
     assert "batch 3 (points 12-14): chunk steps/c/3 missing" in out
-    assert "batch 1" not in out.split("damaged batches")[1]
+    damaged = out.split("damaged batches")[1]
+    assert "batch 0" not in damaged and "batch 1" not in damaged   # a lost record: pending
+    assert counts(out)["pending"] == 4
     summary = resume_toy(path, log)
     assert sorted(summary.batches_run) == [0, 3]
     assert_same_store(path, reference)
@@ -305,7 +305,45 @@ def test_a_partly_run_store_verifies_clean_and_names_no_damage(tmp_path, capsys)
     assert "batches:    1 done, 3 pending, 4 in all" in out and "damaged" not in out
 
 
+def test_every_chunk_carries_a_crc32c_that_any_zarr_reader_checks(tmp_path):
+    path = toy_store(tmp_path / "s.zarr")
+    group = zarr.open_group(str(path), mode="r")
+    for name in ("x", "status", "batch_commit", "omega"):
+        assert [c.to_dict()["name"] for c in group[name].metadata.codecs][-1] == "crc32c"
+    chunk = path / "x" / "c" / "1" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0x01                 # one flipped bit, no commit record involved
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="[Cc]hecksum"):
+        xr.open_zarr(path)["x"].values
+
+
 # ----------------------------------------------------- stores before this change
+
+FORMAT_2 = os.path.join(os.path.dirname(__file__), "data", "store_format_2.zarr")
+
+
+def test_a_store_of_format_2_is_read_checked_and_resumed(reference, tmp_path, capsys):
+    # Written by the previous release (batch_message and batch_seconds shared one chunk,
+    # no CRC32C), its last batch left pending as by an interrupted run.
+    path = tmp_path / "old.zarr"
+    shutil.copytree(FORMAT_2, path)
+    check = store.check_store(path, "decode")
+    assert check.done == [0, 1, 2] and check.pending == [3] and check.ok
+    code, out, _ = status_cli(path, capsys, "--verify")
+    assert code == 0 and counts(out) == {"success": 12, "pending": 3}
+    summary = resume_toy(path, str(tmp_path / "log"))
+    assert summary.batches_run == [3]
+    group = zarr.open_group(str(path), mode="r")
+    assert group.attrs["mechsweep_store_format"] == 2 and group["batch_message"].chunks == (4,)
+    assert sorted(json.loads(str(group["batch_commit"][3]))["chunks"]) == [
+        "pos/c/3/0/0", "status/c/3", "steps/c/3", "x/c/3/0", "x_end/c/3"]
+    assert status_cli(path, capsys, "--verify")[0] == 0
+    new, old = xr.open_zarr(reference), xr.open_zarr(path)
+    for name in ("x", "pos", "x_end", "status", "steps", "batch_message"):
+        np.testing.assert_array_equal(old[name].values, new[name].values)
+
+
 
 def set_format(path, fmt):
     """Rewrite the store's format attribute (and the consolidated metadata that repeats it)."""
