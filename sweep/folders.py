@@ -1,4 +1,4 @@
-"""A sweep store's folder on a local file system: built aside, published by rename, leased to one writer.
+"""A sweep store's folder: built aside and published by rename (local), leased to one writer (local or object store).
 
 * :func:`temporary_sibling` names the folder a new store is built in
   (``.NAME.tmp-PID`` beside it) after removing the temporaries that runs
@@ -108,21 +108,69 @@ class StoreLease:
         with StoreLease(path):
             ...
 
+    On an object store (``s3://...``) the lease is an object beside the
+    store, created with a conditional write that fails when it exists (S3's
+    ``If-None-Match``), so the same guarantee holds there.
+
     Attributes:
         path: the store.
         file: the lease file, ``.NAME.lease`` beside the store.
     """
 
     def __init__(self, path):
-        self.path = Path(path)
-        self.file = self.path.with_name(f".{self.path.name}.lease")
+        from sweep.location import StoreLocation, is_url
+
+        self.remote = is_url(path)
+        if self.remote:
+            where = StoreLocation(path)
+            self.path = where
+            self.file = where.parent / f".{where.name}.lease"
+        else:
+            self.path = Path(path)
+            self.file = self.path.with_name(f".{self.path.name}.lease")
         self._held = False
+
+    # The three operations on the lease file, local or remote.
+    def _create(self, text: str) -> bool:
+        if self.remote:
+            try:
+                with self.file.fs.open(self.file.root, "xb") as f:
+                    f.write(text.encode())
+            except FileExistsError:
+                return False
+            return True
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return True
+
+    def _read(self) -> str | None:
+        try:
+            if self.remote:
+                self.file.fs.invalidate_cache(self.file.root)
+                return self.file.fs.cat_file(self.file.root).decode()
+            return self.file.read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def _remove(self) -> None:
+        try:
+            if self.remote:
+                self.file.fs.rm_file(self.file.root)
+            else:
+                self.file.unlink()
+        except FileNotFoundError:
+            pass
 
     def holder(self) -> dict | None:
         """The lease file's record (pid, host, since), or None when nobody holds it."""
         try:
-            data = json.loads(self.file.read_text())
-        except (OSError, ValueError):
+            data = json.loads(self._read() or "")
+        except ValueError:
             return None
         return data if isinstance(data, dict) else None
 
@@ -139,13 +187,10 @@ class StoreLease:
             InputError: another live process holds it (the message names it
                 and says what to do).
         """
-        self.file.parent.mkdir(parents=True, exist_ok=True)
         record = {"pid": os.getpid(), "host": socket.gethostname(),
                   "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
         for _ in range(2):
-            try:
-                fd = os.open(self.file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
+            if not self._create(json.dumps(record)):
                 held = self.holder()
                 if not self._stale(held):
                     raise InputError(
@@ -154,13 +199,8 @@ class StoreLease:
                         f"run is gone (another host, or a lost machine), remove {self.file} and resume",
                         file=str(self.path)) from None
                 # The holder is dead: take the lease over (one taker wins the create).
-                try:
-                    self.file.unlink()
-                except FileNotFoundError:
-                    pass
+                self._remove()
                 continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(record, f)
             # Two takers of one stale lease: the second's unlink may remove the
             # first's new file; whoever's record is not there has lost.
             if (self.holder() or {}).get("pid") != os.getpid():
@@ -176,10 +216,7 @@ class StoreLease:
             self._held = False
             held = self.holder()
             if held is None or held.get("pid") == os.getpid():
-                try:
-                    self.file.unlink()
-                except FileNotFoundError:
-                    pass
+                self._remove()
 
     def __enter__(self) -> "StoreLease":
         self.acquire()

@@ -612,8 +612,11 @@ def check_free_space(out, spec, context: SweepContext) -> str:
 
     from solver.errors import format_bytes
 
-    path = Path(out)
     need, _ = store_bytes(spec, context)
+    if "://" in str(out):
+        return (f"  storage:   {format_bytes(need)} at most (uncompressed), on an object store "
+                f"(no free-space check)")
+    path = Path(out)
     if path.exists():
         need = max(0.0, need - _folder_bytes(path))
     anchor = path

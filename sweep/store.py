@@ -107,6 +107,7 @@ import zarr
 from solver import status as st
 from solver.errors import InputError
 from sweep.folders import publish, temporary_sibling
+from sweep.location import StoreLocation, is_url
 from sweep.template_record import TEMPLATE_ARRAY, check_template, repair_coordinates, write_template_record
 from solver.results.solution import package_versions
 
@@ -262,8 +263,13 @@ def _attr_value(value):
     return json.dumps(value, default=str, sort_keys=True)
 
 
-def _is_store(path: Path) -> bool:
-    return (path / "zarr.json").is_file()
+def _place(path):
+    """A local path as a ``Path``, an object-store URL as a :class:`StoreLocation` (both join with ``/``)."""
+    return StoreLocation(path) if is_url(path) else Path(path)
+
+
+def _is_store(path) -> bool:
+    return StoreLocation(path).is_store()
 
 
 def variable_length_text(values: np.ndarray) -> np.ndarray:
@@ -410,26 +416,36 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
         FileExistsError: ``path`` exists.
         ValueError: inconsistent points or schema.
     """
-    path = Path(path)
-    if path.exists():
+    if StoreLocation(path).exists():
         raise FileExistsError(f"{path} exists; remove it or resume it")
     if batch < 1:
         raise ValueError(f"batch must be a positive number of points, got {batch}")
     ds, encoding = _template(spec_hash, points, schema, attrs, int(batch))
+    if is_url(path):
+        # No rename on object storage: the template is written in place, its record last, so
+        # a creation cut short leaves metadata without a record, which checks report.
+        _write_template(ds, encoding, str(path))
+        write_template_record(str(path))
+        return
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_sibling(path)
     try:
-        with warnings.catch_warnings():
-            # Consolidated metadata (so that a plain xr.open_zarr is quick and quiet) is
-            # a zarr-python extension of format 3; it never changes after the template.
-            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
-            ds.to_zarr(tmp, mode="w-", compute=False, encoding=encoding, consolidated=True,
-                       zarr_format=3)
+        _write_template(ds, encoding, tmp)
         write_template_record(tmp)
         publish(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def _write_template(ds: xr.Dataset, encoding: dict, where) -> None:
+    with warnings.catch_warnings():
+        # Consolidated metadata (so that a plain xr.open_zarr is quick and quiet) is
+        # a zarr-python extension of format 3; it never changes after the template.
+        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
+        ds.to_zarr(str(where), mode="w-", compute=False, encoding=encoding, consolidated=True,
+                   zarr_format=3)
 
 
 def store_attrs(path) -> dict:
@@ -494,20 +510,25 @@ def plan_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: S
             mismatch), has another batch size or was written without commit
             records (format 1); ``path`` is something other than a sweep store.
     """
-    path = Path(path)
+    where = StoreLocation(path)
+    path = _place(path)
     if mode not in MODES:
         raise InputError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     n_batches = len(batch_slices(len(next(iter(points.values()))), batch))
-    if path.exists() and mode == "overwrite":
-        if not _is_store(path) and any(path.iterdir()):
+    if where.exists() and mode == "overwrite":
+        if not where.is_store() and (where.remote or any(path.iterdir())):
             raise InputError("exists and is not a Zarr store; refusing to delete it even with "
                              "--overwrite. Choose another --out path", file=str(path))
-        shutil.rmtree(path)
-    if not path.exists():
+        where.remove()
+    if where.remote and where.is_store() and _unfinished_template(path):
+        # A run stopped while it wrote the template in place (object stores have no rename):
+        # no batch can have been written yet, so it is made again.
+        where.remove()
+    if not where.exists():
         create_template(path, spec_hash, points, schema, attrs, batch)
         return list(range(n_batches)), None
 
-    if not _is_store(path):
+    if not where.is_store():
         raise InputError("exists and is not a Zarr store. Choose another --out path",
                          file=str(path))
     old = store_attrs(path)
@@ -542,6 +563,15 @@ def plan_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: S
     if mode == "retry-failed":
         todo |= {i for i in check.done if st.is_failure(check.codes[check.slices[i]]).any()}
     return sorted(todo), check
+
+
+def _unfinished_template(path) -> bool:
+    """Whether the store's template was never finished: its template record is not written."""
+    try:
+        group = zarr.open_group(str(path), mode="r")
+        return TEMPLATE_ARRAY not in group or not str(group[TEMPLATE_ARRAY][()])
+    except Exception:  # noqa: BLE001 - metadata cut short reads as unfinished too
+        return True
 
 
 def _repair_template(path: Path, check: "StoreCheck", points: Mapping[str, np.ndarray], schema: Schema) -> None:
@@ -730,12 +760,9 @@ def _write_commit(group: zarr.Group, index: int, chunks: Mapping[str, list] | No
 
 # ------------------------------------------------------------ commit records
 
-def _store_root(group: zarr.Group) -> Path:
-    """The directory of a group of a local store (checks read chunk files)."""
-    root = getattr(group.store, "root", None)
-    if root is None:
-        raise ValueError(f"only local directory stores are supported, not {group.store!r}")
-    return Path(root) / group.path if group.path else Path(root)
+def _store_root(group: zarr.Group) -> StoreLocation:
+    """Where a group's files are (checks read chunk files)."""
+    return StoreLocation.of_group(group)
 
 
 def _batch_arrays(group: zarr.Group) -> list[str]:
@@ -784,18 +811,15 @@ def _batch_checksum(digests: Mapping[str, str]) -> str:
     return "sha256:" + _digest(text.encode())
 
 
-def _read_chunk(path: Path) -> tuple[bytes, int]:
-    """A chunk file's bytes and its modification time, from one open file."""
-    with open(path, "rb") as f:
-        return f.read(), os.fstat(f.fileno()).st_mtime_ns
+def _chunk_table(root: StoreLocation, keys: list[str]) -> dict[str, list]:
+    """``[size, stamp, sha256]`` of each chunk file ``keys`` as it is stored now.
 
-
-def _chunk_table(root: Path, keys: list[str]) -> dict[str, list]:
-    """``[size, mtime_ns, sha256]`` of each chunk file ``keys`` as it is on disk now."""
+    The stamp is the modification time in ns (local) or the ETag (object store).
+    """
     chunks = {}
     for key in keys:
-        data, mtime = _read_chunk(root / key)
-        chunks[key] = [len(data), mtime, _digest(data)]
+        data, stamp = root.read(key)
+        chunks[key] = [len(data), stamp, _digest(data)]
     return chunks
 
 
@@ -827,7 +851,9 @@ def _parse_record(text: str, keys: list[str]) -> tuple[dict | None, str]:
         return None, "commit record lists other chunks than the batch has"
     for entry in chunks.values():
         if not (isinstance(entry, list) and len(entry) == 3
-                and all(isinstance(v, int) and not isinstance(v, bool) for v in entry[:2])
+                and isinstance(entry[0], int) and not isinstance(entry[0], bool)
+                and (isinstance(entry[1], str) or isinstance(entry[1], int)
+                     and not isinstance(entry[1], bool))
                 and isinstance(entry[2], str) and len(entry[2]) == 64):
             return None, "commit record has a malformed chunk entry"
     if record.get("checksum") != _batch_checksum({k: v[2] for k, v in chunks.items()}):
@@ -835,19 +861,20 @@ def _parse_record(text: str, keys: list[str]) -> tuple[dict | None, str]:
     return chunks, ""
 
 
-def _check_chunk(root: Path, key: str, entry: list, level: str) -> str:
+def _check_chunk(root: StoreLocation, key: str, entry: list, level: str) -> str:
     """Why one committed chunk file is not as committed; empty when it is."""
-    size, mtime, digest = entry
-    path = root / key
+    size, stamp, digest = entry
+    found = root.stat(key)
+    if found is None:
+        return f"chunk {key} missing"
+    if found[0] != size:
+        return f"chunk {key} corrupt: {found[0]} bytes, committed {size}"
+    if level == "quick" and found[1] == stamp:
+        return ""          # untouched since its commit: no need to read it
     try:
-        stat = path.stat()
+        data, _ = root.read(key)
     except FileNotFoundError:
         return f"chunk {key} missing"
-    if stat.st_size != size:
-        return f"chunk {key} corrupt: {stat.st_size} bytes, committed {size}"
-    if level == "quick" and stat.st_mtime_ns == mtime:
-        return ""          # untouched since its commit: no need to read it
-    data, _ = _read_chunk(path)
     if _digest(data) != digest:
         return f"chunk {key} corrupt: checksum differs from the commit record"
     return ""
@@ -975,7 +1002,7 @@ def _read_records(group: zarr.Group, n_batches: int) -> list[str | Exception]:
         return out
 
 
-def _check_batch(group: zarr.Group, root: Path, index: int, sl: slice, record,
+def _check_batch(group: zarr.Group, root: StoreLocation, index: int, sl: slice, record,
                  codes: np.ndarray, level: str, layout) -> list[str] | None:
     """Problems of one batch; ``None`` when it is pending (no record, no status)."""
     keys = _batch_chunks(group, index, layout)
@@ -1046,7 +1073,7 @@ def check_store(path, level: str = "quick") -> StoreCheck:
     """
     if level not in CHECK_LEVELS:
         raise ValueError(f"unknown check level {level!r}; valid: {', '.join(CHECK_LEVELS)}")
-    path = Path(path)
+    path = _place(path)
     group = _open_sweep_group(path)
     batch = int(group.attrs["sweep_batch"])
     n = int(group.attrs["sweep_n_points"])
@@ -1156,7 +1183,7 @@ def root_attrs(path) -> dict:
 
 def is_structural_store(path) -> bool:
     """Whether ``path`` is the root of a structural sweep store."""
-    path = Path(path)
+    path = _place(path)
     if not _is_store(path):
         return False
     try:
@@ -1193,7 +1220,7 @@ def open_tree(path, verify: str | None = "quick", group: str | None = None):
     import xarray as xr
 
 
-    path = Path(path)
+    path = _place(path)
     attrs, labels = _groups_of(path)
     if group is not None:
         if group not in labels:
@@ -1243,7 +1270,7 @@ def open_store(path, verify: str | None = "quick", group: str | None = None):
     """
     import sweep.accessor  # noqa: F401  (registers ds.sweep)
 
-    if not _is_store(Path(path)):
+    if not _is_store(path):
         raise FileNotFoundError(f"{path}: no Zarr store there")
     if is_structural_store(path):
         return open_tree(path, verify, group)
@@ -1276,9 +1303,9 @@ def open_store(path, verify: str | None = "quick", group: str | None = None):
     return ds.assign(status=(stored.dims, np.asarray(check.codes, dtype=stored.dtype), stored.attrs))
 
 
-def _resume_target(path, attrs: Mapping) -> Path:
+def _resume_target(path, attrs: Mapping):
     """The ``--out`` that resumes a store: the root of a structure group's store."""
-    return Path(path).parent if attrs.get("sweep_group") else Path(path)
+    return _place(path).parent if attrs.get("sweep_group") else _place(path)
 
 
 def _ranges(indices: list[int]) -> str:
@@ -1341,7 +1368,7 @@ def status_report(path, check: StoreCheck | None = None) -> str:
     Raises:
         InputError: no sweep store at ``path`` (or one of a newer format).
     """
-    path = Path(path)
+    path = _place(path)
     check = check if check is not None else check_store(path, "quick")
     group = zarr.open_group(str(path), mode="r")
     attrs = dict(group.attrs)

@@ -59,7 +59,8 @@ import numpy as np
 
 from solver import status as st
 from solver.errors import InputError
-from sweep.store import ROOT_MARK, _groups_of, _is_store, is_structural_store, open_tree, root_attrs
+from sweep.location import StoreLocation, is_url
+from sweep.store import ROOT_MARK, _groups_of, _is_store, _place, is_structural_store, open_tree, root_attrs
 
 __all__ = ["ROOT_MARK", "STRUCTURAL_FORMAT", "Group", "FailedGroup", "StructuralSummary",
            "group_label", "plan_groups", "failed_batch", "is_structural_store", "root_attrs",
@@ -309,11 +310,20 @@ def create_root(path, spec, names: list[str], groups: list[Group]) -> None:
     """
     import zarr
 
-    path = Path(path)
-    if path.exists():
+    if StoreLocation(path).exists():
         raise FileExistsError(f"{path} exists; remove it or resume it")
+    if is_url(path):
+        # No rename on object storage: built in place, the root's consolidated metadata last.
+        where = StoreLocation(path)
+        zarr.open_group(str(where), mode="w-", zarr_format=3,
+                        attributes=_root_attrs_for(spec, names, groups))
+        for g in groups:
+            _template(where / g.label, g)
+        _consolidate(where)
+        return
     from sweep.folders import publish, temporary_sibling
 
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_sibling(path)
     try:
@@ -341,17 +351,18 @@ def prepare_root(path, spec, names: list[str], groups: list[Group], mode: str) -
     """
     from sweep.store import MODES
 
-    path = Path(path)
+    where = StoreLocation(path)
+    path = _place(path)
     if mode not in MODES:
         raise InputError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
-    if path.exists() and mode == "overwrite":
-        if not _is_store(path) and any(path.iterdir()):
+    if where.exists() and mode == "overwrite":
+        if not _is_store(path) and (where.remote or any(path.iterdir())):
             raise InputError("exists and is not a Zarr store; refusing to delete it even with "
                              "--overwrite. Choose another --out path", file=str(path))
-        shutil.rmtree(path)
-    if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+        where.remove()
+    if not where.remote and path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
         path.rmdir()          # an empty folder given as --out
-    if not path.exists():
+    if not where.exists():
         create_root(path, spec, names, groups)
         return True
     if not _is_store(path):
@@ -475,7 +486,7 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
     Raises:
         InputError: see :func:`prepare_root` and :func:`sweep.run.run_sweep`.
     """
-    out = Path(out)
+    out = _place(out)
     prepare_root(out, spec, names, groups, mode)
     if workers == 0 or all(g.error for g in groups):
         return _run_groups(spec, names, groups, out, None, mode, progress, note, progress_every, worker_timeout)
@@ -628,7 +639,7 @@ def status_report(path, level: str = "quick") -> tuple[str, bool]:
     from sweep.store import check_store
     from sweep.store import status_report as group_report
 
-    path = Path(path)
+    path = _place(path)
     attrs, labels = _groups_of(path)
     points = attrs.get("sweep_group_points") or [None] * len(labels)
     ok, totals, reports = True, {}, []
@@ -683,7 +694,7 @@ def points_dataset(path):
     """
     import xarray as xr
 
-    path = Path(path)
+    path = _place(path)
     attrs, labels = _groups_of(path)
     parts = []
     for label in labels:

@@ -27,11 +27,12 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 import zarr
+
+from sweep.location import StoreLocation
 
 __all__ = ["TEMPLATE_ARRAY", "template_files", "write_template_record", "check_template",
            "repair_coordinates", "TemplateDamage"]
@@ -69,19 +70,11 @@ def template_files(group: zarr.Group) -> list[str]:
     return sorted(keys)
 
 
-def _digest(path: Path) -> str | None:
+def _digest(root: StoreLocation, key: str) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(root.read(key)[0]).hexdigest()
     except FileNotFoundError:
         return None
-
-
-def _root(group: zarr.Group) -> Path:
-    # As sweep.store._store_root, which imports this module (no import cycle).
-    root = getattr(group.store, "root", None)
-    if root is None:
-        raise ValueError(f"only local directory stores are supported, not {group.store!r}")
-    return Path(root) / group.path if group.path else Path(root)
 
 
 def write_template_record(path) -> None:
@@ -91,8 +84,8 @@ def write_template_record(path) -> None:
         path: the store (or structure group) folder, its template written.
     """
     group = zarr.open_group(str(path), mode="r+")
-    root = _root(group)
-    files = {key: _digest(root / key) for key in template_files(group)}
+    root = StoreLocation.of_group(group)
+    files = {key: _digest(root, key) for key in template_files(group)}
     group[TEMPLATE_ARRAY][()] = json.dumps({"format": 1, "files": files}, sort_keys=True)
 
 
@@ -151,14 +144,14 @@ def check_template(group: zarr.Group) -> TemplateDamage:
     except Exception as exc:  # noqa: BLE001 - a damaged record is damage, whatever the parser says
         damage.append((f"{TEMPLATE_ARRAY}/c", f"the template record is unreadable ({type(exc).__name__})"))
         return damage
-    root = _root(group)
+    root = StoreLocation.of_group(group)
     keys = template_files(group)
     if set(files) != set(keys):
         damage.append((f"{TEMPLATE_ARRAY}/c", "the template record names other files than the store's "
                                                 "metadata lists"))
         return damage
     for key in keys:
-        got, want = _digest(root / key), files[key]
+        got, want = _digest(root, key), files[key]
         if got == want:
             continue
         if got is None:

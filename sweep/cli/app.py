@@ -529,11 +529,41 @@ def check_out(out: str, *, folder: bool, overwrite: bool = False, what: str = "t
             look at.
     """
     try:
-        _check_out(out, folder=folder, overwrite=overwrite, what=what)
+        if "://" in out:
+            _check_object_store_out(out, folder=folder, what=what)
+        else:
+            _check_out(out, folder=folder, overwrite=overwrite, what=what)
     except OSError as exc:
         shown = out if len(out) <= 200 else out[:100] + "..." + out[-50:]
         raise InputError(f"--out {shown}: cannot use this path ({exc.strerror or exc}); choose "
                          f"another") from None
+
+
+def _check_object_store_out(out: str, *, folder: bool, what: str) -> None:
+    """An object-store ``--out`` (``s3://bucket/prefix``): only stores go there, into an existing bucket."""
+    from sweep.location import StoreLocation
+
+    if not folder:
+        raise InputError(f"--out {out}: only Zarr stores can be written to an object store; give "
+                         f"a local file name")
+    try:
+        where = StoreLocation(out)
+    except (ImportError, ValueError) as exc:
+        scheme = out.split("://", 1)[0]
+        hint = " (pip install 'mechsweep[s3]')" if scheme == "s3" else ""
+        raise InputError(f"--out {out}: cannot open {scheme}:// URLs here ({exc}); install the "
+                         f"package for them{hint} or give a local path") from None
+    bucket = where.root.split("/", 1)[0]
+    if "/" not in where.root.strip("/"):
+        raise InputError(f"--out {out}: give a store inside the bucket, e.g. "
+                         f"{where.url.split('://')[0]}://{bucket}/sweep.zarr")
+    if not where.fs.exists(bucket):
+        raise InputError(f"--out {out}: the bucket {bucket!r} does not exist or cannot be seen with "
+                         f"these credentials; create it first, or check the environment's credentials "
+                         f"and endpoint")
+    if where.exists() and not where.is_store():
+        raise InputError(f"--out {out}: holds objects that are not {what} (no Zarr metadata); "
+                         f"choose another prefix")
 
 
 def _check_out(out: str, *, folder: bool, overwrite: bool = False, what: str = "the output") -> None:

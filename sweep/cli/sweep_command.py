@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import shlex
-import shutil
 import signal
 import sys
 import threading
@@ -17,6 +16,7 @@ import numpy as np
 
 from solver import status as st
 from solver.errors import InputError
+from sweep.location import StoreLocation, is_url
 
 __all__ = ["main_sweep", "run_sweep_file", "summary_plot", "resume_command", "DEFAULT_SWEEP", "EXIT_INCOMPLETE",
            "SUMMARY_PICTURE"]
@@ -222,9 +222,19 @@ def summary_plot(store, out_png=None):
     if failed.any():
         ax.legend(loc="best")
     ax.set_title(f"{ds.attrs.get('title', 'sweep')}: {int((~failed).sum())} ok, {int(failed.sum())} failed")
-    out_png = out_png or str(Path(store) / SUMMARY_PICTURE)
+    out_png = out_png or f"{str(store).rstrip('/')}/{SUMMARY_PICTURE}"
     fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
+    if is_url(out_png):
+        import io
+
+        import fsspec
+
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=110)
+        with fsspec.open(out_png, "wb") as f:
+            f.write(buffer.getvalue())
+    else:
+        fig.savefig(out_png, dpi=110)
     plt.close(fig)
     return out_png
 
@@ -277,7 +287,7 @@ def _on_signal(signum, frame):
 
 def _remove_unstarted_store(out, existed: bool) -> None:
     """Remove a store this run created if no batch of it was written (nothing to resume)."""
-    if existed or out is None or not Path(out).is_dir():
+    if existed or out is None or not StoreLocation(out).exists():
         return
     try:
         from sweep import store, structural
@@ -285,7 +295,7 @@ def _remove_unstarted_store(out, existed: bool) -> None:
         if structural.is_structural_store(out):
             return
         if not store.check_store(out, "quick").done:
-            shutil.rmtree(out)
+            StoreLocation(out).remove()
     except Exception:  # noqa: BLE001 - a store we cannot read is kept, never deleted
         pass
 
@@ -303,7 +313,7 @@ def main_sweep(args) -> int:
         batches are left pending (interrupted, scheduler lost, storage fault).
     """
     out = getattr(args, "out", None)
-    existed = out is not None and Path(out).exists()
+    existed = out is not None and StoreLocation(out).exists()
     in_main = threading.current_thread() is threading.main_thread()
     # Both signals wait for the batch being written (sweep.run.interrupt).
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main else {}

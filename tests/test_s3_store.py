@@ -1,0 +1,181 @@
+"""Sweep stores on object storage: a real S3 API server (moto's server mode) on 127.0.0.1.
+
+The same runs, checks, damage and resumes as on a local directory, with
+``s3://`` URLs: the store written into S3 must equal the local one value for
+value, ``status`` must find damage there, a resume must repair exactly the
+damaged batches, and no credential may reach a store object or a message.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from s3server import ACCESS_KEY, SECRET_KEY, S3Server
+from solver import status as st
+from sweep import store
+from sweep.location import StoreLocation
+from test_store_integrity import SPEC, assert_same_store, counts, resume_toy, status_cli, toy_store
+from toybatch import ToyContext, read_log
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = S3Server()
+    old = server.activate()
+    try:
+        yield server
+    finally:
+        S3Server.restore(old)
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return toy_store(tmp_path_factory.mktemp("ref") / "ref.zarr")
+
+
+def every_object(server, url):
+    """Key -> bytes of every object under ``url``."""
+    fs = server.fs()
+    root = url.removeprefix("s3://")
+    return {key: fs.cat_file(key) for key in fs.find(root)}
+
+
+def test_a_sweep_into_s3_equals_the_local_one_and_checks_clean(s3, reference, capsys):
+    url = s3.url("toy.zarr")
+    resume_toy(url, None, tag="first")
+    assert_same_store(url, reference)
+    for flags in ((), ("--verify",)):
+        code, out, err = status_cli(url, capsys, *flags)
+        assert code == 0 and err == ""
+        assert counts(out) == {"success": 12, "max_steps": 3}
+    ds = store.open_store(url)
+    assert ds.sizes["point"] == 15 and (ds.status.values != st.PENDING).all()
+    # Commit records carry the objects' ETags as their stamps.
+    record = json.loads(str(zarr.open_group(url, mode="r")["batch_commit"][1]))
+    size, stamp, digest = record["chunks"]["x/c/1/0"]
+    assert isinstance(stamp, str) and stamp == s3.fs().info(f"{s3.bucket}/toy.zarr/x/c/1/0")["ETag"]
+
+
+def test_no_credential_is_written_into_the_store(s3):
+    url = s3.url("secret.zarr")
+    resume_toy(url, None)
+    objects = every_object(s3, url)
+    assert len(objects) > 40
+    for key, data in objects.items():
+        assert ACCESS_KEY.encode() not in data and SECRET_KEY.encode() not in data, key
+
+
+@pytest.mark.parametrize("damage, report", [
+    ("delete", "batch 1 (points 4-7): chunk x/c/1/0 missing"),
+    ("rewrite", "batch 1 (points 4-7): chunk x/c/1/0 corrupt: checksum differs from the commit record"),
+])
+def test_damage_in_s3_is_found_and_a_resume_repairs_exactly_it(s3, reference, tmp_path, capsys,
+                                                                damage, report):
+    url = s3.url(f"damage-{damage}.zarr")
+    log = str(tmp_path / "log")
+    resume_toy(url, log, tag="first")
+    fs, key = s3.fs(), f"{s3.bucket}/damage-{damage}.zarr/x/c/1/0"
+    if damage == "delete":
+        fs.rm_file(key)
+    else:
+        data = bytearray(fs.cat_file(key))
+        data[8:12] = b"\xde\xad\xbe\xef"          # same size: only the ETag and checksum tell
+        fs.pipe_file(key, bytes(data))
+    code, out, _ = status_cli(url, capsys)           # the quick check: sizes and ETags
+    assert code == 1 and report in out
+    summary = resume_toy(url, log)
+    assert summary.batches_run == [1]
+    assert [b for tag, b, _ in read_log(log, SPEC) if tag == "resume"] == [1]
+    assert status_cli(url, capsys, "--verify")[0] == 0
+    assert_same_store(url, reference)
+
+
+def test_overwrite_replaces_an_s3_store_and_a_location_joins_like_a_path(s3, reference):
+    url = s3.url("again.zarr")
+    resume_toy(url, None)
+    summary = resume_toy(url, None, mode="overwrite")
+    assert sorted(summary.batches_run) == [0, 1, 2, 3]
+    assert_same_store(url, reference)
+    where = StoreLocation(url)
+    assert str(where / "N=3") == url + "/N=3" and str((where / "N=3").parent) == url
+    assert where.name == "again.zarr" and where.is_store() and (where / "x").exists("zarr.json")
+
+
+# ------------------------------------------ kills and resumes, on real Dask processes
+
+@pytest.fixture
+def dask_on_s3(s3, tmp_path):
+    """A scheduler and two workers that see the S3 server (they inherit its environment)."""
+    from test_run_dask import DaskProcesses
+
+    procs = DaskProcesses(tmp_path)
+    try:
+        yield procs
+    finally:
+        procs.stop()
+
+
+def test_a_driver_killed_mid_sweep_into_s3_resumes_only_the_unfinished_batches(s3, dask_on_s3, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from test_run_dask import DRIVER, assert_store_equals, child_env
+    from toybatch import grid_spec, serial_reference, toy_batch
+    from sweep.run import run_sweep
+
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)      # 12 batches of 1 point
+    url, log = s3.url("killed-driver.zarr"), str(tmp_path / "log")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, url, dask_on_s3.address, log],
+                              env=child_env(), stdout=subprocess.DEVNULL,
+                              stderr=open(tmp_path / "driver.log", "w"))
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert time.monotonic() < deadline and driver.poll() is None, \
+                (tmp_path / "driver.log").read_text()
+            try:
+                if (store.read_status(url) >= 0).sum() >= 3:
+                    break
+            except (FileNotFoundError, KeyError):        # the template is still being written
+                pass
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGKILL)
+    finally:
+        driver.kill()
+        driver.wait()
+    pending = store.pending_batches(url)
+    assert 0 < len(pending) < 12
+    ctx = ToyContext(log=log, tag="second")
+    summary = run_sweep(spec, toy_batch, ctx, url, scheduler=dask_on_s3.address, progress=False)
+    assert sorted(b for tag, b, _ in read_log(log, spec) if tag == "second") == pending
+    assert sorted(summary.batches_run) == pending
+    assert_store_equals(url, serial_reference(spec, ctx))
+    assert store.check_store(url, "decode").ok
+
+
+def test_a_worker_killed_mid_sweep_into_s3_loses_and_duplicates_no_point(s3, dask_on_s3, tmp_path):
+    from test_run_dask import assert_store_equals, kill_when
+    from toybatch import grid_spec, serial_reference, toy_batch
+    from sweep.run import run_sweep
+
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)      # 12 batches
+    ctx = ToyContext(sleep=0.25, log=str(tmp_path / "log"))
+    worker_pids = {p.pid for p in dask_on_s3.workers}
+
+    def third_start(lines):   # kill the worker that just started the third batch, mid-task
+        return lines[2][2] if len(lines) >= 3 and lines[2][2] in worker_pids else None
+
+    watcher, killed = kill_when(ctx.log, spec, third_start)
+    url = s3.url("killed-worker.zarr")
+    summary = run_sweep(spec, toy_batch, ctx, url, scheduler=dask_on_s3.address, progress=False)
+    watcher.join()
+    assert len(killed) == 1
+    assert sorted(summary.batches_run) == list(range(12))
+    assert_store_equals(url, serial_reference(spec, ctx))
+    assert store.check_store(url, "decode").ok
