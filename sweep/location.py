@@ -32,6 +32,11 @@ def is_url(where: Any) -> bool:
     return "://" in str(where)
 
 
+def _stamp(info: dict) -> str:
+    """What changes whenever an object is written: its ETag (S3), MD5 (GCS) or time."""
+    return str(info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("mtime"))
+
+
 class StoreLocation:
     """A store's root (or a group inside it) and the file operations the checks need.
 
@@ -157,8 +162,94 @@ class StoreLocation:
         info = self.fs.info(path)
         if info.get("type") == "directory":
             raise FileNotFoundError(path)
-        stamp = info.get("ETag") or info.get("etag") or info.get("md5Hash") or info.get("mtime")
-        return int(info["size"]), str(stamp)
+        return int(info["size"]), _stamp(info)
+
+    # ---------------------------------------------------- many files at once
+    # An object store answers each request after tens of milliseconds: the checks and the
+    # workers ask for many chunks at once, concurrently (or by one listing), not one by one.
+
+    def read_many(self, keys: list[str]) -> dict[str, tuple[bytes, int | str] | None]:
+        """:meth:`read` of each key (None for a missing file); concurrent on an object store."""
+        if not self.remote or not keys:
+            out = {}
+            for key in keys:
+                try:
+                    out[key] = self.read(key)
+                except FileNotFoundError:
+                    out[key] = None
+            return out
+
+        async def one(path):
+            info = await self.fs._info(path)
+            if info.get("type") == "directory":
+                raise FileNotFoundError(path)
+            return await self.fs._cat_file(path), _stamp(info)
+
+        return dict(zip(keys, self._gather(one, [self._key(k) for k in keys])))
+
+    def stats(self, keys: list[str]) -> dict[str, tuple[int, int | str] | None]:
+        """:meth:`stat` of each key; on an object store from one listing of the store."""
+        if not self.remote:
+            return {key: self.stat(key) for key in keys}
+        self.fs.invalidate_cache(self.root)
+        try:
+            listing = self.fs.find(self.root, detail=True)
+        except FileNotFoundError:
+            listing = {}
+        found = {}
+        for path, info in listing.items():
+            found[path.removeprefix(self.root + "/")] = (int(info["size"]), _stamp(info))
+        return {key: found.get(key) for key in keys}
+
+    def _gather(self, one, paths: list[str], limit: int = 32) -> list:
+        import asyncio
+
+        from fsspec.asyn import sync
+
+        for path in paths:
+            self.fs.invalidate_cache(path)
+
+        async def run():
+            gate = asyncio.Semaphore(limit)
+
+            async def guarded(path):
+                async with gate:
+                    try:
+                        return await one(path)
+                    except FileNotFoundError:
+                        return None
+
+            return await asyncio.gather(*(guarded(p) for p in paths))
+
+        if getattr(self.fs, "async_impl", False):
+            return sync(self.fs.loop, run)
+        out = []
+        for path in paths:                       # a synchronous file system: one by one
+            try:
+                info = self.fs.info(path)
+                out.append((self.fs.cat_file(path), _stamp(info)))
+            except FileNotFoundError:
+                out.append(None)
+        return out
+
+    def upload(self, folder, last: tuple[str, ...] = ()) -> None:
+        """Copy a local folder's files here, concurrently; files named in ``last`` after the rest.
+
+        A store built in a local folder is published to an object store this
+        way (there is no rename there): what marks it complete goes last.
+
+        Args:
+            folder: the local folder.
+            last: keys (relative paths) to write only once all others are written.
+        """
+        folder = Path(folder)
+        keys = sorted(str(p.relative_to(folder)).replace(os.sep, "/")
+                      for p in folder.rglob("*") if p.is_file())
+        first = [k for k in keys if k not in last]
+        for batch in (first, [k for k in keys if k in last]):
+            if batch:
+                self.fs.put([str(folder / k) for k in batch], [self._key(k) for k in batch])
+        self.fs.invalidate_cache(self.root)
 
     def remove(self) -> None:
         """Remove everything here (a whole store), if anything is."""

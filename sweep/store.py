@@ -422,10 +422,15 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
         raise ValueError(f"batch must be a positive number of points, got {batch}")
     ds, encoding = _template(spec_hash, points, schema, attrs, int(batch))
     if is_url(path):
-        # No rename on object storage: the template is written in place, its record last, so
-        # a creation cut short leaves metadata without a record, which checks report.
-        _write_template(ds, encoding, str(path))
-        write_template_record(str(path))
+        # No rename on object storage: built in a local folder and uploaded, its template
+        # record last, so that a creation cut short leaves a store without one (made again).
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="mechsweep-template-") as folder:
+            local = Path(folder) / "store.zarr"
+            _write_template(ds, encoding, local)
+            write_template_record(local)
+            StoreLocation(path).upload(local, last=(f"{TEMPLATE_ARRAY}/c",))
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -817,8 +822,10 @@ def _chunk_table(root: StoreLocation, keys: list[str]) -> dict[str, list]:
     The stamp is the modification time in ns (local) or the ETag (object store).
     """
     chunks = {}
-    for key in keys:
-        data, stamp = root.read(key)
+    for key, found in root.read_many(keys).items():
+        if found is None:
+            raise FileNotFoundError(f"{root}: chunk {key} is missing right after its write")
+        data, stamp = found
         chunks[key] = [len(data), stamp, _digest(data)]
     return chunks
 
@@ -861,20 +868,32 @@ def _parse_record(text: str, keys: list[str]) -> tuple[dict | None, str]:
     return chunks, ""
 
 
-def _check_chunk(root: StoreLocation, key: str, entry: list, level: str) -> str:
-    """Why one committed chunk file is not as committed; empty when it is."""
-    size, stamp, digest = entry
-    found = root.stat(key)
-    if found is None:
+def _check_chunks(root: StoreLocation, chunks: Mapping[str, list], keys: list[str], level: str,
+                  stats: Mapping) -> list[str]:
+    """Why the committed chunk files ``keys`` are not as committed; empty when they are.
+
+    ``stats``: key -> (size, stamp) or None, as :meth:`StoreLocation.stats` gives.
+    """
+    problems, to_read = {}, []
+    for key in keys:
+        size, stamp, _ = chunks[key]
+        found = stats.get(key)
+        if found is None:
+            problems[key] = f"chunk {key} missing"
+        elif found[0] != size:
+            problems[key] = f"chunk {key} corrupt: {found[0]} bytes, committed {size}"
+        elif level != "quick" or found[1] != stamp:
+            to_read.append(key)   # an untouched chunk needs no reading at the quick level
+    for key, got in root.read_many(to_read).items():
+        problems[key] = _chunk_problem(key, chunks[key], got)
+    return [problems[k] for k in keys if problems.get(k)]
+
+
+def _chunk_problem(key: str, entry: list, got) -> str:
+    """Why one chunk read back is not as committed; empty when it is."""
+    if got is None:
         return f"chunk {key} missing"
-    if found[0] != size:
-        return f"chunk {key} corrupt: {found[0]} bytes, committed {size}"
-    if level == "quick" and found[1] == stamp:
-        return ""          # untouched since its commit: no need to read it
-    try:
-        data, _ = root.read(key)
-    except FileNotFoundError:
-        return f"chunk {key} missing"
+    data, digest = got[0], entry[2]
     if _digest(data) != digest:
         return f"chunk {key} corrupt: checksum differs from the commit record"
     return ""
@@ -1003,7 +1022,7 @@ def _read_records(group: zarr.Group, n_batches: int) -> list[str | Exception]:
 
 
 def _check_batch(group: zarr.Group, root: StoreLocation, index: int, sl: slice, record,
-                 codes: np.ndarray, level: str, layout) -> list[str] | None:
+                 codes: np.ndarray, level: str, layout, stats: Mapping) -> list[str] | None:
     """Problems of one batch; ``None`` when it is pending (no record, no status)."""
     keys = _batch_chunks(group, index, layout)
     if isinstance(record, Exception):
@@ -1015,7 +1034,7 @@ def _check_batch(group: zarr.Group, root: StoreLocation, index: int, sl: slice, 
     chunks, why = _parse_record(record, keys)
     if chunks is None:
         return [why]
-    problems = [p for p in (_check_chunk(root, k, chunks[k], level) for k in keys) if p]
+    problems = _check_chunks(root, chunks, keys, level, stats)
     if not problems and level == "decode":
         problems = _decode_batch(group, sl)
     if not problems and (codes[sl] == st.PENDING).any():
@@ -1085,8 +1104,9 @@ def check_store(path, level: str = "quick") -> StoreCheck:
     root = _store_root(group)
     records = _read_records(group, len(slices))
     layout = _chunk_layout(group)
+    stats = root.stats([k for i in range(len(slices)) if records[i] for k in _batch_chunks(group, i, layout)])
     for i, sl in enumerate(slices):
-        problems = _check_batch(group, root, i, sl, records[i], codes, level, layout)
+        problems = _check_batch(group, root, i, sl, records[i], codes, level, layout, stats)
         if problems is None:
             check.pending.append(i)
         elif problems:

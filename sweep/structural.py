@@ -313,13 +313,18 @@ def create_root(path, spec, names: list[str], groups: list[Group]) -> None:
     if StoreLocation(path).exists():
         raise FileExistsError(f"{path} exists; remove it or resume it")
     if is_url(path):
-        # No rename on object storage: built in place, the root's consolidated metadata last.
-        where = StoreLocation(path)
-        zarr.open_group(str(where), mode="w-", zarr_format=3,
-                        attributes=_root_attrs_for(spec, names, groups))
-        for g in groups:
-            _template(where / g.label, g)
-        _consolidate(where)
+        # No rename on object storage: built in a local folder and uploaded, the groups'
+        # template records last (a group without one is made again by the next run).
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="mechsweep-template-") as folder:
+            local = Path(folder) / "store.zarr"
+            zarr.open_group(str(local), mode="w-", zarr_format=3,
+                            attributes=_root_attrs_for(spec, names, groups))
+            for g in groups:
+                _template(local / g.label, g)
+            _consolidate(local)
+            StoreLocation(path).upload(local, last=tuple(f"{g.label}/template_commit/c" for g in groups))
         return
     from sweep.folders import publish, temporary_sibling
 

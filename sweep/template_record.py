@@ -70,11 +70,10 @@ def template_files(group: zarr.Group) -> list[str]:
     return sorted(keys)
 
 
-def _digest(root: StoreLocation, key: str) -> str | None:
-    try:
-        return hashlib.sha256(root.read(key)[0]).hexdigest()
-    except FileNotFoundError:
-        return None
+def _digests(root: StoreLocation, keys: list[str]) -> dict[str, str | None]:
+    """SHA-256 of each file (None when it is missing), read together."""
+    return {key: None if got is None else hashlib.sha256(got[0]).hexdigest()
+            for key, got in root.read_many(keys).items()}
 
 
 def write_template_record(path) -> None:
@@ -85,7 +84,7 @@ def write_template_record(path) -> None:
     """
     group = zarr.open_group(str(path), mode="r+")
     root = StoreLocation.of_group(group)
-    files = {key: _digest(root, key) for key in template_files(group)}
+    files = _digests(root, template_files(group))
     group[TEMPLATE_ARRAY][()] = json.dumps({"format": 1, "files": files}, sort_keys=True)
 
 
@@ -150,8 +149,9 @@ def check_template(group: zarr.Group) -> TemplateDamage:
         damage.append((f"{TEMPLATE_ARRAY}/c", "the template record names other files than the store's "
                                                 "metadata lists"))
         return damage
+    found = _digests(root, keys)
     for key in keys:
-        got, want = _digest(root, key), files[key]
+        got, want = found[key], files[key]
         if got == want:
             continue
         if got is None:
