@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test run install bench bench-sweep bench-peers clean
+.PHONY: test run install bench bench-sweep bench-scale bench-peers clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || (command -v $(PYTHON) >/dev/null && $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV))
@@ -31,6 +31,12 @@ bench: $(STAMP)
 # The sweep pipeline on 2,000 RSCR points (a quarter of an hour on 2 cores; run it on a quiet machine).
 bench-sweep: $(STAMP)
 	$(PY) workflows/benchmarks/bench_sweep.py --out workflows/benchmarks/results/sweep.txt
+
+# The pipeline alone at scale: one driver, N = 1..64 worker processes writing pre-computed RSCR-shaped
+# batches (every worker loads JAX, so a worker count whose memory would not fit is skipped, and said so).
+# Run it on a quiet machine; `bench_scale.py --quick` is a smoke test.
+bench-scale: $(STAMP)
+	$(PY) workflows/benchmarks/bench_scale.py --out workflows/benchmarks/results/scale.txt
 
 # mechsweep against diffrax (Dopri8) and heyoka, side by side (issue 11): pendulum, Andrews'
 # squeezer, RSCR, Mechanism0, the 90x90 cloth, and a GPU section when one is present.  Mostly

@@ -316,6 +316,38 @@ def test_benchmark_grid_sizes_multiply_to_the_point_count():
         assert int(np.prod(sizes)) == n and min(sizes) >= 1
 
 
+@pytest.mark.slow
+def test_scale_benchmark_quick_measures_each_worker_count_and_leaves_complete_stores(tmp_path):
+    """bench_scale.py --quick on real dask scheduler and worker processes: a table row per N
+    with positive rates, and stores (written by the workers, committed by the driver) that
+    pass the checksum check with every batch done."""
+    from sweep.store import check_store
+
+    out = tmp_path / "scale.txt"
+    proc = subprocess.run([sys.executable, str(ROOT / "workflows/benchmarks/bench_scale.py"), "--quick",
+                           "--out", str(out), "--store-dir", str(tmp_path / "stores")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("$ ") and "bench_scale.py --quick" in lines[0]
+    assert any(line.startswith("date: ") for line in lines)
+    assert any("so N > " in line and "oversubscription" in line for line in lines)
+    head = next(i for i, line in enumerate(lines) if line.split()[:3] == ["N", "points", "batches"])
+    assert "points/s" in lines[head] and lines[head + 1].startswith("---")
+    rows = [line.split() for line in lines[head + 2:] if line.strip()]
+    rows = rows[:next((i for i, r in enumerate(rows) if not r[0].isdigit()), len(rows))]
+    assert [int(r[0]) for r in rows] == [1, 2]
+    for r in rows:
+        assert float(r[6]) > 0 and float(r[7]) > 0            # points/s, tasks points/s
+        assert r[-1] == "0"                                   # failed points
+    text = "\n".join(lines)
+    assert "Old path, for comparison" in text and "one driver could feed about" in text
+    for n in (1, 2):
+        check = check_store(tmp_path / "stores" / f"scale_N{n}.zarr", "checksum")
+        assert check.done == list(range(len(check.slices))) and len(check.slices) == 10
+        assert check.ok and (check.codes == 0).all()          # every point a success
+
+
 def test_peers_summary_is_drawn_with_a_bar_per_figure_and_none_for_n_a(tmp_path):
     """bench_peers' figure: a bar for every run and compile time measured, none where a peer
     has no row (n/a) or a figure is missing, on two log-scaled panels."""
