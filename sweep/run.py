@@ -54,8 +54,8 @@ import zarr
 from solver import status as st
 from solver.errors import InputError
 from solver.models.yamlio import load_yaml
-from sweep.store import (BatchResult, Schema, WrittenBatch, batch_slices, commit_batch, plan_store,
-                         read_status, write_batch, write_batch_data)
+from sweep.store import (BatchCommitter, BatchResult, Schema, WrittenBatch, batch_slices, plan_store,
+                         read_status, write_batch_data)
 
 __all__ = [
     "BatchResult", "SweepSummary", "run_sweep", "run_batch_task", "check_result",
@@ -276,7 +276,8 @@ class WriteFailed:
 
 
 def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_dir: str,
-                        store: str, batch_slice: slice, schema: Schema) -> WrittenBatch | WriteFailed:
+                        store: str, batch_slice: slice, schema: Schema,
+                        store_token: str | None = None) -> WrittenBatch | WriteFailed:
     """The Dask task of one batch: compute it, check it, write its chunks into the store.
 
     The batch's data never leave the worker: what comes back to the driver is
@@ -286,16 +287,19 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
 
     Args:
         batch_fn, points, context, cache_dir: as for :func:`run_batch_task`.
-        store: the store's path.
+        store: the store's path (or, in the driver's own process, its open group).
         batch_slice: the batch's points in the store.
         schema: the store's schema, to check the result against.
+        store_token: what tells this store from another one once at the same
+            path (its creation time and sweep hash): with it, a worker opens
+            the store once for all the batches it writes.
 
     Returns:
         A :class:`~sweep.store.WrittenBatch`, or a :class:`WriteFailed` with
         the exception that the write raised.
     """
     n = batch_slice.stop - batch_slice.start
-    if "://" not in store and not os.path.isdir(store):
+    if isinstance(store, str) and "://" not in store and not os.path.isdir(store):
         # Checked before computing: a worker on another host without the driver's file system.
         return WriteFailed(InputError(
             f"the Dask worker on {socket.gethostname()} cannot see the store: the workers write "
@@ -304,9 +308,24 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
     result = run_batch_task(batch_fn, points, context, cache_dir)
     result = checked_or_failed(result, schema, n)
     try:
-        return write_batch_data(store, batch_slice, result)
+        return write_batch_data(_open_store_once(store, store_token), batch_slice, result)
     except Exception as exc:  # noqa: BLE001 - the driver decides; a worker must not die of it
         return WriteFailed(_picklable(exc), result.seconds)
+
+
+_OPEN_STORES: dict = {}
+
+
+def _open_store_once(store: str, token: str | None):
+    """The store's group, opened once per worker process for each (path, token)."""
+    if token is None:
+        return store
+    key = (store, token)
+    if key not in _OPEN_STORES:
+        if len(_OPEN_STORES) >= 8:
+            _OPEN_STORES.clear()
+        _OPEN_STORES[key] = zarr.open_group(store, mode="r+")
+    return _OPEN_STORES[key]
 
 
 def checked_or_failed(result: BatchResult, schema: Schema, n: int) -> BatchResult:
@@ -712,7 +731,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             if isinstance(outcome, BatchResult):
                 outcome = write_batch_data(group, sl, checked_or_failed(outcome, schema,
                                                                         sl.stop - sl.start))
-            commit_batch(group, outcome)
+            committer.commit(outcome)
         summary.batches_run.append(index)
         summary.batch_seconds[index] = float(outcome.seconds)
         run_codes.append(outcome.status)
@@ -724,6 +743,8 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             log.batch_done(len(summary.batches_run), failed)
 
     group = zarr.open_group(store_path, mode="r+")
+    committer = BatchCommitter(group) if todo else None
+    store_token = f"{group.attrs.get('created')} {group.attrs.get('sweep_hash')}"
     if "://" not in store_path:
         store_path = os.path.abspath(store_path)      # workers may run in another directory
     bar = tqdm(total=len(todo), unit="batch", desc=title or "sweep",
@@ -740,11 +761,12 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             for index in todo:
                 sl = slices[index]
                 finish(index, run_and_write_batch(batch_fn, {k: v[sl] for k, v in points.items()},
-                                                  context, cache_dir, store_path, sl, schema))
+                                                  context, cache_dir, group, sl, schema))
             summary.wall_seconds = time.perf_counter() - t0
         else:
             summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
                 todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
+                store_token,
                 workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client,
                 WORKER_TIMEOUT if worker_timeout is None else worker_timeout)
     finally:
@@ -790,7 +812,7 @@ class ProgressLog:
 
 
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
-              workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client=None,
+              store_token, workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client=None,
               worker_timeout: float = 0.0):
     """Submit the batches and commit them as they complete; (startup, wall, threads).
 
@@ -821,7 +843,7 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             sl = slices[index]
             fut = client.submit(run_and_write_batch, batch_fn,
                                 {k: v[sl] for k, v in points.items()}, context, cache_dir,
-                                store_path, sl, schema,
+                                store_path, sl, schema, store_token,
                                 key=f"mechsweep-batch-{index}-{run_id}", pure=False)
             futures[fut.key] = (index, fut)
         threads = _threads(client)

@@ -87,6 +87,7 @@ which object stores cannot do).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import itertools
@@ -113,7 +114,7 @@ from solver.results.solution import package_versions
 
 __all__ = [
     "BatchResult", "Schema", "MODES", "create_template", "prepare_store", "plan_store",
-    "write_batch",
+    "write_batch", "write_batch_data", "commit_batch", "BatchCommitter", "WrittenBatch",
     "read_status", "pending_batches", "failed_points", "failed_batches", "open_store",
     "store_attrs", "batch_slices", "effective_batch", "status_report", "check_store", "StoreCheck",
     "CHECK_LEVELS",
@@ -680,34 +681,72 @@ def write_batch_data(path, batch_slice: slice, result: BatchResult) -> WrittenBa
     n = batch_slice.stop - batch_slice.start
     codes = np.asarray(result.status, dtype=np.int8).reshape(n)
     bad = st.is_failure(codes)
-    names = _batch_arrays(group)
-    arrays = {name: group[name] for name in names}   # one lookup each
+    arrays = _open_arrays(group, _batch_arrays(group))
+    writes = []
     for name in group.attrs["sweep_outputs"]:
-        target = _full_chunks(arrays[name])
         value = result.data.get(name)
+        shape = (n,) + arrays[name].shape[1:]
         if value is None:
-            value = np.full((n,) + target.shape[1:], np.nan)
+            value = np.full(shape, np.nan)
         else:
-            value = np.array(value, dtype=np.float64).reshape((n,) + target.shape[1:])
+            value = np.array(value, dtype=np.float64).reshape(shape)
             value[bad] = np.nan
-        target[batch_slice] = value
-    _full_chunks(arrays["steps"])[batch_slice] = np.asarray(result.steps, dtype=np.int64).reshape(n)
+        writes.append((name, batch_slice, value))
+    writes.append(("steps", batch_slice, np.asarray(result.steps, dtype=np.int64).reshape(n)))
     message, seconds = str(result.message or ""), float(result.seconds)
     if "batch_message" in arrays:
-        _full_chunks(arrays["batch_message"])[index] = message
-        _full_chunks(arrays["batch_seconds"])[index] = seconds
-    _write_status(group, batch_slice, codes)
+        writes += [("batch_message", slice(index, index + 1), np.array([message], dtype=object)),
+                   ("batch_seconds", slice(index, index + 1), np.array([seconds]))]
+    # All data chunks at once (their writes overlap), then status: a status that is not
+    # pending always has its data beside it.
+    _write_chunks(arrays, writes)
+    _write_status(arrays, batch_slice, codes)
     keys = _batch_chunks(group, index, _chunk_layout(group, arrays))
     return WrittenBatch(index, codes, message, seconds, _chunk_table(_store_root(group), keys))
 
 
-def commit_batch(path, written: WrittenBatch) -> None:
-    """Commit a batch written by :func:`write_batch_data`: write its commit record.
+class BatchCommitter:
+    """The writer of one store's commit records (the driver's part of writing a batch).
 
-    The record's chunk table comes from the writer; its chunk paths must be
-    exactly those the store's metadata give the batch. In a store of format 2
-    the batch's message and time are written here first (they share chunks
-    with other batches there, so only one process may write them).
+    The store's chunk layout and its ``batch_commit`` array are looked up
+    once, so that committing a batch costs one small write.
+
+    Args:
+        path: the store (or an open ``zarr.Group`` of it).
+    """
+
+    def __init__(self, path):
+        self.group = _writable_group(path)
+        self.layout = _chunk_layout(self.group)
+        self.records = self.group["batch_commit"]
+        self.shared_message = store_format(self.group) < 3
+
+    def commit(self, written: WrittenBatch) -> None:
+        """Commit a batch written by :func:`write_batch_data`: write its commit record.
+
+        The record's chunk table comes from the writer; its chunk paths must
+        be exactly those the store's metadata give the batch. In a store of
+        format 2 the batch's message and time are written here first (they
+        share chunks with other batches there, so only one process may write
+        them).
+
+        Raises:
+            ValueError: the table names other chunks than the batch has.
+            OSError: the store cannot be written.
+        """
+        keys = _batch_chunks(self.group, written.index, self.layout)
+        if sorted(written.chunks) != keys:
+            raise ValueError(f"{_store_root(self.group)}: batch {written.index} was written with "
+                             f"other chunks ({sorted(written.chunks)[:3]}...) than the store has "
+                             f"({keys[:3]}...)")
+        if self.shared_message:
+            self.group["batch_message"][written.index] = written.message
+            self.group["batch_seconds"][written.index] = written.seconds
+        _write_commit(self.group, written.index, written.chunks, self.records)
+
+
+def commit_batch(path, written: WrittenBatch) -> None:
+    """Commit one batch written by :func:`write_batch_data` (see :class:`BatchCommitter`).
 
     Args:
         path: the store (or an open ``zarr.Group`` of it).
@@ -717,16 +756,7 @@ def commit_batch(path, written: WrittenBatch) -> None:
         ValueError: the table names other chunks than the batch has.
         OSError: the store cannot be written.
     """
-    group = _writable_group(path)
-    keys = _batch_chunks(group, written.index)
-    if sorted(written.chunks) != keys:
-        raise ValueError(f"{_store_root(group)}: batch {written.index} was written with other "
-                         f"chunks ({sorted(written.chunks)[:3]}...) than the store has "
-                         f"({keys[:3]}...)")
-    if store_format(group) < 3:
-        group["batch_message"][written.index] = written.message
-        group["batch_seconds"][written.index] = written.seconds
-    _write_commit(group, written.index, written.chunks)
+    BatchCommitter(path).commit(written)
 
 
 def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
@@ -747,20 +777,47 @@ def write_batch(path, batch_slice: slice, result: BatchResult) -> None:
     commit_batch(group, write_batch_data(group, batch_slice, result))
 
 
-def _write_status(group: zarr.Group, batch_slice: slice, codes: np.ndarray) -> None:
+def _open_arrays(group: zarr.Group, names: list[str]) -> dict[str, zarr.Array]:
+    """The group's arrays ``names``, looked up together (each lookup alone waits on Zarr's loop)."""
+    from zarr.core.sync import sync
+
+    async def lookup():
+        return await asyncio.gather(*(group._async_group.getitem(name) for name in names))
+
+    return {name: zarr.Array(found) for name, found in zip(names, sync(lookup()))}
+
+
+def _write_chunks(arrays: Mapping[str, zarr.Array], writes: list) -> None:
+    """``arrays[name][selection] = value`` for each ``(name, selection, value)``, concurrently.
+
+    Every chunk is written, even one equal to the fill value (see :func:`_full_chunks`).
+    """
+    from zarr.core.sync import sync
+
+    async def write_all():
+        await asyncio.gather(*(_full_chunks(arrays[name]).async_array.setitem(selection, value)
+                               for name, selection, value in writes))
+
+    sync(write_all())
+
+
+def _write_status(arrays: Mapping[str, zarr.Array], batch_slice: slice, codes: np.ndarray) -> None:
     # Written after the data: status alone never says done (the commit record
     # does), but a status that is not pending always has its data beside it.
-    _full_chunks(group["status"])[batch_slice] = codes
+    _write_chunks(arrays, [("status", batch_slice, codes)])
 
 
-def _write_commit(group: zarr.Group, index: int, chunks: Mapping[str, list] | None = None) -> None:
+def _write_commit(group: zarr.Group, index: int, chunks: Mapping[str, list] | None = None,
+                  records: zarr.Array | None = None) -> None:
     """The commit point of a batch: one chunk of ``batch_commit``, written atomically.
 
     ``chunks``: the batch's chunk table from its writer; None reads the chunks as they are now.
+    ``records``: the ``batch_commit`` array, if already looked up.
     """
     if chunks is None:
         chunks = _chunk_table(_store_root(group), _batch_chunks(group, index))
-    group["batch_commit"][index] = json.dumps(_commit_record(chunks), sort_keys=True)
+    records = records if records is not None else group["batch_commit"]
+    records[index] = json.dumps(_commit_record(chunks), sort_keys=True)
 
 
 # ------------------------------------------------------------ commit records
