@@ -115,3 +115,21 @@ def _release_compiled_programs():
     yield
     gc.collect()
     jax.clear_caches()
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A real S3 API server (moto's server mode) on 127.0.0.1, this process pointed at it.
+
+    Processes started while it runs (Dask workers, CLI drivers) inherit its
+    endpoint and test credentials through the environment.
+    """
+    from s3server import S3Server
+
+    server = S3Server()
+    old = server.activate()
+    try:
+        yield server
+    finally:
+        S3Server.restore(old)
+        server.stop()

@@ -221,6 +221,15 @@ def test_starts_from_a_store_are_its_best_stored_points(folder, pendulum, store,
     assert not (folder / "from_store.png").exists()
 
 
+def test_starts_from_a_store_on_s3_are_those_of_the_same_store_on_disk(s3, pendulum, store):
+    from sweep.location import StoreLocation
+
+    spec, context = pendulum
+    url = s3.url("design/lengths.zarr")
+    StoreLocation(url).upload(store)
+    assert rank_store(context, url, 2) == rank_store(context, str(store), 2)
+
+
 def test_a_store_without_the_path_variable_is_refused(folder, pendulum):
     spec, context = pendulum
     path = folder / "only_x.yaml"

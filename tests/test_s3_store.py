@@ -13,23 +13,12 @@ import pytest
 import xarray as xr
 import zarr
 
-from s3server import ACCESS_KEY, SECRET_KEY, S3Server
+from s3server import ACCESS_KEY, SECRET_KEY
 from solver import status as st
 from sweep import store
 from sweep.location import StoreLocation
 from test_store_integrity import SPEC, assert_same_store, counts, resume_toy, status_cli, toy_store
 from toybatch import ToyContext, read_log
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = S3Server()
-    old = server.activate()
-    try:
-        yield server
-    finally:
-        S3Server.restore(old)
-        server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +168,32 @@ def test_a_worker_killed_mid_sweep_into_s3_loses_and_duplicates_no_point(s3, das
     assert sorted(summary.batches_run) == list(range(12))
     assert_store_equals(url, serial_reference(spec, ctx))
     assert store.check_store(url, "decode").ok
+
+
+# ------------------------------------------------------------ the command line
+
+def test_the_cli_sweeps_into_s3_checks_it_and_reads_it_back(s3, tmp_path, capsys):
+    from pendulum_sweep import write_pendulum_sweep
+    from sweep.cli.app import main
+
+    sweep_file = write_pendulum_sweep(tmp_path)
+    url = s3.url("cli/pendulum.zarr")
+    code = main(["sweep", str(sweep_file), "--out", url, "--workers", "1"])
+    out, err = capsys.readouterr()
+    assert code == 1, err                          # the two designs with x0 > L cannot assemble
+    assert ACCESS_KEY not in out + err and SECRET_KEY not in out + err
+    fs = s3.fs()
+    assert fs.exists(f"{s3.bucket}/cli/pendulum.zarr/summary.png")
+    assert not fs.exists(f"{s3.bucket}/cli/.pendulum.zarr.lease")       # given back
+    assert main(["status", "--verify", url]) == 0
+    report = capsys.readouterr().out
+    assert counts(report) == {"success": 4, "no_assembly": 2}
+    ds = store.open_store(url)
+    assert ds.sizes["point"] == 6 and ds.sizes["time"] == 21
+    ok = ds.status.values == st.SUCCESS
+    assert np.isfinite(ds["y_max"].values[ok]).all() and np.isnan(ds["y_max"].values[~ok]).all()
+    # Run again: everything is done, nothing runs; a missing bucket is refused by name.
+    assert main(["sweep", str(sweep_file), "--out", url, "--workers", "1"]) == 1
+    code = main(["sweep", str(sweep_file), "--out", "s3://no-such-bucket/p.zarr"])
+    err = capsys.readouterr().err
+    assert code == 2 and "the bucket 'no-such-bucket' does not exist" in err
