@@ -86,6 +86,23 @@ class SweepContext:
     value_check: str = ""
     sensitivities: list = dataclasses.field(default_factory=list)
 
+    def check_on_worker(self) -> str:
+        """Why this process's copy of the model is not the driver's; empty when it is.
+
+        A worker builds the model from :attr:`model_path` itself: on a file
+        system that holds another version of the file (a stale copy, an edit
+        since the sweep started) it would compute another model.
+        """
+        if self.key in _WORKER_MODELS:
+            return ""
+        model = solver.load(self.model_path, overrides=self.override or None)
+        if _model_key(self.model_path, model.text, self.override) != self.key:
+            return (f"the model file {self.model_path} here differs from the one the sweep was "
+                    f"started with (its hash differs): make the workers see the same file")
+        MODEL_BUILDS[self.key] += 1
+        remember_model(self.key, model)
+        return ""
+
 
 # A worker keeps the models it has loaded, by model hash; each model's DAE
 # keeps its compiled model alive (solver.compiled), so a worker compiles once

@@ -275,9 +275,87 @@ class WriteFailed:
     seconds: float = math.nan
 
 
+@dataclass
+class Unfit:
+    """A worker that failed its check before a batch (see :func:`check_worker`): nothing was computed.
+
+    The driver stops giving it work and sends the batch to another worker.
+    """
+
+    worker: str
+    reason: str
+
+
+def package_version() -> str:
+    """The installed mechsweep's version (``unknown`` when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mechsweep")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+_WORKER_CHECKS: dict = {}
+
+
+def check_worker(expected_version: str, context: Any = None) -> str:
+    """Why this process cannot run the sweep's batches; empty when it can.
+
+    Checked once per process (and context): JAX computes in 64-bit floats,
+    its platform starts, the installed mechsweep is the driver's version,
+    and whatever the context checks itself (``context.check_on_worker()``:
+    the sweep's model file here is the driver's).
+
+    Args:
+        expected_version: the driver's :func:`package_version`.
+        context: the sweep's context.
+
+    Returns:
+        The reasons, joined by ``; ``, or ``""``.
+    """
+    key = (expected_version, getattr(context, "key", None))
+    if key in _WORKER_CHECKS:
+        return _WORKER_CHECKS[key]
+    import jax
+
+    reasons = []
+    if not jax.config.jax_enable_x64:
+        reasons.append("JAX computes without 64-bit floats here (jax_enable_x64 is off)")
+    try:
+        jax.devices()
+    except Exception as exc:  # noqa: BLE001 - any failure to start the platform
+        first = (str(exc).splitlines() or [""])[0][:200]
+        reasons.append(f"JAX cannot start its platform here ({type(exc).__name__}"
+                       + (f": {first})" if first else ")"))
+    here = package_version()
+    if here != expected_version:
+        reasons.append(f"mechsweep {here} is installed here, {expected_version} on the driver")
+    own = getattr(context, "check_on_worker", None)
+    if own is not None:
+        try:
+            why = own()
+        except Exception as exc:  # noqa: BLE001 - a check that fails is a reason too
+            why = f"{type(exc).__name__}: {exc}"
+        if why:
+            reasons.append(why)
+    _WORKER_CHECKS[key] = "; ".join(reasons)
+    return _WORKER_CHECKS[key]
+
+
+def _this_worker() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"this process ({socket.gethostname()}, pid {os.getpid()})"
+
+
 def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_dir: str,
                         store: str, batch_slice: slice, schema: Schema,
-                        store_token: str | None = None) -> WrittenBatch | WriteFailed:
+                        store_token: str | None = None,
+                        expected_version: str | None = None) -> WrittenBatch | WriteFailed | Unfit:
     """The Dask task of one batch: compute it, check it, write its chunks into the store.
 
     The batch's data never leave the worker: what comes back to the driver is
@@ -293,10 +371,13 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
         store_token: what tells this store from another one once at the same
             path (its creation time and sweep hash): with it, a worker opens
             the store once for all the batches it writes.
+        expected_version: the driver's mechsweep version: with it, the
+            worker first passes :func:`check_worker` or computes nothing.
 
     Returns:
-        A :class:`~sweep.store.WrittenBatch`, or a :class:`WriteFailed` with
-        the exception that the write raised.
+        A :class:`~sweep.store.WrittenBatch`; a :class:`WriteFailed` with
+        the exception that the write raised; an :class:`Unfit` when this
+        worker failed its check.
     """
     n = batch_slice.stop - batch_slice.start
     if isinstance(store, str) and "://" not in store and not os.path.isdir(store):
@@ -305,6 +386,11 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
             f"the Dask worker on {socket.gethostname()} cannot see the store: the workers write "
             f"their batches themselves, so --out must be on a file system they share with the "
             f"driver, or an object store URL such as s3://bucket/sweep.zarr", file=store))
+    if expected_version is not None:
+        configure_jax(cache_dir)
+        why = check_worker(expected_version, context)
+        if why:
+            return Unfit(_this_worker(), why)
     result = run_batch_task(batch_fn, points, context, cache_dir)
     result = checked_or_failed(result, schema, n)
     try:
@@ -839,17 +925,25 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         startup = time.perf_counter() - t_start
         t0 = time.perf_counter()
         run_id = uuid.uuid4().hex[:8]
-        for index in todo:
+        version = package_version()
+        unfit: dict[str, str] = {}
+
+        def submit(index, attempt=0, **where):
             sl = slices[index]
             fut = client.submit(run_and_write_batch, batch_fn,
                                 {k: v[sl] for k, v in points.items()}, context, cache_dir,
-                                store_path, sl, schema, store_token,
-                                key=f"mechsweep-batch-{index}-{run_id}", pure=False)
+                                store_path, sl, schema, store_token, version,
+                                key=f"mechsweep-batch-{index}-{run_id}-{attempt}", pure=False, **where)
             futures[fut.key] = (index, fut)
+            return fut
+
+        for index in todo:
+            submit(index)
         threads = _threads(client)
         watch = WorkerWatch(client, lambda: [f for _, f in list(futures.values())], worker_timeout,
                             after_first=cluster is not None)
-        for fut in as_completed([f for _, f in futures.values()]):
+        done = as_completed([f for _, f in futures.values()])
+        for fut in done:
             index = futures.pop(fut.key)[0]
             n = slices[index].stop - slices[index].start
             try:
@@ -863,9 +957,21 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
                 result = BatchResult.failed(n, st.ERROR, f"{type(exc).__name__}: {exc}")
             finally:
                 fut.release()
+            if isinstance(result, Unfit):
+                fit = _use_fit_workers(client, unfit, result)
+                if fit:
+                    attempt = int(fut.key.rsplit("-", 1)[1]) + 1
+                    done.add(submit(index, attempt, workers=fit, allow_other_workers=False))
+                    continue
+                summary.stopped = ("no worker passed its check: " + "; ".join(
+                    f"{w}: {why}" for w, why in unfit.items()))
+                summary.batches_left += [index] + [i for i, _ in futures.values()]
+                client.cancel([f for _, f in futures.values()])
+                futures.clear()
+                break
             finish(index, result)
         watch.stop()
-        summary.stopped = watch.reason
+        summary.stopped = summary.stopped or watch.reason
         wall = time.perf_counter() - t0
         return startup, wall, max(threads, _threads(client))
     except BaseException:
@@ -879,6 +985,16 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             client.close()
         if own is not None:
             own.close()
+
+
+def _use_fit_workers(client, unfit: dict, result: Unfit) -> list[str]:
+    """Note a worker that failed its check (saying so once); the workers still fit."""
+    if result.worker not in unfit:
+        unfit[result.worker] = result.reason
+        print(f"mechsweep: worker {result.worker} is not used for this sweep: {result.reason}",
+              file=sys.stderr, flush=True)
+    workers = list(client.scheduler_info(n_workers=-1).get("workers", {}))
+    return [w for w in workers if w not in unfit]
 
 
 #: Seconds a sweep waits while its cluster has no worker before it stops (``--worker-timeout``).

@@ -67,8 +67,9 @@ class DaskProcesses:
                 f"worker{i}", [DASK, "worker", self.address, "--nthreads", "1", "--no-nanny",
                                "--no-dashboard", "--host", "127.0.0.1", "--death-timeout", "60",
                                "--name", f"w{i}"]))
-        with Client(self.address) as client:
-            client.wait_for_workers(n_workers, timeout=60)
+        if n_workers:
+            with Client(self.address) as client:
+                client.wait_for_workers(n_workers, timeout=60)
 
     def _start(self, name, cmd):
         log = open(self.tmp / f"{name}.log", "w")
@@ -369,3 +370,67 @@ def test_pin_to_core_keeps_a_process_on_one_allowed_core():
     out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True,
                          text=True, timeout=60, check=True).stdout
     assert out.split() == ["True", "True"]
+
+
+def test_a_worker_that_fails_its_check_gets_no_work_and_its_batches_go_elsewhere(tmp_path, capfd):
+    # Two workers, one of which cannot start JAX (a platform that is not there): the sweep
+    # completes on the other, names the unfit worker once, and turns nothing into a failure.
+    procs = DaskProcesses(tmp_path, n_workers=1)
+    try:
+        procs.env = child_env(JAX_PLATFORMS="cuda")
+        bad = procs._start("bad-worker", [DASK, "worker", procs.address, "--nthreads", "1",
+                                          "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
+                                          "--name", "bad"])
+        procs.env = child_env()
+        with Client(procs.address) as client:
+            client.wait_for_workers(2, timeout=60)
+        spec = grid_spec([1, 2, 3, 4], [0.1, 0.5], batch=1)               # 8 batches
+        ctx = ToyContext(log=str(tmp_path / "log"))
+        summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", scheduler=procs.address,
+                            progress=False)
+        assert sorted(summary.batches_run) == list(range(8)) and not summary.stopped
+        assert_store_equals(tmp_path / "s.zarr", serial_reference(spec, ctx))
+        assert {pid for _, _, pid in read_log(ctx.log, spec)} == {procs.workers[0].pid}
+        err = capfd.readouterr().err
+        named = [line for line in err.splitlines() if "is not used for this sweep" in line]
+        assert len(named) == 1 and "JAX cannot start its platform here" in named[0]
+        assert bad.poll() is None                                           # left running, unused
+    finally:
+        procs.stop()
+
+
+def test_a_sweep_whose_only_worker_fails_its_check_stops_incomplete_saying_why(tmp_path):
+    procs = DaskProcesses(tmp_path, n_workers=0)
+    try:
+        procs.env = child_env(JAX_PLATFORMS="cuda")
+        procs._start("bad-worker", [DASK, "worker", procs.address, "--nthreads", "1", "--no-nanny",
+                                    "--no-dashboard", "--host", "127.0.0.1", "--name", "bad"])
+        with Client(procs.address) as client:
+            client.wait_for_workers(1, timeout=60)
+        spec = grid_spec([1, 2, 3], [0.1], batch=1)
+        ctx = ToyContext(log=str(tmp_path / "log"))
+        summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", scheduler=procs.address,
+                            progress=False)
+        assert summary.batches_run == [] and sorted(summary.batches_left) == [0, 1, 2]
+        assert summary.stopped.startswith("no worker passed its check: tcp://127.0.0.1:")
+        assert "JAX cannot start its platform here" in summary.stopped
+        assert store.pending_batches(tmp_path / "s.zarr") == [0, 1, 2]
+        assert not os.path.exists(ctx.log)                                 # nothing computed
+    finally:
+        procs.stop()
+
+
+def test_a_worker_whose_model_file_differs_from_the_drivers_is_unfit(tmp_path):
+    from pendulum_sweep import write_pendulum_sweep
+    from sweep import pipeline
+    from sweep.spec import load_sweep
+
+    context = pipeline.build_context(load_sweep(write_pendulum_sweep(tmp_path)))
+    pipeline._WORKER_MODELS.pop(context.key, None)
+    assert context.check_on_worker() == ""
+    pipeline._WORKER_MODELS.pop(context.key, None)
+    model = tmp_path / "pendulum_x0.yaml"
+    model.write_text(model.read_text().replace("g: 9.81", "g: 9.80"))   # edited after the start
+    assert context.check_on_worker() == (
+        f"the model file {context.model_path} here differs from the one the sweep was started "
+        f"with (its hash differs): make the workers see the same file")
