@@ -17,6 +17,7 @@ import numpy as np
 import jax
 
 from solver import status as st
+from solver.analysis.failures import failure_records
 from solver.compiled import Compiled, compile_clock, compiled_model, compiled_of
 from solver.dae.problem import DAE
 from solver.errors import InputError
@@ -210,8 +211,12 @@ def _with_event_sensitivities(ds, dae, event_tangents, names, status, single: bo
     return ds
 
 
-def _with_sensitivities(ds, dae, tangents, names, status, single: bool):
-    """``ds`` with the ``d{var}_d{param}`` outputs of :func:`_integrate`'s tangents added."""
+def _with_sensitivities(ds, dae, tangents, names, status, single: bool, mask_failed: bool = True):
+    """``ds`` with the ``d{var}_d{param}`` outputs of :func:`_integrate`'s tangents added.
+
+    ``mask_failed``: a batch's failed points' series all NaN (else as
+    computed: :func:`solve_batch` masks them after the failure).
+    """
     layout = sensitivity_layout(dae, None, names)
     series = sensitivity_series(dae, tangents, names)
     failed = st.is_failure(np.asarray(status))
@@ -220,7 +225,8 @@ def _with_sensitivities(ds, dae, tangents, names, status, single: bool):
         if single:
             ds[name] = (dims, arr[0], attrs)
         else:
-            arr[failed] = np.nan
+            if mask_failed:
+                arr[failed] = np.nan
             ds[name] = (("point",) + dims, arr, attrs)
     ds.attrs["sensitivities"] = list(names)
     return ds
@@ -377,7 +383,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 max_steps: int | None = None, h_max: float | None = None, init: str | None = None,
                 ipopt_options: Mapping | None = None, linear: str = "auto", mode: str | None = None,
                 optimize: bool | None = None, slots: int | None = None, sensitivities: Sequence[str] | None = None,
-                title: str | None = None, extra_attrs: Mapping | None = None):
+                title: str | None = None, extra_attrs: Mapping | None = None, mask_failed: bool = True):
     """Solve many designs of one model at once: one Dataset with a ``point`` dimension.
 
     The one way to solve many designs (the sweep pipeline calls it): every
@@ -385,8 +391,10 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     misses), all are integrated together by
     :meth:`solver.integrate.integrator.Integrator.run_batch` on one compiled model, and
     :mod:`solver.results.solution` names the outputs as :func:`solve` does.  A point
-    that fails (no consistent initial values, step too small, …) has NaN
-    series and its status code; it never stops the batch.
+    that fails (no consistent initial values, step too small, …) has its
+    status code, its failure time and reason, and NaN series (or, with
+    ``mask_failed=False``, its series up to the failure); it never stops the
+    batch.
 
     Args:
         problem: a model from :func:`solver.load` (its problem data are the
@@ -410,14 +418,23 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
             time)`` as :func:`solve` does (forward mode through every
             point's initialisation and integration).
         title, extra_attrs: dataset title and attrs.
+        mask_failed: True (default): a failed point's series are all NaN.
+            False: they keep the samples up to its failure time, as a
+            single :func:`solve` does, and are NaN after it (all NaN for a
+            point that did not assemble: it has no consistent start).
 
     Returns:
         xarray.Dataset with dims ``point`` and ``time`` (and component
         dims): each variable and ``NAME_d{k}``, ``constraint_residual``,
-        ``energy`` where defined, ``status(point)`` (CF flags) and
-        ``steps(point)``; the varied parameters are coordinates on ``point``,
-        the constants are in ``attrs["parameters"]``, per-point failure
-        messages in ``attrs["failures"]`` (JSON), and ``wall_seconds``.
+        ``energy`` where defined, ``status(point)`` (CF flags),
+        ``steps(point)``, ``failure_time(point)`` (when a failed point's run
+        stopped: t0 for no assembly, else the time of its last accepted
+        step; NaN where the point did not fail) and ``failure_reason(point)``
+        (text naming the model's parts, empty where it did not fail;
+        :mod:`solver.analysis.failures`); the varied parameters are
+        coordinates on ``point``, the constants are in ``attrs["parameters"]``,
+        the initialisation messages of points that did not assemble in
+        ``attrs["failures"]`` (JSON), and ``wall_seconds``.
 
     Raises:
         InputError: unknown parameter names, columns of different lengths,
@@ -483,7 +500,9 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 bad[i], messages[i] = True, f"initial values: {err}"
                 continue
             z_hat[i], u_guess[i], free[i] = spec.z_hat, spec.u_guess, spec.free
-    z0, ok, init_msgs = comp.consistent_points(full, t0, z_hat, free, method=init, ipopt_options=ipopt_options)
+    violated: list = []
+    z0, ok, init_msgs = comp.consistent_points(full, t0, z_hat, free, method=init, ipopt_options=ipopt_options,
+                                               violated=violated)
     ok &= ~bad
     messages = [m or im for m, im in zip(messages, init_msgs)]
     z0 = np.where(ok[:, None], z0, z_hat)
@@ -500,10 +519,43 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 "linear": integ.linear, "optimize": integ.optimize, "slots": int(slots)}
     ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
                              constants=constants, settings=settings, messages=messages, title=title,
-                             extra_attrs=extra_attrs)
+                             extra_attrs=extra_attrs, mask_failed=mask_failed)
     if names:
-        ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=False)
+        ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=False,
+                                 mask_failed=mask_failed)
         if "event_tangents" in res:
             ds = _with_event_sensitivities(ds, dae, res["event_tangents"], names, res["status"], single=False)
+    times, reasons = failure_records(comp, model if model is not None else dae, res["status"], t0,
+                                     res["t_final"], res["z_final"], res["u_final"], full,
+                                     violated=[v if not ok_i else () for v, ok_i in zip(violated, ok)],
+                                     messages=messages)
+    if not mask_failed:
+        ds = _mask_after_failure(ds, times, res["status"])
+    ds["failure_time"] = ("point", times, {"long_name": "time at which the point failed (NaN: it did not)",
+                                           "units": getattr(dae, "time_units", "s")})
+    ds["failure_reason"] = ("point", np.array(reasons, dtype=object),
+                            {"long_name": "why the point failed, naming the model's parts (empty: it did not)"})
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
+    return ds
+
+
+def _mask_after_failure(ds, times, status):
+    """A failed point's series NaN after its failure time (all of them where it never assembled).
+
+    The integrator writes an output row only when a step reaches it, so the
+    rows after the failure are NaN already; this makes the rule explicit,
+    and covers a point that did not assemble (its run started from the
+    guesses, which are not a solution).
+    """
+    t = ds["time"].values
+    status = np.asarray(status)
+    failed = st.is_failure(status)
+    if not failed.any():
+        return ds
+    after = failed[:, None] & ((status == st.NO_ASSEMBLY)[:, None] | ~(t[None, :] <= times[:, None]))
+    for name, var in ds.data_vars.items():
+        if var.dims[:2] == ("point", "time") and var.dtype.kind == "f":
+            values = var.values.copy()
+            values[after] = np.nan
+            ds[name] = var.copy(data=values)
     return ds

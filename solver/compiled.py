@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from solver.errors import InputError
 from solver.integrate.initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
-                         ipopt_point, state_scales)
+                         ipopt_point, state_scales, violated_rows)
 from solver.integrate.initialize import _residual_list  # the one wording of violated constraints
 from solver.results.balance import balance_kernels, balance_series, coordinate_levels
 from solver.integrate.integrator import MODES, Integrator, _device_number
@@ -291,7 +291,7 @@ class Compiled:
     # ------------------------------------------------------------ initial values
     def consistent_points(self, params_batch: Mapping, t0: float, z_hat, free, method: str = "auto",
                           ipopt_options: Mapping | None = None, newton_iters: int = 40, *,
-                          specs=None):
+                          specs=None, violated: list | None = None):
         """Consistent states for a batch of points: Newton for all, IPOPT where it misses.
 
         The one initialisation policy of the package: every point is solved
@@ -314,6 +314,10 @@ class Compiled:
             specs: optional per-point :class:`~solver.integrate.initialize.StateSpec`
                 handed to IPOPT (its weights and the entries the user gave,
                 for the messages); default built from ``z_hat`` and ``free``.
+            violated: a list to fill in, one entry per point: the indices of
+                the hidden constraints (``integrator.hidden_labels``) violated
+                at the closest point found, worst first (empty where the point
+                assembled); a batch names them in its failure reasons.
 
         Returns:
             (z (B, n_state), ok (B,) bool, messages: list of str, '' where ok);
@@ -346,10 +350,11 @@ class Compiled:
         if method in ("auto", "newton"):
             z, ok = self._newton(params, t0, z_hat, free_b, scale, newton_iters)
         messages = [""] * nb
+        rows: list = [()] * nb
         for i in np.nonzero(~ok)[0]:
             p_i = {k: v[i] for k, v in params.items()}
             if method == "newton":
-                messages[i] = self._newton_failure(z[i], p_i, t0, scale[i], free_b[i])
+                messages[i], rows[i] = self._newton_failure(z[i], p_i, t0, scale[i], free_b[i])
                 continue
             spec = specs[i] if specs is not None else StateSpec(z_hat[i], free_b[i], np.zeros(self.dae.n))
             try:
@@ -357,7 +362,9 @@ class Compiled:
                                    derivatives=self.ipopt_derivatives)
                 ok[i] = True
             except InitialValueError as err:
-                messages[i] = str(err)
+                messages[i], rows[i] = str(err), err.violated
+        if violated is not None:
+            violated[:] = rows
         return z, ok, messages
 
     def _newton(self, params, t0, z_hat, free, scale, iters):
@@ -366,14 +373,15 @@ class Compiled:
         z, res = np.array(zz), np.asarray(rr)
         return z, (res <= ASSEMBLY_TOL * scale) & np.all(np.isfinite(z), axis=1)
 
-    def _newton_failure(self, z, params, t0, scale, free=None) -> str:
-        """The message of a point Gauss-Newton could not make consistent.
+    def _newton_failure(self, z, params, t0, scale, free=None) -> tuple[str, list[int]]:
+        """The message of a point Gauss-Newton could not make consistent, and its violated rows.
 
         Names the worst violated constraints with their residuals and, given
-        the ``free`` mask, the fixed values each involves.
+        the ``free`` mask, the fixed values each involves; the rows are
+        :func:`~solver.integrate.initialize.violated_rows` of the residuals.
         """
         if self.integrator.n_hidden == 0:
-            return "no consistent initial point found: the state is not finite"
+            return "no consistent initial point found: the state is not finite", []
         der = self.ipopt_derivatives
         g = np.asarray(der.g({k: jnp.asarray(v) for k, v in params.items()}, float(t0), jnp.asarray(z)))
         res = float(np.max(np.abs(g))) if np.all(np.isfinite(g)) else np.inf
@@ -381,7 +389,8 @@ class Compiled:
                                free=None if free is None else np.asarray(free, dtype=bool))
         return (f"no consistent initial point found by Gauss-Newton (largest constraint residual {res:.3g}); "
                 f"violated: {lines}. Check the fixed values and the parameters (can the mechanism assemble?), "
-                "give better guesses, or use init='auto' to let IPOPT try")
+                "give better guesses, or use init='auto' to let IPOPT try",
+                violated_rows(g, ASSEMBLY_TOL * scale))
 
     def consistent_point(self, params: Mapping, t0: float, spec: StateSpec, method: str = "auto",
                          ipopt_options: Mapping | None = None) -> np.ndarray:

@@ -6,7 +6,9 @@ Latin hypercube samples). These helpers give the other views people want:
 
 - ``ds.sweep.parameters``: the swept parameter names;
 - ``ds.sweep.grid()``: the flat points as an N-d grid over the product axes;
-- ``ds.sweep.failures()``: the failed points with the meaning of their code;
+- ``ds.sweep.failures()``: the failed points with the meaning of their code,
+  their failure time and reason; ``ds.sweep.failure_table()`` the same as a
+  table (one row per failed point: parameters, status, meaning, time, reason);
 - ``ds.sweep.successes()``: the points that integrated to the end.
 """
 
@@ -94,16 +96,51 @@ class SweepAccessor:
         return flat.set_index(point=axes).unstack("point")
 
     def failures(self) -> xr.Dataset:
-        """The failed points (status above success), with a ``status_meaning`` coordinate.
+        """The failed points (status above success), with when and why each one failed.
+
+        A failed point's series hold its samples up to its failure time and
+        NaN after it; its metrics are NaN.
 
         Returns:
-            The selection along ``point`` (possibly empty).
+            The selection along ``point`` (possibly empty), with a
+            ``status_meaning`` coordinate (``no_assembly``,
+            ``singular_jacobian``, ...) and the variables ``failure_time``
+            (NaN where unknown) and ``failure_reason`` (text naming the
+            model's parts); a store written before these variables existed
+            (format 2) gets them as NaN and empty text.
         """
         ds = self._ds
         codes = np.asarray(ds["status"].values)
         sel = ds.isel(point=np.flatnonzero(st.is_failure(codes)))
+        n = sel.sizes["point"]
+        if "failure_time" not in sel:
+            sel = sel.assign(failure_time=("point", np.full(n, np.nan)))
+        if "failure_reason" not in sel:
+            sel = sel.assign(failure_reason=("point", np.full(n, "", dtype=object)))
         meanings = np.array([st.meaning(c) for c in np.asarray(sel["status"].values)], dtype=object)
         return sel.assign_coords(status_meaning=("point", meanings))
+
+    def failure_table(self):
+        """The failed points as a table: one row each, what to look at first.
+
+        Returns:
+            ``pandas.DataFrame`` indexed by ``point``, with a column per
+            swept parameter, then ``status`` (code), ``status_meaning``,
+            ``failure_time`` and ``failure_reason`` (empty: no rows when
+            nothing failed).
+        """
+        import pandas as pd
+
+        sel = self.failures()
+        columns = {name: np.asarray(sel[name].values) for name in self.parameters if name in sel}
+        columns["status"] = np.asarray(sel["status"].values)
+        columns["status_meaning"] = np.asarray(sel["status_meaning"].values, dtype=object)
+        columns["failure_time"] = np.asarray(sel["failure_time"].values, dtype=float)
+        columns["failure_reason"] = np.asarray(sel["failure_reason"].values, dtype=object)
+        index = pd.Index(np.asarray(sel["point"].values) if "point" in sel.coords
+                         else np.flatnonzero(st.is_failure(np.asarray(self._ds["status"].values))),
+                         name="point")
+        return pd.DataFrame(columns, index=index)
 
     def successes(self) -> xr.Dataset:
         """The points that integrated successfully.

@@ -721,8 +721,10 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
         context: :class:`SweepContext`.
 
     Returns:
-        :class:`sweep.store.BatchResult`; failed points carry NaN and their
-        status (no assembly, max steps, …), never an exception for one point.
+        :class:`sweep.store.BatchResult`; a failed point carries its status
+        (no assembly, max steps, …), its failure time and reason, its series
+        up to the failure time (NaN after it) and NaN metrics; never an
+        exception for one point.
     """
     from sweep.store import BatchResult
 
@@ -738,8 +740,9 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     padded = {k: np.concatenate([np.asarray(v, float), np.repeat(np.asarray(v, float)[-1:], pad)])
               for k, v in points.items()}
     sens = list(getattr(context, "sensitivities", None) or [])
+    # A failed point keeps its motion up to the failure, as simulate shows it.
     ds = solver.solve_batch(model, padded, params=context.constants, t_eval=context.time,
-                            sensitivities=sens or None)
+                            sensitivities=sens or None, mask_failed=False)
     # No run parameter varies (a group over structural values only): one
     # solve serves its B identical points.
     ds = ds.isel(point=slice(0, B) if padded else np.zeros(B, dtype=int))
@@ -769,15 +772,21 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
             dvalue = np.array(metric_tangent(reduce, series, tangent), dtype=float)
             dvalue[failed] = np.nan
             data[sensitivity_name(mname, param)] = dvalue
+    reasons = np.asarray(ds["failure_reason"].values, dtype=object)
     msg = ""
     if failed.any():
         counts = {codes.meaning(c): int((status == c).sum()) for c in np.unique(status[failed])}
         msg = "failed points: " + ", ".join(f"{k}: {n}" for k, n in counts.items())
-        reasons = json.loads(ds.attrs.get("failures", "{}"))
-        first = next((reasons[str(i)] for i in range(B) if str(i) in reasons), "")
-        if first:
-            msg += f"; first reason: {first}"
-    return BatchResult(status=status, steps=ds["steps"].values, data=data, message=msg)
+        first = next((i for i, r in enumerate(reasons) if r), None)
+        if first is not None:
+            msg += f"; first reason: {reasons[first]}"
+            # The solver's own words, with the residuals and the closest point found.
+            detail = json.loads(ds.attrs.get("failures", "{}")).get(str(first), "")
+            if detail:
+                msg += f" ({detail})"
+    return BatchResult(status=status, steps=ds["steps"].values, data=data, message=msg,
+                       failure_time=np.asarray(ds["failure_time"].values, dtype=float),
+                       failure_reason=[str(r) for r in reasons])
 
 
 def _check_event_metric(spec, dae, mname, m, event_names) -> None:

@@ -232,11 +232,13 @@ def check_result(result: BatchResult, schema: Schema, n: int) -> BatchResult:
         n: number of points in the batch.
 
     Returns:
-        The result with arrays converted (status int8, steps int64, data float64).
+        The result with arrays converted (status int8, steps int64, data and
+        failure_time float64, failure_reason a list of str).
 
     Raises:
-        ValueError: wrong shapes, missing outputs of a successful point, or
-            status codes that are unknown or pending.
+        ValueError: wrong shapes (of the failure columns too), missing
+            outputs of a successful point, or status codes that are unknown
+            or pending.
     """
     codes = np.asarray(result.status)
     if codes.shape != (n,):
@@ -259,8 +261,18 @@ def check_result(result: BatchResult, schema: Schema, n: int) -> BatchResult:
         if value.shape != expected:
             raise ValueError(f"output {name!r} has shape {value.shape}, expected {expected}")
         data[name] = value
+    failure_time = result.failure_time
+    if failure_time is not None:
+        failure_time = np.asarray(failure_time, dtype=np.float64)
+        if failure_time.shape != (n,):
+            raise ValueError(f"failure_time has shape {failure_time.shape}, expected ({n},)")
+    failure_reason = result.failure_reason
+    if failure_reason is not None:
+        failure_reason = [str(r) for r in failure_reason]
+        if len(failure_reason) != n:
+            raise ValueError(f"failure_reason has {len(failure_reason)} entries, expected {n}")
     return BatchResult(codes.astype(np.int8), steps.astype(np.int64), data, result.message,
-                       result.seconds)
+                       result.seconds, failure_time, failure_reason)
 
 
 @dataclass

@@ -12,6 +12,15 @@ variable):
 - ``status(point)`` int8, codes in :mod:`solver.status`, whose Zarr fill value
   is ``pending`` (-1): a status chunk that is missing reads as *not run*, never
   as success; ``steps(point)`` int64 (fill value -1: not run);
+- ``failure_time(point)`` float64 (the model's time unit; NaN where the point
+  did not fail, or failed with its whole batch) and ``failure_reason(point)``
+  text (empty where the point did not fail): when and why a failed point
+  stopped, naming the model's parts (:mod:`solver.analysis.failures`), e.g.
+  ``kinematic singularity (locking or change point): the constraints of rod AB
+  and rod QB are dependent``. A failed point's series keep their samples up
+  to ``failure_time`` and are NaN after it; its metrics are NaN (store
+  format 3; stores of format 2 have neither variable and stay readable and
+  resumable);
 - ``batch_message(batch)`` text (why a batch failed, empty otherwise) and
   ``batch_seconds(batch)`` (compute time of the batch on its worker), one chunk
   per batch from format 3 on (format 2 shared a chunk among 1,024 batches);
@@ -19,11 +28,12 @@ variable):
   record*, empty until the batch is complete (store format 2).
 
 Writing a batch happens in two places. The worker that computed it writes its
-chunks (:func:`write_batch_data`): data, then ``steps``, ``batch_message`` and
-``batch_seconds``, then ``status``; it reads each chunk file back for its size,
-modification time and SHA-256, and sends only that table (and the status
-codes) to the driver. The driver alone writes the batch's commit record
-(:func:`commit_batch`). Every chunk of a batch is written, even an all-NaN one
+chunks (:func:`write_batch_data`): data (the outputs, ``failure_time``,
+``failure_reason``), ``steps``, ``batch_message`` and ``batch_seconds``, then
+``status``; it reads each chunk file back for its size, modification time and
+SHA-256, and sends only that table (and the status codes) to the driver. The
+driver alone writes the batch's commit record (:func:`commit_batch`). Every
+chunk of a batch is written, even an all-NaN one
 (Zarr would otherwise skip chunks equal to the fill value), and a local Zarr
 store writes each chunk atomically (temporary file + rename). So a driver or
 worker killed at any moment leaves a store in which every batch is either
@@ -40,8 +50,9 @@ A commit record is JSON text (read with ``json.loads``, never executed)::
      "chunks": {"x/c/3/0": [size, mtime_ns, "<sha256 hex>"], "status/c/3": [...], ...}}
 
 ``chunks`` lists every chunk of the batch (each output, ``steps``,
-``status``: paths relative to the store) with its size in bytes, its
-modification time and the SHA-256 of its stored (encoded) bytes;
+``failure_time``, ``failure_reason``, ``status``: paths relative to the
+store) with its size in bytes, its modification time and the SHA-256 of its
+stored (encoded) bytes;
 ``checksum`` is the SHA-256 of the lines ``"<path> <sha256>\n"`` in path
 order, the batch's content checksum. ``time`` is when the batch completed.
 
@@ -74,6 +85,8 @@ damaged, never by the status codes they may still hold.
 
 Stores of format 1 (written before commit records existed) can still be read
 and reported, but neither verified nor resumed (a clear error says so).
+Stores of format 2 (before ``failure_time`` and ``failure_reason``) are read,
+verified and resumed as they are, without those two variables.
 
 A sweep over structural parameters writes one such store per structure
 group, as child groups (``STORE.zarr/N=3``) of one Zarr root
@@ -117,7 +130,7 @@ __all__ = [
     "write_batch", "write_batch_data", "commit_batch", "BatchCommitter", "WrittenBatch",
     "read_status", "pending_batches", "failed_points", "failed_batches", "open_store",
     "store_attrs", "batch_slices", "effective_batch", "status_report", "check_store", "StoreCheck",
-    "CHECK_LEVELS",
+    "CHECK_LEVELS", "FAILURE_ARRAYS", "failure_columns", "failure_groups",
 ]
 
 #: How an existing store is treated (see :func:`prepare_store`).
@@ -125,13 +138,18 @@ MODES = ("resume", "overwrite", "retry-failed")
 
 #: Variables every sweep store has besides the schema's; schema names must differ.
 RESERVED = ("status", "steps", "batch_message", "batch_seconds", "batch_commit", "template_commit",
+            "failure_time", "failure_reason",
             "point", "batch",
             "time")
 
 #: 1: no commit records (status fill value 0); 2: commit records, status fill value pending;
-#: 3: ``batch_message`` and ``batch_seconds`` one chunk per batch, under the commit records,
-#: and every chunk carries a CRC32C checksum (Zarr's ``crc32c`` codec).
+#: 3: ``failure_time`` and ``failure_reason`` per point, ``batch_message`` and ``batch_seconds``
+#: one chunk per batch, all under the commit records; every chunk carries a CRC32C checksum
+#: (Zarr's ``crc32c`` codec).
 STORE_FORMAT = 3
+
+#: The per-point failure variables (store format 3 on), in the order a batch writes them.
+FAILURE_ARRAYS = ("failure_time", "failure_reason")
 
 #: How thoroughly :func:`check_store` looks (see the module docstring).
 CHECK_LEVELS = ("quick", "checksum", "decode")
@@ -155,6 +173,11 @@ class BatchResult:
             in the :class:`Schema` (e.g. ``(B, T)`` or ``(B, T, 3)``).
         message: why the batch (or some of its points) failed; empty when fine.
         seconds: compute time of the batch, filled in by the runtime.
+        failure_time: ``(B,)`` when each failed point stopped (NaN for the
+            others), or None: unknown (a batch that failed as a whole).
+        failure_reason: ``B`` texts, why each failed point stopped (empty
+            for the others), or None: the first line of ``message`` (or
+            the status's description) for every failed point.
     """
 
     status: np.ndarray
@@ -162,6 +185,8 @@ class BatchResult:
     data: dict[str, np.ndarray]
     message: str = ""
     seconds: float = math.nan
+    failure_time: np.ndarray | None = None
+    failure_reason: list[str] | None = None
 
     @classmethod
     def failed(cls, n: int, code: int, message: str) -> "BatchResult":
@@ -353,6 +378,15 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     data_vars["status"] = ("point", np.full(n, st.PENDING, np.int8), st.cf_attrs())
     data_vars["steps"] = ("point", np.full(n, -1, np.int64),
                           {"long_name": "accepted integration steps (-1: not run)"})
+    # Filled with their fill values, so the template writes no chunk of theirs:
+    # each batch writes its own (text is numpy: dask would load it to find its type).
+    data_vars["failure_time"] = ("point", np.full(n, np.nan),
+                                 {"long_name": "time at which the point failed (NaN: it did not fail, "
+                                               "or failed with its whole batch)",
+                                  "units": str(schema.attrs.get("time", {}).get("units", "s"))})
+    data_vars["failure_reason"] = ("point", np.full(n, "", dtype=object),
+                                   {"long_name": "why the point failed, naming the model's parts "
+                                                 "(empty: it did not fail)"})
     data_vars["batch_message"] = ("batch", np.full(n_batches, "", dtype=object),
                                   {"long_name": "why the batch failed (empty: no message)"})
     data_vars["batch_seconds"] = ("batch", np.full(n_batches, np.nan),
@@ -366,6 +400,8 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     # must never read as a finished point (format 1 filled status with 0 = success).
     encoding["status"] = {"chunks": (batch,), "fill_value": st.PENDING}
     encoding["steps"] = {"chunks": (batch,), "fill_value": -1}
+    encoding["failure_time"] = {"chunks": (batch,), "fill_value": np.nan}
+    encoding["failure_reason"] = {"chunks": (batch,)}
     # One chunk (file) per batch, so that a worker writes its batch's message and time
     # without touching another batch's, and committing a batch rewrites no other record.
     for name in ("batch_message", "batch_seconds", "batch_commit"):
@@ -655,8 +691,11 @@ def write_batch_data(path, batch_slice: slice, result: BatchResult) -> WrittenBa
     means that a status that is not pending always has its data beside it;
     the batch counts as done only once :func:`commit_batch` has run.
 
-    Points whose status is not success are written as NaN whatever data the
-    result holds for them; outputs missing from ``result.data`` are NaN.
+    A failed point's series are written up to its failure time and NaN
+    after it (all NaN where the time is unknown), its metrics NaN, whatever
+    data the result holds for them; outputs missing from ``result.data``
+    are NaN. A store of format 3 also gets ``failure_time`` and
+    ``failure_reason`` (:func:`failure_columns`).
 
     Args:
         path: the store (or an open ``zarr.Group`` of it, to save re-opening).
@@ -682,6 +721,8 @@ def write_batch_data(path, batch_slice: slice, result: BatchResult) -> WrittenBa
     codes = np.asarray(result.status, dtype=np.int8).reshape(n)
     bad = st.is_failure(codes)
     arrays = _open_arrays(group, _batch_arrays(group))
+    times, reasons = failure_columns(result, codes)
+    after = _after_failure(group, bad, times)
     writes = []
     for name in group.attrs["sweep_outputs"]:
         value = result.data.get(name)
@@ -690,8 +731,12 @@ def write_batch_data(path, batch_slice: slice, result: BatchResult) -> WrittenBa
             value = np.full(shape, np.nan)
         else:
             value = np.array(value, dtype=np.float64).reshape(shape)
-            value[bad] = np.nan
+            series = arrays[name].metadata.dimension_names[1:2] == ("time",) and after.size
+            value[after if series else bad] = np.nan
         writes.append((name, batch_slice, value))
+    for name, column in zip(FAILURE_ARRAYS, (times, reasons)):
+        if name in arrays:
+            writes.append((name, batch_slice, column))
     writes.append(("steps", batch_slice, np.asarray(result.steps, dtype=np.int64).reshape(n)))
     message, seconds = str(result.message or ""), float(result.seconds)
     if "batch_message" in arrays:
@@ -801,6 +846,46 @@ def _write_chunks(arrays: Mapping[str, zarr.Array], writes: list) -> None:
     sync(write_all())
 
 
+def failure_columns(result: BatchResult, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's ``failure_time`` and ``failure_reason`` columns, as the store keeps them.
+
+    Args:
+        result: the batch's result.
+        codes: its ``(B,)`` status codes.
+
+    Returns:
+        ``(times, reasons)``: float64 ``(B,)``, NaN where a point did not
+        fail (or its time is unknown: a batch that failed as a whole), and
+        object ``(B,)`` texts, empty where a point did not fail; a failed
+        point without a reason of its own gets the first line of the
+        batch's message, or without one its status's description.
+    """
+    n = codes.shape[0]
+    bad = st.is_failure(codes)
+    times = np.full(n, np.nan)
+    if result.failure_time is not None:
+        times = np.array(result.failure_time, dtype=np.float64).reshape(n)
+        times[~bad] = np.nan
+    given = result.failure_reason if result.failure_reason is not None else [""] * n
+    lines = str(result.message or "").strip().splitlines()
+    reasons = np.array([(str(r) or (lines[0] if lines else st.DESCRIPTIONS.get(int(c), st.meaning(c))))
+                        if b else "" for r, b, c in zip(given, bad, codes)], dtype=object)
+    return times, reasons
+
+
+def _after_failure(group: zarr.Group, bad: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """``(B, T)`` mask of the samples a batch writes as NaN: those of failed points after their failure time.
+
+    A failed point with no known failure time is NaN throughout.
+    """
+    if not bad.any():
+        return np.zeros((bad.shape[0], 0), dtype=bool)
+    t = group["time"][:]
+    with np.errstate(invalid="ignore"):
+        kept = t[None, :] <= times[:, None]
+    return bad[:, None] & ~kept
+
+
 def _write_status(arrays: Mapping[str, zarr.Array], batch_slice: slice, codes: np.ndarray) -> None:
     # Written after the data: status alone never says done (the commit record
     # does), but a status that is not pending always has its data beside it.
@@ -830,11 +915,12 @@ def _store_root(group: zarr.Group) -> StoreLocation:
 def _batch_arrays(group: zarr.Group) -> list[str]:
     """The arrays with one chunk per batch, under its commit record.
 
-    Every output, ``steps``, ``status``, and from format 3 on
-    ``batch_message`` and ``batch_seconds``.
+    Every output, ``steps``, ``status``, and from format 3 on the failure
+    variables, ``batch_message`` and ``batch_seconds`` (a format-2 store has
+    no failure variables, and its commit records name neither).
     """
-    shared = ["batch_message", "batch_seconds"] if store_format(group) >= 3 else []
-    return [*group.attrs["sweep_outputs"], "steps", *shared, "status"]
+    later = [*FAILURE_ARRAYS, "batch_message", "batch_seconds"] if store_format(group) >= 3 else []
+    return [*group.attrs["sweep_outputs"], "steps", *later, "status"]
 
 
 def _chunk_layout(group: zarr.Group, arrays: Mapping | None = None) -> list:
@@ -1439,8 +1525,10 @@ def status_report(path, check: StoreCheck | None = None) -> str:
         check: a :class:`StoreCheck` of it; default a ``quick`` one.
 
     Returns:
-        A multi-line report; failed batches' messages are listed (first line
-        of each, at most ten), and every damaged batch with what is wrong.
+        A multi-line report; failed points are grouped by reason (count,
+        reason, status and range of failure times; at most ten groups, store
+        format 3 on), failed batches' messages are listed (first line of
+        each, at most ten), and every damaged batch with what is wrong.
 
     Raises:
         InputError: no sweep store at ``path`` (or one of a newer format).
@@ -1473,12 +1561,69 @@ def status_report(path, check: StoreCheck | None = None) -> str:
     if damaged_points:
         lines.append(f"  {'damaged':<{width}}  {damaged_points:>8}  (points of damaged batches, "
                      f"listed below)")
+    lines += _failure_lines(group, check)
     lines += _message_lines(group, check)
     resume = _resume_target(path, attrs)
     lines += _integrity_lines(check, path, resume)
     if check.todo and not check.legacy:
         lines.append(f"resume with: mechsweep sweep SWEEP.yaml --out {resume} --resume")
     return "\n".join(lines)
+
+
+def failure_groups(codes: np.ndarray, times: np.ndarray, reasons: np.ndarray) -> list[dict]:
+    """The failed points grouped by status and reason, the largest group first.
+
+    Args:
+        codes: ``(n,)`` status codes (points not done already set to pending).
+        times: ``(n,)`` failure times.
+        reasons: ``(n,)`` failure reasons.
+
+    Returns:
+        One dict per group: ``status`` (meaning), ``reason``, ``count``,
+        ``first``/``last`` (the smallest and largest failure time, NaN if
+        none is known) and ``points`` (their indices, ascending); ties in
+        size keep the order of their first point.
+    """
+    groups: dict[tuple, dict] = {}
+    for i in np.flatnonzero(st.is_failure(codes)):
+        key = (st.meaning(codes[i]), str(reasons[i]))
+        g = groups.setdefault(key, {"status": key[0], "reason": key[1], "points": []})
+        g["points"].append(int(i))
+    out = []
+    for g in groups.values():
+        t = np.asarray(times, dtype=float)[g["points"]]
+        known = t[np.isfinite(t)]
+        g.update(count=len(g["points"]), first=float(known.min()) if known.size else math.nan,
+                 last=float(known.max()) if known.size else math.nan)
+        out.append(g)
+    return sorted(out, key=lambda g: (-g["count"], g["points"][0]))
+
+
+def _failure_lines(group: zarr.Group, check: StoreCheck, limit: int = 10) -> list[str]:
+    """Failed points (of done batches) by reason: count, status, reason, time range."""
+    codes = check.codes
+    if codes is None or not st.is_failure(codes).any() or "failure_reason" not in group:
+        return []      # a store of format 2 keeps no reasons: the status counts say it all
+    try:
+        reasons = group["failure_reason"][:]
+        times = group["failure_time"][:]
+    except Exception as exc:  # noqa: BLE001 - a damaged chunk must not hide the report
+        return [f"failures by reason: unreadable ({type(exc).__name__}); "
+                f"'mechsweep status --verify' names the damaged batches"]
+    groups = failure_groups(codes, times, reasons)
+    lines = [f"failures by reason ({sum(g['count'] for g in groups)} points):"]
+    for g in groups[:limit]:
+        when = ""
+        if math.isfinite(g["first"]):
+            first, last = f"{g['first']:.6g}", f"{g['last']:.6g}"
+            span = first if first == last else f"{first} to {last}"
+            when = f", t = {span}"
+        lines.append(f"  {g['count']:>8}  {g['reason'] or '(no reason recorded)'}  "
+                     f"[{g['status']}{when}]")
+    if len(groups) > limit:
+        lines.append(f"  ... and {len(groups) - limit} more reasons "
+                     f"(ds.sweep.failures() lists every failed point)")
+    return lines
 
 
 def _message_lines(group: zarr.Group, check: StoreCheck) -> list[str]:

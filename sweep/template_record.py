@@ -41,11 +41,13 @@ __all__ = ["TEMPLATE_ARRAY", "template_files", "write_template_record", "check_t
 TEMPLATE_ARRAY = "template_commit"
 
 #: Arrays whose chunks change after the template (per batch, or shared by batches).
-_REWRITTEN = ("status", "steps", "batch_message", "batch_seconds", "batch_commit", TEMPLATE_ARRAY)
+_REWRITTEN = ("status", "steps", "failure_time", "failure_reason", "batch_message", "batch_seconds",
+              "batch_commit", TEMPLATE_ARRAY)
 
 
 def _rewritten(group: zarr.Group) -> set[str]:
-    # The outputs, status and steps are sweep.store._batch_arrays (not imported: no cycle).
+    # The outputs, status, steps and the failure variables are sweep.store._batch_arrays
+    # (not imported: no cycle).
     return set(_REWRITTEN) | set(group.attrs.get("sweep_outputs") or [])
 
 

@@ -79,7 +79,9 @@ def test_each_point_of_a_batch_is_the_run_solve_makes(batch):
     for i, L in enumerate(lengths):
         one = solver.solve(PEND, (0.0, T_END), release({"L": L}), ["x", "x'"], tol=1e-10, t_eval=TIMES,
                            params={"L": L})
-        assert set(one.data_vars) == set(ds.data_vars)
+        # A batch also says when and why each point failed (a single run: attrs t_final, status_meaning).
+        assert set(one.data_vars) == set(ds.data_vars) - {"failure_time", "failure_reason"}
+        assert np.isnan(ds["failure_time"].values[i]) and ds["failure_reason"].values[i] == ""
         for name in ("x", "x_d1", "y", "y_d1", "lam"):
             np.testing.assert_allclose(ds[name].values[i], one[name].values, rtol=0, atol=1e-12)
         assert int(ds["steps"].values[i]) == int(one["steps"])
@@ -93,6 +95,10 @@ def test_a_design_that_cannot_assemble_fails_alone_with_its_reason():
     assert np.isnan(ds["x"].values[0]).all() and np.isfinite(ds["x"].values[1]).all()
     reason = json.loads(ds.attrs["failures"])
     assert list(reason) == ["0"] and reason["0"].startswith("no consistent initial point found")
+    # f2 (the rod, x^2 + y^2 = L^2) and its derivative are one equation of a plain DAE: named once.
+    assert ds["failure_time"].values.tolist()[0] == 0.0 and np.isnan(ds["failure_time"].values[1])
+    assert ds["failure_reason"].values.tolist() == [
+        "no assembly: no consistent initial point; violated at the closest point found: f2", ""]
 
 
 def test_constants_apply_to_every_point_and_are_recorded():

@@ -268,9 +268,11 @@ def test_status_report(tmp_path):
     report = store.status_report(path)
     assert "sweep hash: toyhash-1" in report
     assert "batches:    1 done, 3 pending, 4 in all" in report
-    lines = {line.split()[0]: line.split()[1] for line in report.splitlines()
-             if line.startswith("  ") and not line.startswith("  batch")}
+    status = report.split("status:\n")[1].split("\nfailures by reason")[0]
+    lines = {line.split()[0]: line.split()[1] for line in status.splitlines()}
     assert lines == {"pending": "12", "error": "3"}
+    # A batch that failed as a whole: its points' reason is the message's first line, time unknown.
+    assert "failures by reason (3 points):\n         3  RuntimeError: boom  [error]\n" in report
     assert "batch 3: RuntimeError: boom" in report
     with pytest.raises(InputError, match="no Zarr store there"):
         store.status_report(tmp_path / "nothing.zarr")

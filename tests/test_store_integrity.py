@@ -106,6 +106,7 @@ def test_status_fill_value_is_pending_and_every_chunk_of_a_batch_is_written(tmp_
     # Batch 3 failed as a whole: its all-NaN chunks are still files, so that a
     # missing file always means a lost chunk.
     assert (path / "x" / "c" / "3" / "0").is_file() and (path / "x_end" / "c" / "3").is_file()
+    assert (path / "failure_time" / "c" / "3").is_file() and (path / "failure_reason" / "c" / "3").is_file()
     # A status chunk that is lost reads as pending, not as success (format 1 read 0).
     os.remove(path / "status" / "c" / "1")
     assert store.read_status(path)[4:8].tolist() == [st.PENDING] * 4
@@ -115,8 +116,8 @@ def test_commit_record_holds_the_checksums_of_the_chunks_on_disk_and_the_time(tm
     before = time.time()
     path = toy_store(tmp_path / "s.zarr")
     record = json.loads(str(zarr.open_group(str(path), mode="r")["batch_commit"][1]))
-    keys = ["batch_message/c/1", "batch_seconds/c/1", "pos/c/1/0/0", "status/c/1", "steps/c/1",
-            "x/c/1/0", "x_end/c/1"]
+    keys = ["batch_message/c/1", "batch_seconds/c/1", "failure_reason/c/1", "failure_time/c/1",
+            "pos/c/1/0/0", "status/c/1", "steps/c/1", "x/c/1/0", "x_end/c/1"]
     assert sorted(record["chunks"]) == keys
     lines = ""
     for key in keys:
@@ -378,6 +379,59 @@ def test_store_without_commit_records_gets_a_clear_message_not_a_traceback(tmp_p
     summary = resume_toy(path, str(tmp_path / "log"), mode="overwrite")
     assert sorted(summary.batches_run) == [0, 1, 2, 3]
     assert status_cli(path, capsys, "--verify")[0] == 0
+
+
+def make_format_2(path):
+    """Turn a store into one as written before failure_time and failure_reason (format 2).
+
+    The arrays go, and every commit record and the template record are
+    written again as format 2 wrote them: without those arrays' files.
+    """
+    from sweep.template_record import write_template_record
+
+    for name in store.FAILURE_ARRAYS:
+        shutil.rmtree(path / name)
+    set_format(path, 2)
+    group = zarr.open_group(str(path), mode="r+")
+    for index in range(len(store.batch_slices(SPEC.n_points, SPEC.batch))):
+        if str(group["batch_commit"][index]):
+            store._write_commit(group, index)
+    write_template_record(path)
+
+
+def test_a_store_of_format_2_is_read_verified_reported_and_resumed_without_failure_variables(tmp_path,
+                                                                                             capsys):
+    path = toy_store(tmp_path / "s.zarr")
+    make_format_2(path)
+    record = json.loads(str(zarr.open_group(str(path), mode="r")["batch_commit"][3]))
+    assert not [key for key in record["chunks"] if key.startswith("failure_")]
+    code, out, err = status_cli(path, capsys, "--verify")
+    assert code == 0 and err == "" and "damaged" not in out
+    assert counts(out) == {"success": 12, "max_steps": 3}
+    assert "failures by reason" not in out                   # format 2 kept no reasons
+    ds = store.open_store(path)
+    assert "failure_time" not in ds and "failure_reason" not in ds
+    failed = ds.sweep.failures()                               # the accessor fills them in
+    assert failed.sizes["point"] == 3 and np.isnan(failed["failure_time"].values).all()
+    assert failed["failure_reason"].values.tolist() == ["", "", ""]
+    # A retry rewrites its batch as format 2 has it: no failure arrays, commit records still valid.
+    summary = resume_toy(path, str(tmp_path / "log"), mode="retry-failed")
+    assert summary.batches_run == [3]
+    assert not (path / "failure_time").exists()
+    assert status_cli(path, capsys, "--verify")[0] == 0
+
+
+def test_the_failure_variables_are_committed_with_their_batch(tmp_path, capsys):
+    path = toy_store(tmp_path / "s.zarr")
+    ds = store.open_store(path)
+    # Batch 3 (omega 5 > omega_max): max_steps points whose batch function gave no time, reason
+    # or message: the status's description stands in.
+    assert ds["failure_reason"].values.tolist() == [""] * 12 + ["stopped at the maximum number of steps"] * 3
+    assert np.isnan(ds["failure_time"].values).all()
+    overwrite_bytes(path / "failure_reason" / "c" / "3", offset=0, data=b"\xff\xff")
+    code, out, _ = status_cli(path, capsys, "--verify")
+    assert code == 1
+    assert "batch 3 (points 12-14): chunk failure_reason/c/3 corrupt: checksum differs from the commit record" in out
 
 
 def test_a_store_of_a_newer_format_is_refused_by_name(tmp_path, capsys):

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import dask
+import numpy as np
 import pytest
 
 from pendulum_sweep import PENDULUM, write_pendulum_sweep
@@ -216,6 +217,55 @@ def test_the_summary_picture_is_inside_the_store_and_replaces_nothing(tmp_path, 
     odd = tmp_path / "result.png"
     assert main(["sweep", str(sweep), "--out", str(odd), "--workers", "1"]) == 1
     assert (odd / SUMMARY_PICTURE).is_file()
+
+
+def _points(p, q, r, statuses, title="three parameters"):
+    """A sweep's per-point Dataset as a store holds it: product of p, q, r; two metrics."""
+    import xarray as xr
+
+    grid = np.array(np.meshgrid(p, q, r, indexing="ij")).reshape(3, -1)
+    n = grid.shape[1]
+    status = np.asarray(statuses, dtype=np.int8)
+    first = grid[0] + grid[1]
+    ds = xr.Dataset({"first": ("point", np.where(status == 0, first, np.nan)),
+                     "second": ("point", np.where(status == 0, grid[0] * grid[2], np.nan)),
+                     "status": ("point", status), "steps": ("point", np.full(n, 10)),
+                     "failure_time": ("point", np.where(status > 0, 0.5, np.nan)),
+                     "failure_reason": ("point", np.array(["" if s == 0 else "why" for s in status], dtype=object))},
+                    coords={"p": ("point", grid[0]), "q": ("point", grid[1]), "r": ("point", grid[2])},
+                    attrs={"title": title, "sweep_parameters": ["p", "q", "r"]})
+    return ds
+
+
+def test_the_summary_picture_has_a_row_per_metric_and_a_panel_per_value_of_a_third_parameter():
+    from solver import status as st
+    from sweep.cli.sweep_command import FAILURE_MARKERS, summary_figure
+
+    statuses = [0] * 12
+    statuses[1], statuses[5], statuses[7], statuses[10] = (st.NO_ASSEMBLY, st.SINGULAR_JACOBIAN,
+                                                            st.SINGULAR_JACOBIAN, st.STEP_TOO_SMALL)
+    fig = summary_figure(_points([1.0, 2.0], [3.0, 4.0], [0.1, 0.2, 0.3], statuses))
+    panels = [ax for ax in fig.axes if ax.get_xlabel() == "p"]
+    assert len(panels) == 2 * 3 and all(ax.get_ylabel() == "q" for ax in panels)
+    assert [ax.get_title() for ax in panels] == ["r = 0.1", "r = 0.2", "r = 0.3"] * 2
+    colorbars = [ax.get_ylabel() for ax in fig.axes if ax.get_xlabel() != "p"]
+    assert colorbars == ["first", "second"]
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["step_too_small (1)", "singular_jacobian (2)",
+                                                          "no_assembly (1)"]
+    markers = {FAILURE_MARKERS[c][0] for c in (st.NO_ASSEMBLY, st.SINGULAR_JACOBIAN, st.STEP_TOO_SMALL)}
+    assert len(markers) == 3
+    assert fig._suptitle.get_text() == "three parameters: 8 ok, 4 failed"
+
+
+def test_a_sampled_third_parameter_is_cut_into_quarters():
+    from sweep.cli.sweep_command import summary_figure
+
+    ds = _points([1.0, 2.0], [3.0], np.linspace(0.0, 1.0, 8), [0] * 16)
+    fig = summary_figure(ds)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_xlabel() == "p"]
+    assert titles == ["r: 0 to 0.25", "r: 0.25 to 0.5", "r: 0.5 to 0.75", "r: 0.75 to 1"] * 2
+    assert not fig.legends                                  # nothing failed: no failure legend
 
 
 def test_a_store_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):

@@ -85,11 +85,12 @@ def metric_names(ds: xr.Dataset) -> list[str]:
         ds: the sweep dataset.
 
     Returns:
-        Names of the variables with dims ``("point",)`` other than ``status``
-        and ``steps``.
+        Names of the variables with dims ``("point",)`` other than ``status``,
+        ``steps``, ``failure_time`` and ``failure_reason`` (bookkeeping of
+        every store, not results).
     """
     return [str(v) for v in ds.data_vars
-            if ds[v].dims == ("point",) and v not in ("status", "steps")]
+            if ds[v].dims == ("point",) and v not in ("status", "steps", "failure_time", "failure_reason")]
 
 
 def derived_metric(ds: xr.Dataset) -> xr.DataArray | None:
@@ -140,7 +141,8 @@ def summary_table(ds: xr.Dataset, metrics: dict[str, np.ndarray], max_failures: 
         max_failures: failed designs listed at most (the rest are counted).
 
     Returns:
-        The table, several lines.
+        The table, several lines; each failed design listed with its status,
+        failure time and reason where the store has them (format 3).
     """
     codes = np.asarray(ds["status"].values)
     params = _params(ds)
@@ -169,8 +171,15 @@ def summary_table(ds: xr.Dataset, metrics: dict[str, np.ndarray], max_failures: 
     failed = np.flatnonzero(codes > st.SUCCESS)
     if failed.size:
         lines.append(f"  failed designs ({failed.size}):")
+        reasons = ds["failure_reason"].values if "failure_reason" in ds else None
+        times = ds["failure_time"].values if "failure_time" in ds else None
         for i in failed[:max_failures]:
-            lines.append(f"    {_design(ds, params, i)}: {st.meaning(codes[i])}")
+            line = f"    {_design(ds, params, i)}: {st.meaning(codes[i])}"
+            if times is not None and np.isfinite(times[i]):
+                line += f" at t = {_fmt(times[i])}"
+            if reasons is not None and str(reasons[i]):
+                line += f" ({reasons[i]})"
+            lines.append(line)
         if failed.size > max_failures:
             lines.append(f"    ... and {failed.size - max_failures} more")
     else:

@@ -23,21 +23,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from solver.analysis.nullspace import (CHECK_ORDER, COND_MAX, NULL_SHARE, equation_labels,  # noqa: F401
+                                      named as _named, scaled as _scaled, unknown_labels)
 from solver.errors import InputError
 
 __all__ = ["JacobianCheck", "check_jacobian", "analyse_jacobian", "COND_MAX", "NULL_SHARE",
            "CHECK_ORDER"]
-
-COND_MAX = 1e12
-"""Condition number (2-norm, of the row- and column-scaled Jacobian) above
-which the system Jacobian counts as numerically singular: the integrator's
-linear solves would lose all but about 4 of float64's 16 digits."""
-NULL_SHARE = 0.1
-"""An equation (variable) is named as dependent when its weight in the null
-space is at least this share of the largest weight; smaller weights are
-rounding, or incidental involvement."""
-CHECK_ORDER = 2
-"""Taylor order of the compiled model used by the check (the lowest allowed)."""
 
 
 @dataclass
@@ -90,28 +81,6 @@ class JacobianCheck:
                 f"listed equations independent (or start from another initial point)")
 
 
-def _scaled(A: np.ndarray) -> np.ndarray:
-    """Rows, then columns, divided by their largest magnitude (zero ones kept)."""
-    def by_max(M, axis):
-        m = np.max(np.abs(M), axis=axis, keepdims=True)
-        return M / np.where(m > 0, m, 1.0)
-    return by_max(by_max(A, 1), 0)
-
-
-def _named(basis: np.ndarray, labels: list) -> list:
-    """Labels of the large rows of a null-space basis, in the model's order.
-
-    The weight of index i is the norm of row i of the orthonormal basis
-    (independent of which basis the SVD chose).  The model's order, not the
-    weights', because dependent rows often weigh the same (two identical
-    equations: 1/sqrt(2) each), and rounding would then pick their order.
-    """
-    w = np.linalg.norm(basis, axis=1)
-    if not w.size or w.max() <= 0:
-        return []
-    return [labels[i] for i in range(len(w)) if w[i] >= NULL_SHARE * w.max()]
-
-
 def analyse_jacobian(A: np.ndarray, equations: list, unknowns: list, t0: float = 0.0) -> JacobianCheck:
     """Condition and null spaces of a system Jacobian (pure numpy).
 
@@ -140,27 +109,6 @@ def analyse_jacobian(A: np.ndarray, equations: list, unknowns: list, t0: float =
     return JacobianCheck(n=n, cond=cond, singular=True, rank_deficiency=k, t0=t0,
                          equations=_named(U[:, n - k:], equations),
                          variables=_named(Vt[n - k:, :].T, unknowns))
-
-
-def equation_labels(model) -> list:
-    """Row labels: ``fK``, with the file's text for ``Kind: DAE`` (``fK`` is ``Equations[K]``)."""
-    dae = model.dae
-    names = dae.equation_names()
-    data = getattr(model, "expanded_data", None) or model.data   # repeats written out
-    texts = data.get("Equations") if model.kind == "DAE" and isinstance(data, dict) else None
-    if not isinstance(texts, list) or len(texts) != len(dae.equation_blocks):
-        return names
-    out = []
-    for b, (first, size) in enumerate(dae.equation_blocks):
-        for e in range(size):
-            out.append(f"{names[first + e]} (Equations[{b}]: {str(texts[b]).strip()})")
-    return out
-
-
-def unknown_labels(dae) -> list:
-    """Column labels: each unknown at its highest derivative ``x_j^(d_j)`` (``x''``, ``lam``)."""
-    d = dae.structure.d
-    return [name + "'" * int(d[j]) for j, name in enumerate(dae.component_names())]
 
 
 def check_jacobian(model) -> JacobianCheck:

@@ -47,7 +47,7 @@ from solver.integrate.integrator import Integrator
 
 __all__ = ["parse_values", "batched_newton", "InitialValueError", "StateSpec", "ipopt_point",
            "IpoptDerivatives", "hidden_jacobian_pattern", "IPOPT_DEFAULTS", "run_ipopt", "ASSEMBLY_TOL",
-           "state_scale", "state_scales"]
+           "state_scale", "state_scales", "violated_rows"]
 
 # A state whose hidden constraints are below this (times its scale) is consistent.
 ASSEMBLY_TOL = 1e-10
@@ -56,7 +56,20 @@ _KEY = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[\s*(\d+)\s*\])?\s*('*)\s
 
 
 class InitialValueError(InputError):
-    """No consistent initial point could be found from the given values."""
+    """No consistent initial point could be found from the given values.
+
+    Args:
+        message: as for :class:`solver.errors.InputError`.
+        violated: indices of the hidden constraints (rows of
+            ``Integrator.hidden_labels``) violated at the closest point found,
+            worst first; empty where unknown.  A batch's failure reasons name
+            them (:mod:`solver.analysis.failures`).
+        **where: ``file``, ``path``, ``line`` as for ``InputError``.
+    """
+
+    def __init__(self, message: str, violated: Sequence[int] = (), **where):
+        super().__init__(message, **where)
+        self.violated = tuple(int(i) for i in violated)
 
 
 class StateSpec:
@@ -441,6 +454,21 @@ _MAX_LISTED = 5
 _MAX_FIXED_LISTED = 4
 
 
+def violated_rows(g: np.ndarray, tol: float) -> list[int]:
+    """Indices of the hidden constraints above ``tol`` (or not finite), worst first.
+
+    Args:
+        g: hidden-constraint residuals (one per row of ``Integrator.hidden_labels``).
+        tol: the assembly tolerance of the point.
+
+    Returns:
+        The row indices, the largest residual first (non-finite ones first of all).
+    """
+    g = np.asarray(g, dtype=float)
+    size = np.where(np.isfinite(g), np.abs(g), np.inf)
+    return [int(i) for i in np.argsort(-size, kind="stable") if not size[i] <= tol]
+
+
 def _residual_list(integ: Integrator, g: np.ndarray, tol: float, limit: int = _MAX_LISTED,
                    der: "IpoptDerivatives | None" = None, z: np.ndarray | None = None,
                    free: np.ndarray | None = None) -> str:
@@ -648,7 +676,8 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
         raise InitialValueError(
             "the fixed initial values are inconsistent: these constraints involve only fixed entries and "
             f"are violated: {_residual_list(integ, gf, tol, der=der, z=z_hat, free=free)}. Free (unfix) some of "
-            f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values")
+            f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values",
+            violated=violated_rows(gf, tol))
     rows = np.nonzero(depends)[0]
     if len(rows) == 0:
         return z_hat.copy()
@@ -677,9 +706,10 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
             f"{'y' if len(free_idx) == 1 else 'ies'} for {len(rows)} constraints (over-determined) and "
             f"no point satisfies them all; closest point found [{_point_text(integ, z)}]; violated: "
             f"{_residual_list(integ, g, tol, der=der, z=z, free=free)}. Free (unfix) some of "
-            f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values")
+            f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values",
+            violated=violated_rows(g, tol))
     raise InitialValueError(
         f"no consistent initial point found (IPOPT status {status}: {msg}); largest constraint residual {res:.3g} "
         f"(tolerance {tol:.3g}) at the closest point found [{_point_text(integ, z)}]; violated: "
         f"{_residual_list(integ, g, tol, der=der, z=z, free=free)}. Check the fixed values and the parameters (can the mechanism "
-        "assemble?), or give better guesses." + _dof_hint(integ, spec))
+        "assemble?), or give better guesses." + _dof_hint(integ, spec), violated=violated_rows(g, tol))

@@ -349,6 +349,43 @@ class Mechanism:
                 if any(n not in self.fixed_points for n in pts)] + [
             f"Drivers.{name}" for name in self.drivers]
 
+    def constraint_parts(self) -> list[str]:
+        """The part each kept constraint belongs to, in words, in multiplier order (drivers last).
+
+        ``rod QB`` (a rod's length), ``rigid OA`` (a rigid body's own
+        rigidity), ``joint C of OAC`` (a further point tied to rigid body
+        OAC), ``driver Ay``: the names failure reasons use
+        (:mod:`solver.analysis.failures`).
+
+        Returns:
+            One name per entry of :meth:`constraint_labels`.
+        """
+        names = []
+        for label, pts in self._constraint_labels():
+            if all(n in self.fixed_points for n in pts):
+                continue
+            where, what = label.split(": ", 1)
+            kind, name = where.split(".", 1)
+            if kind == "Rods":
+                names.append(f"rod {name}")
+            elif what.endswith(" on the body"):
+                # "C1x on the body": the tied point is the body's last point in pts.
+                names.append(f"joint {pts[-1]} of {name}")
+            else:
+                names.append(f"rigid {name}")
+        return names + [f"driver {name}" for name in self.drivers]
+
+    def point_parts(self, point: str) -> list[str]:
+        """Names of the parts that use ``point`` (a joint when there are several), in the file's order.
+
+        Args:
+            point: a point's name.
+
+        Returns:
+            The part names (empty for a point no part uses).
+        """
+        return [part.name for part in self.parts if point in part.points]
+
     def links(self) -> list[tuple[str, str]]:
         """Point pairs to draw: rods, springs, rigid-body outlines."""
         out = []

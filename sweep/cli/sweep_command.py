@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shlex
 import signal
@@ -19,7 +20,7 @@ from solver.errors import InputError
 from sweep.location import StoreLocation, is_url
 
 __all__ = ["main_sweep", "run_sweep_file", "summary_plot", "resume_command", "DEFAULT_SWEEP", "EXIT_INCOMPLETE",
-           "SUMMARY_PICTURE"]
+           "SUMMARY_PICTURE", "FAILURE_MARKERS", "summary_figure"]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SWEEP = ROOT / "configs" / "sweeps" / "rscr_lengths_angles.yaml"
@@ -161,69 +162,71 @@ def dry_run_estimate(spec, context, workers=None, remote=None) -> str:
     return "\n".join(lines)
 
 
+#: Per-point variables of a store that are not metrics (bookkeeping, text).
+_NOT_METRICS = ("status", "steps", "failure_time", "failure_reason")
+
+#: Most metric rows and parameter panels a summary picture draws.
+MAX_METRIC_ROWS = 8
+MAX_PANELS = 6
+
+#: Marker and colour of each failure status in the summary picture.
+FAILURE_MARKERS = {
+    st.NO_ASSEMBLY: ("X", "tab:red"),
+    st.SINGULAR_JACOBIAN: ("^", "tab:orange"),
+    st.STEP_TOO_SMALL: ("v", "tab:purple"),
+    st.MAX_STEPS: ("s", "tab:brown"),
+    st.NONFINITE: ("D", "tab:pink"),
+    st.WORKER_LOST: ("P", "tab:gray"),
+    st.ERROR: ("*", "black"),
+    st.EVENT_OVERFLOW: ("h", "tab:olive"),
+}
+
+
+def _panels(values: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """Small-multiple panels over a parameter: (label, mask) per value, or per quantile range.
+
+    A parameter with at most :data:`MAX_PANELS` values gets one panel per
+    value; a sampled one (many values) is cut into 4 ranges of equal counts.
+    """
+    unique = np.unique(values)
+    if len(unique) <= MAX_PANELS:
+        return [(f"{v:.4g}", values == v) for v in unique]
+    edges = np.quantile(values, np.linspace(0.0, 1.0, 5))
+    out = []
+    for k in range(4):
+        lo, hi = edges[k], edges[k + 1]
+        mask = (values >= lo) & ((values <= hi) if k == 3 else (values < hi))
+        out.append((f"{lo:.4g} to {hi:.4g}", mask))
+    return out
+
+
 def summary_plot(store, out_png=None):
-    """A picture of a sweep store: a metric (or output range) over the design.
+    """A picture of a sweep store: every metric over the design, failures marked by status.
 
     It is written inside the store's folder (:data:`SUMMARY_PICTURE`), so it
-    never replaces a file the store does not own.
+    never replaces a file the store does not own. What it shows is
+    :func:`summary_figure`'s; a structural store shows the points of all its
+    groups (its metrics; the series differ in shape from group to group).
 
-    The first metric (or the range of the first output) is shown against the
-    first two swept parameters (a heat map when they form a grid, a scatter
-    otherwise); failed designs are marked with crosses. A structural store
-    shows the points of all its groups (its metrics; the series differ in
-    shape from group to group).
+    Args:
+        store: the store's path.
+        out_png: where to write the picture (default inside the store).
 
     Returns:
         the PNG path, or None when the store has nothing to draw.
     """
     from solver.results.plot import pyplot
 
-    plt = pyplot()
     import xarray as xr
 
     from sweep.store import is_structural_store
     from sweep.structural import points_dataset
 
     ds = points_dataset(store) if is_structural_store(store) else xr.open_zarr(store)
-    if "status" not in ds:
+    fig = summary_figure(ds)
+    if fig is None:
         return None
-    params = [c for c in ds.coords if ds[c].dims == ("point",) and c != "point"]
-    scalars = [v for v in ds.data_vars if ds[v].dims == ("point",) and v not in ("status", "steps")]
-    if scalars:
-        name = scalars[0]
-        value = ds[name].values
-        label = name
-    else:
-        series = [v for v in ds.data_vars if ds[v].dims[:2] == ("point", "time")]
-        if not series:
-            return None
-        a = ds[series[0]].values.reshape(ds.sizes["point"], ds.sizes["time"], -1)
-        with np.errstate(all="ignore"):
-            value = np.nanmax(a[..., 0], axis=1) - np.nanmin(a[..., 0], axis=1)
-        label = f"range of {series[0]}"
-    status = ds["status"].values
-    failed = st.is_failure(status)
-    fig, ax = plt.subplots(figsize=(7, 5))
-    if len(params) >= 2:
-        x, y = ds[params[0]].values, ds[params[1]].values
-        sc = ax.scatter(x[~failed], y[~failed], c=value[~failed], cmap="viridis", s=40)
-        fig.colorbar(sc, ax=ax, label=label)
-        ax.scatter(x[failed], y[failed], marker="x", color="red", s=50, label="failed design")
-        ax.set_xlabel(params[0])
-        ax.set_ylabel(params[1])
-    elif len(params) == 1:
-        x = ds[params[0]].values
-        ax.plot(x[~failed], value[~failed], "o-")
-        ax.plot(x[failed], np.zeros(failed.sum()), "rx", label="failed design")
-        ax.set_xlabel(params[0])
-        ax.set_ylabel(label)
-    else:
-        return None
-    if failed.any():
-        ax.legend(loc="best")
-    ax.set_title(f"{ds.attrs.get('title', 'sweep')}: {int((~failed).sum())} ok, {int(failed.sum())} failed")
     out_png = out_png or f"{str(store).rstrip('/')}/{SUMMARY_PICTURE}"
-    fig.tight_layout()
     if is_url(out_png):
         import io
 
@@ -235,8 +238,101 @@ def summary_plot(store, out_png=None):
             f.write(buffer.getvalue())
     else:
         fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    pyplot().close(fig)
     return out_png
+
+
+def summary_figure(ds):
+    """The summary picture of a sweep's points as a matplotlib figure.
+
+    One row of panels per metric (per-point output; without any, the range
+    of the first output series), at most :data:`MAX_METRIC_ROWS`. Within a
+    row, the metric is the colour over the first two swept parameters (or
+    the curve over the only one), and a third swept parameter splits the
+    row into small multiples, one panel per value of it (or per quarter of
+    its values when it has many, as a sampled design does). Failed points
+    are drawn with a marker per failure status (:data:`FAILURE_MARKERS`),
+    named with its count in the figure's legend.
+
+    Args:
+        ds: a sweep store's Dataset (or the per-point Dataset of a
+            structural store).
+
+    Returns:
+        The figure (close it after use), or None when there is nothing to
+        draw (no status, no swept parameter, no metric or series).
+    """
+    from solver.results.plot import pyplot
+
+    plt = pyplot()
+    if "status" not in ds:
+        return None
+    on_point = [c for c in ds.coords if ds[c].dims == ("point",) and c != "point"
+                and np.issubdtype(ds[c].dtype, np.number)]
+    # The sweep file's order (the store keeps it; a Dataset's coordinates may be sorted).
+    named = ds.attrs.get("sweep_parameters") or []
+    if isinstance(named, str):
+        named = json.loads(named)
+    params = [c for c in named if c in on_point] + [c for c in on_point if c not in named]
+    metrics = [v for v in ds.data_vars if ds[v].dims == ("point",) and v not in _NOT_METRICS
+               and np.issubdtype(ds[v].dtype, np.number)]
+    values = {name: np.asarray(ds[name].values, dtype=float) for name in metrics[:MAX_METRIC_ROWS]}
+    if not values:
+        series = [v for v in ds.data_vars if ds[v].dims[:2] == ("point", "time")]
+        if not series:
+            return None
+        a = np.asarray(ds[series[0]].values, dtype=float).reshape(ds.sizes["point"], ds.sizes["time"], -1)
+        with np.errstate(all="ignore"):
+            values = {f"range of {series[0]}": np.nanmax(a[..., 0], axis=1) - np.nanmin(a[..., 0], axis=1)}
+    if not params:
+        return None
+    status = np.asarray(ds["status"].values)
+    failed = st.is_failure(status)
+    done = ~failed & (status >= st.SUCCESS)
+    panels = _panels(np.asarray(ds[params[2]].values, dtype=float)) if len(params) >= 3 else [("", None)]
+    rows, cols = len(values), len(panels)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 1.4, 3.0 * rows + 1.0), squeeze=False,
+                             layout="constrained")
+    handles = {}
+    for r, (label, value) in enumerate(values.items()):
+        finite = value[done & np.isfinite(value)]
+        lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+        for c, (title, mask) in enumerate(panels):
+            ax = axes[r][c]
+            inside = np.ones(len(status), dtype=bool) if mask is None else mask
+            ok, bad = done & inside, failed & inside
+            x = np.asarray(ds[params[0]].values, dtype=float)
+            if len(params) >= 2:
+                y = np.asarray(ds[params[1]].values, dtype=float)
+                sc = ax.scatter(x[ok], y[ok], c=value[ok], cmap="viridis", vmin=lo, vmax=hi, s=36)
+                ax.set_ylabel(params[1])
+            else:
+                order = np.argsort(x[ok])
+                ax.plot(x[ok][order], value[ok][order], "o-", color="tab:blue")
+                # Failures have no value: drawn on the axis' floor.
+                y = np.full(len(x), lo)
+                ax.set_ylabel(label)
+            for code in np.unique(status[bad]):
+                marker, colour = FAILURE_MARKERS.get(int(code), ("o", "tab:cyan"))
+                pick = bad & (status == code)
+                h = ax.scatter(x[pick], y[pick], marker=marker, color=colour, s=60, linewidths=0.8,
+                               edgecolors="black" if marker not in ("X", "*", "P") else None)
+                handles.setdefault(int(code), h)
+            ax.set_xlabel(params[0])
+            if title:
+                ax.set_title(f"{params[2]} = {title}" if " to " not in title else f"{params[2]}: {title}",
+                             fontsize=9)
+        if len(params) >= 2:
+            fig.colorbar(sc, ax=list(axes[r]), label=label)
+    counts = {code: int((status == code).sum()) for code in handles}
+    if handles:
+        fig.legend([handles[c] for c in sorted(handles)],
+                   [f"{st.meaning(c)} ({counts[c]})" for c in sorted(handles)],
+                   loc="outside lower center", ncol=min(4, len(handles)), title="failed points, by status",
+                   fontsize=8, title_fontsize=8, frameon=False)
+    shown = f" (first {len(values)} of {len(metrics)} metrics)" if len(metrics) > len(values) else ""
+    fig.suptitle(f"{ds.attrs.get('title', 'sweep')}: {int(done.sum())} ok, {int(failed.sum())} failed{shown}")
+    return fig
 
 
 def resume_command(args) -> str:
