@@ -317,30 +317,6 @@ def test_benchmark_grid_sizes_multiply_to_the_point_count():
 
 
 @pytest.mark.slow
-def test_icechunk_benchmark_quick_compares_both_stores_and_their_crashes(tmp_path):
-    """bench_icechunk.py --quick (needs the bench-storage extra): a row per store, and the crash
-    experiments: an interrupted batch is pending in the sweep store and invisible in Icechunk."""
-    pytest.importorskip("icechunk")
-    out = tmp_path / "icechunk.txt"
-    proc = subprocess.run([sys.executable, str(ROOT / "workflows/benchmarks/bench_icechunk.py"), "--quick",
-                           "--out", str(out), "--dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    text = out.read_text()
-    assert text.startswith("$ ") and "bench_icechunk.py --quick" in text.splitlines()[0]
-    names = ("mechsweep: Zarr + commit records", "icechunk: fork/merge, commit every 1",
-             "icechunk: fork/merge, commit every 10")
-    rows = {line[2:42].strip(): line[42:].split() for line in text.splitlines() if line[2:42].strip() in names}
-    assert sorted(rows) == sorted(names)
-    for row in rows.values():
-        assert all(float(x) > 0 for x in row[:6]), row     # worker, driver ms, points/s, MB
-    assert text.count("check_store checksum: done [0, 1], pending [2, 3], damaged []") == 2
-    assert text.count("batch 2: status [pending x100], outputs all NaN: 4/4") == 2
-    assert "resume reruns batch 2 (write + commit): done [0, 1, 2], pending [3]" in text
-    assert "batch 1: chunk v1/c/1/0/0 missing" in text
-
-
-@pytest.mark.slow
 def test_scale_benchmark_quick_measures_each_worker_count_and_leaves_complete_stores(tmp_path):
     """bench_scale.py --quick on real dask scheduler and worker processes: a table row per N
     with positive rates, and stores (written by the workers, committed by the driver) that
