@@ -72,6 +72,8 @@ class StoreLocation:
             ValueError: a store of another kind (in memory, zip).
         """
         store, sub = group.store, group.path
+        while getattr(store, "_store", None) is not None:     # a zarr.storage.WrapperStore
+            store = store._store
         if getattr(store, "root", None) is not None:          # zarr.storage.LocalStore
             root = Path(store.root) / sub if sub else Path(store.root)
             return cls(root)

@@ -55,7 +55,7 @@ from solver import status as st
 from solver.errors import InputError
 from solver.models.yamlio import load_yaml
 from sweep.store import (BatchCommitter, BatchResult, Schema, WrittenBatch, batch_slices, plan_store,
-                         read_status, write_batch_data)
+                         read_status, write_batch_data, writer_group)
 
 __all__ = [
     "BatchResult", "SweepSummary", "run_sweep", "run_batch_task", "check_result",
@@ -422,7 +422,7 @@ def _open_store_once(store: str, token: str | None):
     if key not in _OPEN_STORES:
         if len(_OPEN_STORES) >= 8:
             _OPEN_STORES.clear()
-        _OPEN_STORES[key] = zarr.open_group(store, mode="r+")
+        _OPEN_STORES[key] = writer_group(store)
     return _OPEN_STORES[key]
 
 
