@@ -83,6 +83,15 @@ def test_damage_in_s3_is_found_and_a_resume_repairs_exactly_it(s3, reference, tm
     assert_same_store(url, reference)
 
 
+def test_retry_failed_on_s3_reruns_only_the_batch_with_failed_points(s3, reference, tmp_path):
+    url, log = s3.url("retry.zarr"), str(tmp_path / "log")
+    resume_toy(url, log, tag="first")
+    summary = resume_toy(url, log, mode="retry-failed")
+    assert summary.batches_run == [3]                       # omega 5 > omega_max fails there
+    assert [b for tag, b, _ in read_log(log, SPEC) if tag == "resume"] == [3]
+    assert_same_store(url, reference)
+
+
 def test_overwrite_replaces_an_s3_store_and_a_location_joins_like_a_path(s3, reference):
     url = s3.url("again.zarr")
     resume_toy(url, None)
