@@ -20,7 +20,7 @@ from solver import status as st
 from solver.compiled import Compiled, compile_clock, compiled_model, compiled_of
 from solver.dae.problem import DAE
 from solver.errors import InputError
-from solver.integrate.initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values
+from solver.integrate.initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values, parse_values_table
 from solver.integrate.integrator import Integrator, order_for_tol, pad_output_times
 from solver.integrate.solve_lock import one_at_a_time
 from solver.integrate.sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
@@ -396,7 +396,10 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         values: initial values and guesses in :func:`solve` syntax, shared by
             every point, or a function ``values(params) -> mapping`` of one
             point's full parameter dict (a model's default: its ``positions``
-            evaluated at the point's parameters).
+            evaluated at the point's parameters; the model's own is
+            evaluated for every point in one pass where its kind can,
+            :meth:`solver.models.model.Model.initial_values_table`, with
+            the same numbers as point by point).
         fixed: names of values to keep exactly (default: the model's).
         params: parameter values shared by every point (the constants).
         t_span: (t0, t1); default the model's ``t0``/``tend`` (required for a DAE).
@@ -475,7 +478,19 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         spec = parse_values(integ, values, fixed)
         z_hat[:], u_guess[:], free[:] = spec.z_hat, spec.u_guess, spec.free
     else:
-        for i in range(B):
+        # The model's own initial values: every point's in one pass over the
+        # varying parameters' columns where its kind can (the same numbers as
+        # point by point); else, or for a point that fails, one call per point.
+        table = None
+        if model is not None and values == model.initial_values:
+            table = model.initial_values_table({k: (v if k in swept else v[0]) for k, v in full.items()},
+                                               set(swept), B)
+        if table is not None:
+            try:
+                z_hat, u_guess, free = parse_values_table(integ, table, fixed, B)
+            except InputError:
+                table = None
+        for i in range(B) if table is None else ():
             p_i = {k: v[i] for k, v in full.items()}
             try:
                 spec = parse_values(integ, values(p_i), fixed)
