@@ -20,8 +20,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 import solver
 from pendulum_sweep import write_pendulum_sweep
 from sweep import pipeline
