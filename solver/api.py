@@ -21,12 +21,13 @@ from solver.analysis.failures import failure_records
 from solver.compiled import Compiled, compile_clock, compiled_model, compiled_of
 from solver.dae.problem import DAE
 from solver.errors import InputError
-from solver.integrate.initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values
+from solver.integrate.initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values, parse_values_table
 from solver.integrate.integrator import Integrator, order_for_tol, pad_output_times
 from solver.integrate.solve_lock import one_at_a_time
 from solver.integrate.sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
                           sensitivity_name, sensitivity_series)
-from solver.results.solution import build_batch_dataset, build_dataset
+from solver.results.balance import balance_layout
+from solver.results.solution import build_batch_dataset, build_dataset, event_layout, output_layout
 
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
 
@@ -188,7 +189,7 @@ def _start_tangents(comp: Compiled, full: dict, t0, z0, free, names, values, fix
                                           np.asarray(z0), np.asarray(free), dparams, np.asarray(dz_fixed)))
 
 
-def _with_event_sensitivities(ds, dae, event_tangents, names, status, single: bool):
+def _with_event_sensitivities(ds, dae, event_tangents, names, status, single: bool, outputs=None):
     """``ds`` with ``devent_time_d{param}`` and ``devent_rate_d{param}``: the event records' derivatives.
 
     An event time moves with a parameter as dt*/dp = -(dg/dp + dg/dx dx/dp)
@@ -200,6 +201,8 @@ def _with_event_sensitivities(ds, dae, event_tangents, names, status, single: bo
         arr = np.asarray(event_tangents[what], dtype=float)  # (k, B, C)
         for i, param in enumerate(names):
             name = sensitivity_name(f"event_{what}", param)
+            if outputs is not None and name not in outputs:
+                continue
             vals = arr[i].copy()
             attrs = {"long_name": f"d(event {what})/d{param}", "sensitivity_of": f"event_{what}",
                      "sensitivity_wrt": param}
@@ -211,14 +214,19 @@ def _with_event_sensitivities(ds, dae, event_tangents, names, status, single: bo
     return ds
 
 
-def _with_sensitivities(ds, dae, tangents, names, status, single: bool, mask_failed: bool = True):
-    """``ds`` with the ``d{var}_d{param}`` outputs of :func:`_integrate`'s tangents added.
+def _with_sensitivities(ds, dae, tangents, names, status, single: bool, mask_failed: bool = True,
+                        outputs=None):
+    """``ds`` with the ``d{var}_d{param}`` outputs of :func:`_integrate`'s tangents added (those in ``outputs``).
 
     ``mask_failed``: a batch's failed points' series all NaN (else as
     computed: :func:`solve_batch` masks them after the failure).
     """
-    layout = sensitivity_layout(dae, None, names)
-    series = sensitivity_series(dae, tangents, names)
+    variables = None
+    if outputs is not None:
+        variables = [v.name for v in dae.variables
+                     if any(sensitivity_name(v.name, param) in outputs for param in names)]
+    layout = {k: v for k, v in sensitivity_layout(dae, variables, names).items() if outputs is None or k in outputs}
+    series = sensitivity_series(dae, tangents, names, variables)
     failed = st.is_failure(np.asarray(status))
     for name, (dims, attrs) in layout.items():
         arr = series[name].copy()
@@ -341,6 +349,26 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
 
 
 # ----------------------------------------------------------------- many designs
+def _check_outputs(dae, outputs, names) -> frozenset | None:
+    """The checked ``outputs`` of :func:`solve_batch` as a set (None: all).
+
+    Raises:
+        InputError: a name the batch's Dataset would not have, with the valid ones.
+    """
+    if outputs is None:
+        return None
+    if isinstance(outputs, str):
+        raise InputError(f"outputs must be a list of output names, got the string {outputs!r}")
+    valid = list(output_layout(dae)[0]) + list(sensitivity_layout(dae, None, names))
+    if getattr(dae, "events", ()):
+        valid += list(event_layout(dae))
+        valid += [sensitivity_name(f"event_{what}", param) for what in ("time", "rate") for param in names]
+    unknown = [name for name in outputs if name not in valid]
+    if unknown:
+        raise InputError(f"unknown output {unknown[0]!r}; the outputs of this batch are {', '.join(valid)}")
+    return frozenset(outputs)
+
+
 def _params_table(dae, params_table, constants):
     """Checked (B, swept, full per-point parameters) from the table and the constants."""
     base = dae.param_values(constants)
@@ -383,7 +411,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 max_steps: int | None = None, h_max: float | None = None, init: str | None = None,
                 ipopt_options: Mapping | None = None, linear: str = "auto", mode: str | None = None,
                 optimize: bool | None = None, slots: int | None = None, sensitivities: Sequence[str] | None = None,
-                title: str | None = None, extra_attrs: Mapping | None = None, mask_failed: bool = True):
+                title: str | None = None, extra_attrs: Mapping | None = None, mask_failed: bool = True,
+                outputs: Sequence[str] | None = None):
     """Solve many designs of one model at once: one Dataset with a ``point`` dimension.
 
     The one way to solve many designs (the sweep pipeline calls it): every
@@ -404,7 +433,10 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         values: initial values and guesses in :func:`solve` syntax, shared by
             every point, or a function ``values(params) -> mapping`` of one
             point's full parameter dict (a model's default: its ``positions``
-            evaluated at the point's parameters).
+            evaluated at the point's parameters; the model's own is
+            evaluated for every point in one pass where its kind can,
+            :meth:`solver.models.model.Model.initial_values_table`, with
+            the same numbers as point by point).
         fixed: names of values to keep exactly (default: the model's).
         params: parameter values shared by every point (the constants).
         t_span: (t0, t1); default the model's ``t0``/``tend`` (required for a DAE).
@@ -422,6 +454,13 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
             False: they keep the samples up to its failure time, as a
             single :func:`solve` does, and are NaN after it (all NaN for a
             point that did not assemble: it has no consistent start).
+        outputs: the outputs to build, by their names in the Dataset (a
+            variable, ``NAME_d{k}``, ``constraint_residual``, ``energy``, a
+            balance output, ``torque_{driver}``, ``d{var}_d{P}``, an event
+            record); None: all of them.  What is not named is not assembled
+            (nor its residual, energy or balance series computed): a caller
+            that keeps a few outputs of a large batch (a sweep's store) pays
+            for those only.  The integration is the same either way.
 
     Returns:
         xarray.Dataset with dims ``point`` and ``time`` (and component
@@ -434,11 +473,14 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         :mod:`solver.analysis.failures`); the varied parameters are
         coordinates on ``point``, the constants are in ``attrs["parameters"]``,
         the initialisation messages of points that did not assemble in
-        ``attrs["failures"]`` (JSON), and ``wall_seconds``.
+        ``attrs["failures"]`` (JSON), and ``wall_seconds``; with ``outputs``,
+        only those of the outputs (and ``status``, ``steps``,
+        ``failure_time``, ``failure_reason``).
 
     Raises:
         InputError: unknown parameter names, columns of different lengths,
-            bad settings, initial-value names that the DAE does not have.
+            bad settings, initial-value names that the DAE does not have,
+            unknown ``outputs``.
     """
     wall0 = _time.perf_counter()
     model = problem if hasattr(problem, "dae") and hasattr(problem, "initial_values") else None
@@ -473,6 +515,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     init = init or "auto"
     t_eval = _output_times(t0, t1, t_eval, samples)
     names = check_names(dae, sensitivities)
+    want = _check_outputs(dae, outputs, names)
     # With sensitivities, "auto" takes the single-run engine choice (compact
     # above a small tape): the jvp of an unrolled step compiles for minutes
     # on a model the size of the RSCR (348 s against 89 s compact, measured
@@ -492,7 +535,19 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         spec = parse_values(integ, values, fixed)
         z_hat[:], u_guess[:], free[:] = spec.z_hat, spec.u_guess, spec.free
     else:
-        for i in range(B):
+        # The model's own initial values: every point's in one pass over the
+        # varying parameters' columns where its kind can (the same numbers as
+        # point by point); else, or for a point that fails, one call per point.
+        table = None
+        if model is not None and values == model.initial_values:
+            table = model.initial_values_table({k: (v if k in swept else v[0]) for k, v in full.items()},
+                                               set(swept), B)
+        if table is not None:
+            try:
+                z_hat, u_guess, free = parse_values_table(integ, table, fixed, B)
+            except InputError:
+                table = None
+        for i in range(B) if table is None else ():
             p_i = {k: v[i] for k, v in full.items()}
             try:
                 spec = parse_values(integ, values(p_i), fixed)
@@ -512,19 +567,22 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     slots = integ.default_slots(B) if slots is None else slots
     res = _integrate(comp, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0)
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
-    residual = comp.constraint_residual_series(res["values"], t_eval, full)
-    energy = comp.energy_series(res["values"], t_eval, full)
-    balance = comp.balance_series(res["values"], t_eval, full, energy)
+    needed = lambda *outs: want is None or not want.isdisjoint(outs)
+    balance_names = balance_layout(dae)[0]
+    residual = comp.constraint_residual_series(res["values"], t_eval, full) if needed("constraint_residual") else None
+    energy = comp.energy_series(res["values"], t_eval, full) if needed("energy", *balance_names) else None
+    balance = comp.balance_series(res["values"], t_eval, full, energy) if needed(*balance_names) else None
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear, "optimize": integ.optimize, "slots": int(slots)}
     ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
                              constants=constants, settings=settings, messages=messages, title=title,
-                             extra_attrs=extra_attrs, mask_failed=mask_failed)
+                             extra_attrs=extra_attrs, mask_failed=mask_failed, outputs=want)
     if names:
         ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=False,
-                                 mask_failed=mask_failed)
+                                 mask_failed=mask_failed, outputs=want)
         if "event_tangents" in res:
-            ds = _with_event_sensitivities(ds, dae, res["event_tangents"], names, res["status"], single=False)
+            ds = _with_event_sensitivities(ds, dae, res["event_tangents"], names, res["status"], single=False,
+                                           outputs=want)
     times, reasons = failure_records(comp, model if model is not None else dae, res["status"], t0,
                                      res["t_final"], res["z_final"], res["u_final"], full,
                                      violated=[v if not ok_i else () for v, ok_i in zip(violated, ok)],

@@ -32,7 +32,7 @@ from solver.errors import InputError
 __all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "event_metric", "scalar_series", "store_bytes",
            "check_store_size", "check_batch_memory", "estimate_run", "load_model", "structural_names",
            "structural_sizes", "rebuild_structural", "group_context", "remember_model", "MODEL_BUILDS",
-           "check_point_values", "RANGE_CHECK_POINTS"]
+           "check_point_values", "RANGE_CHECK_POINTS", "solver_outputs"]
 
 REDUCERS = {
     "min": lambda a: np.nanmin(a, axis=1),
@@ -742,13 +742,14 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     sens = list(getattr(context, "sensitivities", None) or [])
     # A failed point keeps its motion up to the failure, as simulate shows it.
     ds = solver.solve_batch(model, padded, params=context.constants, t_eval=context.time,
-                            sensitivities=sens or None, mask_failed=False)
+                            sensitivities=sens or None, mask_failed=False,
+                            outputs=solver_outputs(model.dae, context))
     # No run parameter varies (a group over structural values only): one
     # solve serves its B identical points.
     ds = ds.isel(point=slice(0, B) if padded else np.zeros(B, dtype=int))
     status = ds["status"].values.astype(np.int8)
     failed = codes.is_failure(status)
-    data = {name: np.asarray(ds[name].values, dtype=float)
+    data = {name: np.ascontiguousarray(ds[name].values, dtype=float)
             for name, dims in context.schema.variables.items() if (dims or name == "event_count") and name in ds}
     for mname, (of, reduce, *event) in context.metrics.items():
         if event:
@@ -784,9 +785,46 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
             detail = json.loads(ds.attrs.get("failures", "{}")).get(str(first), "")
             if detail:
                 msg += f" ({detail})"
-    return BatchResult(status=status, steps=ds["steps"].values, data=data, message=msg,
+    # Steps are counted in int32 by the integrator (max_steps is bounded to fit).
+    return BatchResult(status=status, steps=ds["steps"].values.astype(np.int32), data=data, message=msg,
                        failure_time=np.asarray(ds["failure_time"].values, dtype=float),
                        failure_reason=[str(r) for r in reasons])
+
+
+def solver_outputs(dae, context: SweepContext) -> list[str]:
+    """The outputs a batch asks ``solver.solve_batch`` for: what the store keeps and the metrics read.
+
+    The schema's series and event records (not its metrics, which
+    :func:`batch_fn` computes), and each metric's source: a variable (or
+    the variable of a component), another series, or the event records,
+    with their derivatives for the sweep's sensitivities.  Nothing else is
+    assembled: a sweep storing ``x`` and ``y`` of a model with more
+    variables pays for ``x`` and ``y``.
+
+    Args:
+        dae: the sweep model's DAE.
+        context: the sweep's :class:`SweepContext`.
+
+    Returns:
+        Output names (sorted), for ``solve_batch(outputs=...)``.
+    """
+    sens = list(getattr(context, "sensitivities", None) or [])
+    metric_names = set(context.metrics) | {sensitivity_name(m, p) for m in context.metrics for p in sens}
+    names = {name for name, dims in context.schema.variables.items()
+             if (dims or name == "event_count") and name not in metric_names}
+    for of, reduce, *event in context.metrics.values():
+        if event:
+            names |= {"event_which", "event_time", "event_rate"}
+            names |= {sensitivity_name(f"event_{what}", p) for what in ("time", "rate") for p in sens}
+            if reduce == "value" and of not in ("time", "rate"):
+                names.add(f"{_component_index(dae, of)[0]}_at_event")
+            continue
+        target = _component_index(dae, of)
+        var = of if target is None else target[0]
+        names.add(var)
+        if target is not None:
+            names |= {sensitivity_name(var, p) for p in sens}
+    return sorted(names)
 
 
 def _check_event_metric(spec, dae, mname, m, event_names) -> None:

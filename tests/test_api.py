@@ -132,6 +132,38 @@ SolverParams:
         np.testing.assert_allclose(ds["x"].values[i], scipy_x(L), rtol=0, atol=1e-8 * L)
 
 
+def test_a_batch_builds_only_the_outputs_asked_for(monkeypatch):
+    # The outputs named are the full Dataset's, bit for bit; the others are not
+    # built, nor the series only they need (the residual, the energy).
+    from pathlib import Path
+
+    from solver.compiled import Compiled
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "pendulum.yaml"
+    model = solver.load(path, overrides={"ProblemData": {"tend": 1.0, "samples": 11}})
+    table = {"L": [0.5, 1.0, 2.0]}
+    full = solver.solve_batch(model, table)
+    assert {"lam", "x_d1", "energy", "energy_change", "constraint_residual"} <= set(full.data_vars)
+    calls = []
+    for name in ("constraint_residual_series", "energy_series"):
+        real = getattr(Compiled, name)
+        monkeypatch.setattr(Compiled, name, lambda self, *a, _real=real, _name=name: calls.append(_name)
+                            or _real(self, *a))
+    some = solver.solve_batch(model, table, outputs=["x", "y_d1", "energy_change"])
+    assert set(some.data_vars) == {"x", "y_d1", "energy_change", "status", "steps"}
+    assert calls == ["energy_series"]                    # energy_change needs it; no residual
+    for name in some.data_vars:
+        np.testing.assert_array_equal(some[name].values, full[name].values)
+    calls.clear()
+    bare = solver.solve_batch(model, table, outputs=[])
+    assert set(bare.data_vars) == {"status", "steps"} and calls == []
+    np.testing.assert_array_equal(bare["steps"].values, full["steps"].values)
+    with pytest.raises(solver.InputError, match="unknown output 'z'; the outputs of this batch are x, x_d1, y, "):
+        solver.solve_batch(model, table, outputs=["x", "z"])
+    with pytest.raises(solver.InputError, match="outputs must be a list of output names, got the string 'x'"):
+        solver.solve_batch(model, table, outputs="x")
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"params_table": {"M": [1.0]}}, "params_table: 'M' is not a parameter; the parameters are L, g"),
     ({"params_table": {"L": [1.0, 2.0], "g": [1.0]}},

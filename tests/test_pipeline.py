@@ -8,6 +8,7 @@ of a worker compiles once and the padding changes no result.
 """
 
 import json
+import pickle
 
 import numpy as np
 import pytest
@@ -64,6 +65,46 @@ def test_a_sweep_point_is_the_same_run_as_solve(spec):
             np.testing.assert_allclose(batch.data[name][i], ds[name].values, rtol=0, atol=1e-12)
         # The store records the Taylor order the run used (not 0 = "from tol").
         assert context.attrs["solver_order"] == ds.attrs["solver_order"] == order_for_tol(model.tol)
+
+
+def test_a_batch_builds_and_sends_back_only_what_the_store_keeps(tmp_path, monkeypatch):
+    # The sweep stores x and y of (x, y, lam): solve_batch is asked for those,
+    # their derivatives and the residual, not lam; batch_fn returns the
+    # store's arrays (series and metrics) and nothing more, in compact types,
+    # with the numbers of the full Dataset.
+    sweep_file = write_pendulum_sweep(tmp_path)
+    sweep_file.write_text(SWEEP.replace("  samples: 21\n", "  variables: [x, y]\n  samples: 21\n"))
+    spec = load_sweep(sweep_file)
+    context = pipeline.build_context(spec)
+    built = []
+    real = solver.solve_batch
+
+    def recording(*args, **kw):
+        ds = real(*args, **kw)
+        built.append((kw.get("outputs"), set(ds.data_vars)))
+        return ds
+
+    monkeypatch.setattr(solver, "solve_batch", recording)
+    points = {k: v[0:3] for k, v in spec.points.items()}
+    result = pipeline.batch_fn(points, context)
+    asked, data_vars = built[0]
+    assert asked == ["constraint_residual", "x", "x_d1", "y", "y_d1"]
+    assert data_vars == set(asked) | {"status", "steps"}
+
+    assert set(result.data) == set(context.schema.variables) == set(asked) | {"y_max", "x_range"}
+    assert result.status.dtype == np.int8 and result.steps.dtype == np.int32
+    for name, value in result.data.items():
+        assert value.dtype == np.float64 and value.flags.c_contiguous
+        assert value.shape == (3,) + context.schema.shape(name)
+    payload = sum(a.nbytes for a in (result.status, result.steps, *result.data.values()))
+    assert len(pickle.dumps(result, protocol=5)) < payload + len(result.message) + 2048
+
+    model = pipeline._model(context.model_path, context.override, context.key)
+    full = real(model, points, t_eval=context.time)
+    for name in asked:
+        np.testing.assert_array_equal(result.data[name], full[name].values)
+    np.testing.assert_array_equal(result.data["y_max"][:2], full["y"].values[:2].max(axis=1))
+    np.testing.assert_array_equal(result.steps, full["steps"].values)
 
 
 def test_sweep_constants_reach_the_simulation(tmp_path):

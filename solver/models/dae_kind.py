@@ -41,12 +41,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import numpy as np
+
 import jax
 import jax.numpy as jnp
 
 from solver.dae.problem import DAE, DAEDefinitionError
 from solver.errors import InputError
-from solver.models.expr import ExprError, evaluate_constant, parse
+from solver.models.expr import ExprError, NotElementwise, evaluate_constant, evaluate_constant_table, parse
 from solver.models.yamlio import Locator, check_keys, format_path, require_list, require_mapping
 
 from solver.models.events import attach_events
@@ -147,6 +149,16 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
             out[key] = val
         return out
 
+    def values_table(params: dict, varying, size: int) -> dict:
+        # values() at many points: the same expressions over columns (Model.initial_values_table).
+        out = {}
+        for key, raw, kpath, vk, where, line in located:
+            val = evaluate_constant_table(raw, params, varying, size, file=loc.file, path=where, line=line)
+            if int(np.prod(val.shape[1:])) not in (1, 1 if vk.index is not None else sizes[vk.name] or 1):
+                raise NotElementwise(key)  # values() words the error
+            out[key] = val
+        return out
+
     values(info.numeric())  # report bad values at load time, not at the first solve
     animation = read_animation(data.get("Animation"), loc, lambda n: n in sizes)
     default_points = [n for n, s in sizes.items() if s in (2, 3)]
@@ -158,7 +170,7 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
     return Model(dae=dae, kind="DAE", title=title, path=path, text=loc.text, data=data,
                  locator=loc, times=times, solver_params=solver_params, param_info=info,
                  values=values, fixed=fixed, animation=animation, point_scope=point_scope,
-                 default_points=default_points, overrides=overrides)
+                 default_points=default_points, overrides=overrides, values_table=values_table)
 
 
 class _Coordinate:

@@ -64,7 +64,7 @@ import jax.numpy as jnp
 
 from solver.mechanics.cloth import cloth, cloth_rest_positions, cloth_size_problem
 from solver.errors import InputError
-from solver.models.expr import evaluate_constant, parse
+from solver.models.expr import NotElementwise, evaluate_constant, evaluate_constant_table, parse
 from solver.mechanics.lagrangian import lagrangian, point_force
 from solver.models.yamlio import (Locator, check_keys, format_path, require_list, require_mapping,
                            require_str)
@@ -183,7 +183,7 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
         # does), so the momentum outputs are defined; see docs in README.
         dae.momentum_dim = point_dims.pop()
 
-    values, fixed = _problem_values(pd, sizes, loc, info, driven)
+    values, fixed, values_table = _problem_values(pd, sizes, loc, info, driven)
     animation = read_animation(data.get("Animation"), loc, lambda n: n in sizes or n in let_names)
 
     def point_scope(t, state, params):
@@ -198,7 +198,7 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
                  param_info=info, values=values, fixed=fixed, animation=animation,
                  point_scope=point_scope,
                  default_points=[n for n, s in sizes.items() if s in (2, 3)],
-                 conservative=conservative, overrides=overrides)
+                 conservative=conservative, overrides=overrides, values_table=values_table)
     model.value_rules = stop_rules
     return model
 
@@ -376,7 +376,10 @@ def _names(raw: Any, loc: Locator, path: tuple) -> list:
 
 
 def _problem_values(pd: Mapping, sizes: Mapping, loc: Locator, info, driven: Mapping):
-    """positions / fixedpositions / velocities -> (values(params), fixed).
+    """positions / fixedpositions / velocities -> (values(params), fixed, values_table).
+
+    ``values_table(params, varying, size)`` is ``values`` at many points at
+    once (:meth:`solver.models.model.Model.initial_values_table`).
 
     ``driven`` maps (coordinate, component or None) -> driver key: such
     coordinates may have guesses in ``positions`` but cannot be fixed.
@@ -418,8 +421,17 @@ def _problem_values(pd: Mapping, sizes: Mapping, loc: Locator, info, driven: Map
             out[key] = val
         return out
 
+    def values_table(params: dict, varying, points: int) -> dict:
+        out = {}
+        for key, raw, kp, size, where, line in located:
+            val = evaluate_constant_table(raw, params, varying, points, file=loc.file, path=where, line=line)
+            if int(np.prod(val.shape[1:])) not in (1, size):
+                raise NotElementwise(key)  # values() words the error
+            out[key] = val
+        return out
+
     values(info.numeric())  # report bad values at load time
-    return values, fixed
+    return values, fixed, values_table
 
 
 # ------------------------------------------------------------------ generators

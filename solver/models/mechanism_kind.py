@@ -134,7 +134,7 @@ import numpy as np
 import jax.numpy as jnp
 
 from solver.errors import InputError
-from solver.models.expr import ConstantScope, ExprError, Expr, check_name, parse
+from solver.models.expr import ConstantScope, ExprError, Expr, NotElementwise, check_name, evaluate_table, parse
 from solver.mechanics.mechanism import AXES, FIELDS, Mechanism, Part
 from solver.mechanics.mechanism import PART_KINDS as MECHANISM_PARTS
 from solver.mechanics.natural import RigidBody
@@ -715,6 +715,42 @@ class _Reader:
 
         return values
 
+    def values_table_fn(self):
+        """The callable ``(params, varying, size) -> initial values of size points`` for :class:`Model`.
+
+        :meth:`values_fn` over columns of the varying parameters
+        (:meth:`solver.models.model.Model.initial_values_table`): each
+        quantity once for all points, by :func:`solver.models.expr.evaluate_table`.
+        """
+        mech, d = self.mech, self.mech.dim
+        positions, velocities = self.positions, self.velocities
+
+        def values_table(params: Mapping, varying, size: int) -> dict:
+            known = {}
+
+            def component(entry):
+                qty, idx, _ = entry
+                if id(qty) not in known:
+                    known[id(qty)] = evaluate_table(qty.expr, params, varying, size)
+                val = known[id(qty)]
+                column = val if idx is None else val[:, idx]
+                if column.shape != (size,):
+                    raise NotElementwise(qty.path)  # values() words the error
+                return column
+
+            out = {}
+            for pt in mech.moving:
+                out[pt] = np.stack([component(positions[(pt, a)]) for a in range(d)], axis=1)
+                axes = [a for a in range(d) if (pt, a) in velocities]
+                if len(axes) == d:
+                    out[pt + "'"] = np.stack([component(velocities[(pt, a)]) for a in axes], axis=1)
+                else:
+                    for a in axes:
+                        out[f"{pt}[{a}]'"] = component(velocities[(pt, a)])
+            return out
+
+        return values_table
+
 
 # ------------------------------------------------------------------ entry point
 class _ValueRules:
@@ -883,7 +919,8 @@ def build(data: Any, locator: Locator, path: str | None = None,
     model = MechanismModel(
         dae=dae, kind="Mechanism", title=title, path=path, text=locator.text, data=data,
         locator=locator, times=reader.times, solver_params=solver_params,
-        param_info=mech.param_info, values=reader.values_fn(), fixed=reader.fixed_keys,
+        param_info=mech.param_info, values=reader.values_fn(), values_table=reader.values_table_fn(),
+        fixed=reader.fixed_keys,
         animation=animation, point_scope=point_scope,
         default_points=list(mech.fixed_points) + list(mech.moving), links=mech.links(),
         conservative=conservative, overrides=overrides)

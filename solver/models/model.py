@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from solver.dae.problem import DAEDefinitionError
 from solver.errors import (MAX_OUTPUT_BYTES, InputError, format_bytes, how_to_raise, limit,
                            size_limit_message)
-from solver.models.expr import check_name, evaluate_constant, parse
+from solver.models.expr import NotElementwise, check_name, evaluate_constant, parse
 from solver.dae.sparsity import UnsupportedPrimitiveError
 from solver.dae.structure import StructurallySingularError
 from solver.models.yamlio import (Locator, check_keys, format_path, require_bool, require_int, require_list,
@@ -297,6 +297,13 @@ class Model:
         conservative: whether the energy should be conserved (no dissipation,
             forces or explicit time dependence), None when unknown.
 
+    ``values_table(params, varying, size) -> {name: (size, ...) array}``
+    (optional) is ``values`` at many points at once, for
+    :meth:`initial_values_table`: ``params`` as
+    :meth:`solver.models.scope.ParamInfo.numeric_table` gives them; it
+    raises :class:`solver.models.expr.NotElementwise` (or ``InputError``)
+    where it cannot, and the points are then evaluated one by one.
+
     ``point_arrays(ds) -> {name: (time, dim)}`` (optional) gives the drawn
     points of a generated model directly from its result, faster than one
     expression per point (a 90×90 cloth has 8,100); ``Animation.Points``
@@ -309,7 +316,7 @@ class Model:
                  point_scope: Callable | None = None, default_points: list | None = None,
                  links: list | None = None, conservative: bool | None = None,
                  builder: Callable | None = None, overrides: Any = None,
-                 point_arrays: Callable | None = None):
+                 point_arrays: Callable | None = None, values_table: Callable | None = None):
         self.dae, self.kind, self.title, self.path, self.text = dae, kind, title, path, text
         self.data, self.locator, self.overrides = data, locator, overrides
         self.t0, self.tend = times["t0"], times["tend"]
@@ -321,6 +328,7 @@ class Model:
         self.optimize = solver_params.get("optimize", True)
         self.param_info = param_info
         self._values = values
+        self._values_table = values_table
         self.fixed = list(fixed)
         self.animation = animation
         self._point_scope = point_scope
@@ -429,6 +437,38 @@ class Model:
             ``q[2]'``) -> float or array.
         """
         return self._values(self.all_params(params))
+
+    def initial_values_table(self, params: Mapping, varying, size: int) -> dict | None:
+        """:meth:`initial_values` of many points at once, where the model's kind can.
+
+        A batch of designs (``solver.solve_batch``) needs every point's
+        initial values; evaluated here in one pass over the columns of the
+        parameters that vary, they are bit for bit those of
+        :meth:`initial_values` at each point
+        (:func:`solver.models.expr.evaluate_table`).
+
+        Args:
+            params: free parameter name -> value: a ``(size,)`` column for
+                each name in ``varying``, one value for the others (defaults
+                for missing ones).
+            varying: the names that vary by point.
+            size: the number of points.
+
+        Returns:
+            dict name -> float64 array ``(size,) + shape`` whose row ``i`` is
+            the value :meth:`initial_values` gives point ``i``; or None where
+            the kind has no such form, an initial value does more than
+            elementwise arithmetic with a varying parameter, or some point's
+            values fail (evaluate them one by one: that path words the
+            errors).
+        """
+        if self._values_table is None:
+            return None
+        try:
+            values, moving = self.param_info.numeric_table(params, varying, size)
+            return self._values_table(values, moving, size)
+        except (NotElementwise, InputError):
+            return None
 
     def solve(self, params: Mapping | None = None, **kw):
         """Solve the model's problem.

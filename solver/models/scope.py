@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from solver.dae.problem import ddt
 from solver.errors import InputError
-from solver.models.expr import Expr, ExprError, all_finite, check_name, evaluate_constant, parse
+from solver.models.expr import Expr, ExprError, all_finite, check_name, evaluate_constant, evaluate_table, parse
 from solver.models.yamlio import Locator, format_path, require_mapping
 
 __all__ = ["ParamInfo", "read_params", "read_lets", "BaseScope", "DAEScope",
@@ -94,6 +94,49 @@ class ParamInfo:
         for name, expr in self.derived:
             out[name] = np.asarray(expr.evaluate(_NumericScope(out)), dtype=np.float64)
         return {k: (float(v) if np.ndim(v) == 0 else v) for k, v in out.items()}
+
+    def numeric_table(self, values: Mapping[str, Any], varying, size: int) -> tuple[dict, frozenset]:
+        """:meth:`numeric` at ``size`` points at once.
+
+        Args:
+            values: free parameter name -> value; a name in ``varying``
+                holds a ``(size,)`` column (one value per point), any other
+                one value for every point.
+            varying: the names whose values vary by point.
+            size: the number of points.
+
+        Returns:
+            ``(params, varying)``: every parameter's value as :meth:`numeric`
+            gives it, the varying ones and the derived parameters computed
+            from them as ``(size,)`` columns (row ``i`` is :meth:`numeric`
+            of point ``i``, bit for bit: :func:`solver.models.expr.evaluate_table`);
+            and the names that vary.
+
+        Raises:
+            InputError: as :meth:`numeric`, for a value common to every point.
+            NotElementwise: a varying name that is not a scalar free
+                parameter, a column of another length or with a value that
+                is not finite, or a derived parameter that does more than
+                elementwise arithmetic with a varying one.
+        """
+        varying = set(varying)
+        columns = {}
+        for name in varying:
+            column = np.asarray(values[name], dtype=np.float64)
+            if name not in self.free or np.shape(self.free[name]) != () or column.shape != (size,) \
+                    or not all_finite(column):
+                raise NotElementwise(name)
+            columns[name] = column
+        out = {k: np.asarray(v, dtype=np.float64) for k, v in self.structural.items()}
+        out.update(self.check({k: v for k, v in values.items() if k not in varying}))
+        out.update(columns)
+        for name, expr in self.derived:
+            if expr.names() & varying:
+                out[name] = evaluate_table(expr, out, varying, size)
+                varying.add(name)
+            else:
+                out[name] = np.asarray(expr.evaluate(_NumericScope(out)), dtype=np.float64)
+        return ({k: (float(v) if np.ndim(v) == 0 else v) for k, v in out.items()}, frozenset(varying))
 
     def check(self, overrides: Mapping[str, Any] | None) -> dict:
         """Free parameter values (defaults updated by ``overrides``), checked.

@@ -176,7 +176,7 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
                         balance: Mapping | None = None, swept: Mapping | None = None, constants: Mapping | None = None,
                         settings: Mapping | None = None, messages: Sequence[str] | None = None,
                         title: str | None = None, extra_attrs: Mapping | None = None,
-                        mask_failed: bool = True) -> xr.Dataset:
+                        mask_failed: bool = True, outputs=None) -> xr.Dataset:
     """Assemble the Dataset of a batch of runs (dims ``point``, ``time``, components).
 
     Args:
@@ -199,6 +199,10 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
         extra_attrs: more attrs (model YAML text, …).
         mask_failed: set the series of failed points to NaN (a sweep's rule);
             False keeps what was computed before the failure.
+        outputs: the names of :func:`output_layout` and :func:`event_layout`
+            to hold (a set); None: all.  ``status`` and ``steps`` are always
+            there; a series left out is neither copied nor masked (its
+            ``residual``, ``energy`` or ``balance`` may then be None).
 
     Returns:
         xarray.Dataset: variables as :func:`output_layout` names them with a
@@ -207,7 +211,8 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
     """
     data, coords, attrs = _dataset_parts(dae, result, t_eval, residual=residual, energy=energy, balance=balance,
                                          swept=swept, constants=constants, settings=settings, messages=messages,
-                                         title=title, extra_attrs=extra_attrs, mask_failed=mask_failed)
+                                         title=title, extra_attrs=extra_attrs, mask_failed=mask_failed,
+                                         outputs=outputs)
     return xr.Dataset({k: xr.Variable(*v) for k, v in data.items()},
                       coords={k: xr.Variable(*v) for k, v in coords.items()}, attrs=attrs)
 
@@ -253,7 +258,7 @@ def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, balanc
 
 
 def _dataset_parts(dae, result: Mapping, t_eval, *, residual, energy, balance, swept, constants, settings, messages,
-                   title, extra_attrs, mask_failed) -> tuple[dict, dict, dict]:
+                   title, extra_attrs, mask_failed, outputs=None) -> tuple[dict, dict, dict]:
     """(data, coords, attrs) of :func:`build_batch_dataset`, each entry ``(dims, array[, attrs])``."""
     values = {k: np.asarray(v, dtype=float) for k, v in result["values"].items()}
     status = np.asarray(result["status"]).astype(np.int8)
@@ -264,7 +269,8 @@ def _dataset_parts(dae, result: Mapping, t_eval, *, residual, energy, balance, s
     for dim, labels in comp_coords.items():
         coords[dim] = (dim, labels)
     series = {name: values[var][:, :, k] for name, var, k, _, _ in _variable_series(dae)}
-    series["constraint_residual"] = np.asarray(residual, dtype=float)
+    if residual is not None:
+        series["constraint_residual"] = np.asarray(residual, dtype=float)
     if energy is not None:
         series["energy"] = np.asarray(energy, dtype=float)
     series.update({k: np.asarray(v, dtype=float) for k, v in (balance or {}).items()})
@@ -274,14 +280,15 @@ def _dataset_parts(dae, result: Mapping, t_eval, *, residual, energy, balance, s
     failed = st.is_failure(status)
     data = {}
     for name, (dims, attrs) in layout.items():
-        if name not in series:
+        if name not in series or outputs is not None and name not in outputs:
             continue
         arr = series[name].reshape((B, len(t_eval)) + series[name].shape[2:]).copy()
         if mask_failed:
             arr[failed] = np.nan
         data[name] = (("point",) + dims, arr, attrs)
     if "events" in result and getattr(dae, "events", ()):
-        data.update(_event_data(dae, result["events"]))
+        data.update({k: v for k, v in _event_data(dae, result["events"]).items()
+                     if outputs is None or k in outputs})
         coords["event"] = ("event", np.arange(dae.max_events))
     data["status"] = (("point",), status, st.cf_attrs())
     data["steps"] = (("point",), np.asarray(result["steps"]).astype(np.int64),
