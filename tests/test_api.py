@@ -150,13 +150,14 @@ def test_a_batch_builds_only_the_outputs_asked_for(monkeypatch):
         monkeypatch.setattr(Compiled, name, lambda self, *a, _real=real, _name=name: calls.append(_name)
                             or _real(self, *a))
     some = solver.solve_batch(model, table, outputs=["x", "y_d1", "energy_change"])
-    assert set(some.data_vars) == {"x", "y_d1", "energy_change", "status", "steps"}
+    assert set(some.data_vars) == {"x", "y_d1", "energy_change", "status", "steps",
+                                     "failure_time", "failure_reason"}
     assert calls == ["energy_series"]                    # energy_change needs it; no residual
     for name in some.data_vars:
         np.testing.assert_array_equal(some[name].values, full[name].values)
     calls.clear()
     bare = solver.solve_batch(model, table, outputs=[])
-    assert set(bare.data_vars) == {"status", "steps"} and calls == []
+    assert set(bare.data_vars) == {"status", "steps", "failure_time", "failure_reason"} and calls == []
     np.testing.assert_array_equal(bare["steps"].values, full["steps"].values)
     with pytest.raises(solver.InputError, match="unknown output 'z'; the outputs of this batch are x, x_d1, y, "):
         solver.solve_batch(model, table, outputs=["x", "z"])

@@ -89,7 +89,7 @@ def test_a_batch_builds_and_sends_back_only_what_the_store_keeps(tmp_path, monke
     result = pipeline.batch_fn(points, context)
     asked, data_vars = built[0]
     assert asked == ["constraint_residual", "x", "x_d1", "y", "y_d1"]
-    assert data_vars == set(asked) | {"status", "steps"}
+    assert data_vars == set(asked) | {"status", "steps", "failure_time", "failure_reason"}
 
     assert set(result.data) == set(context.schema.variables) == set(asked) | {"y_max", "x_range"}
     assert result.status.dtype == np.int8 and result.steps.dtype == np.int32
