@@ -988,6 +988,9 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         return startup, wall, max(threads, _threads(client))
     except BaseException:
         # Interrupted: drop the queued tasks; written batches stay, the rest stay pending.
+        # Closing a cluster in the middle of its work makes its event loop log the
+        # callbacks it abandons, with tracebacks: the run has said why it stopped.
+        _quiet_shutdown()
         client.cancel([fut for _, fut in futures.values()])
         raise
     finally:
@@ -997,6 +1000,14 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             client.close()
         if own is not None:
             own.close()
+
+
+def _quiet_shutdown() -> None:
+    """Silence the logs of Dask's event loop while an interrupted run closes its cluster."""
+    import logging
+
+    for name in ("tornado.application", "tornado.general", "asyncio", "distributed"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _use_fit_workers(client, unfit: dict, result: Unfit) -> list[str]:

@@ -10,7 +10,6 @@ import json
 
 import numpy as np
 import pytest
-import xarray as xr
 import zarr
 
 from s3server import ACCESS_KEY, SECRET_KEY
@@ -18,7 +17,7 @@ from solver import status as st
 from sweep import store
 from sweep.location import StoreLocation
 from test_store_integrity import SPEC, assert_same_store, counts, resume_toy, status_cli, toy_store
-from toybatch import ToyContext, read_log
+from toybatch import read_log
 
 
 @pytest.fixture(scope="module")
@@ -103,80 +102,8 @@ def test_overwrite_replaces_an_s3_store_and_a_location_joins_like_a_path(s3, ref
     assert where.name == "again.zarr" and where.is_store() and (where / "x").exists("zarr.json")
 
 
-# ------------------------------------------ kills and resumes, on real Dask processes
-
-@pytest.fixture
-def dask_on_s3(s3, tmp_path):
-    """A scheduler and two workers that see the S3 server (they inherit its environment)."""
-    from test_run_dask import DaskProcesses
-
-    procs = DaskProcesses(tmp_path)
-    try:
-        yield procs
-    finally:
-        procs.stop()
-
-
-def test_a_driver_killed_mid_sweep_into_s3_resumes_only_the_unfinished_batches(s3, dask_on_s3, tmp_path):
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from test_run_dask import DRIVER, assert_store_equals, child_env
-    from toybatch import grid_spec, serial_reference, toy_batch
-    from sweep.run import run_sweep
-
-    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)      # 12 batches of 1 point
-    url, log = s3.url("killed-driver.zarr"), str(tmp_path / "log")
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, url, dask_on_s3.address, log],
-                              env=child_env(), stdout=subprocess.DEVNULL,
-                              stderr=open(tmp_path / "driver.log", "w"))
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert time.monotonic() < deadline and driver.poll() is None, \
-                (tmp_path / "driver.log").read_text()
-            try:
-                if (store.read_status(url) >= 0).sum() >= 3:
-                    break
-            except (FileNotFoundError, KeyError):        # the template is still being written
-                pass
-            time.sleep(0.05)
-        driver.send_signal(signal.SIGKILL)
-    finally:
-        driver.kill()
-        driver.wait()
-    pending = store.pending_batches(url)
-    assert 0 < len(pending) < 12
-    ctx = ToyContext(log=log, tag="second")
-    summary = run_sweep(spec, toy_batch, ctx, url, scheduler=dask_on_s3.address, progress=False)
-    assert sorted(b for tag, b, _ in read_log(log, spec) if tag == "second") == pending
-    assert sorted(summary.batches_run) == pending
-    assert_store_equals(url, serial_reference(spec, ctx))
-    assert store.check_store(url, "decode").ok
-
-
-def test_a_worker_killed_mid_sweep_into_s3_loses_and_duplicates_no_point(s3, dask_on_s3, tmp_path):
-    from test_run_dask import assert_store_equals, kill_when
-    from toybatch import grid_spec, serial_reference, toy_batch
-    from sweep.run import run_sweep
-
-    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)      # 12 batches
-    ctx = ToyContext(sleep=0.25, log=str(tmp_path / "log"))
-    worker_pids = {p.pid for p in dask_on_s3.workers}
-
-    def third_start(lines):   # kill the worker that just started the third batch, mid-task
-        return lines[2][2] if len(lines) >= 3 and lines[2][2] in worker_pids else None
-
-    watcher, killed = kill_when(ctx.log, spec, third_start)
-    url = s3.url("killed-worker.zarr")
-    summary = run_sweep(spec, toy_batch, ctx, url, scheduler=dask_on_s3.address, progress=False)
-    watcher.join()
-    assert len(killed) == 1
-    assert sorted(summary.batches_run) == list(range(12))
-    assert_store_equals(url, serial_reference(spec, ctx))
-    assert store.check_store(url, "decode").ok
+# Kills of the driver and of a worker during a sweep into S3 are tests/test_run_dask.py's,
+# parametrized over local and S3 stores.
 
 
 # ------------------------------------------------------------ the command line
