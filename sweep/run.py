@@ -818,6 +818,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     if check is not None:
         summary.batches_damaged = dict(check.damaged)
     run_codes: list[np.ndarray] = []
+    failed_so_far = [0]
 
     def finish(index: int, outcome: WrittenBatch | WriteFailed | BatchResult) -> None:
         # A worker's batch arrives written (commit it here) or not writable (stop the run);
@@ -834,7 +835,8 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         summary.batch_seconds[index] = float(outcome.seconds)
         run_codes.append(outcome.status)
         bar.update(1)
-        failed = int(sum(st.is_failure(c).sum() for c in run_codes))
+        failed_so_far[0] += int(st.is_failure(outcome.status).sum())
+        failed = failed_so_far[0]
         if failed:
             bar.set_postfix(failed=failed)
         if log is not None:
@@ -954,21 +956,21 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         threads = _threads(client)
         watch = WorkerWatch(client, lambda: [f for _, f in list(futures.values())], worker_timeout,
                             after_first=cluster is not None)
-        done = as_completed([f for _, f in futures.values()])
-        for fut in done:
+        # Results are fetched by as_completed's own thread as tasks finish, not one by one here.
+        done = as_completed([f for _, f in futures.values()], with_results=True, raise_errors=False)
+        for fut, result in done:
             index = futures.pop(fut.key)[0]
             n = slices[index].stop - slices[index].start
-            try:
-                result = fut.result()
-            except KilledWorker as exc:
-                result = BatchResult.failed(n, st.WORKER_LOST, f"KilledWorker: {exc}")
-            except CancelledError:
+            fut.release()
+            if isinstance(result, tuple) and len(result) == 3 and isinstance(result[1], BaseException):
+                result = result[1]                       # an erred task: (type, exception, traceback)
+            if isinstance(result, CancelledError):
                 summary.batches_left.append(index)
                 continue
-            except Exception as exc:  # noqa: BLE001 - infrastructure errors become data
-                result = BatchResult.failed(n, st.ERROR, f"{type(exc).__name__}: {exc}")
-            finally:
-                fut.release()
+            if isinstance(result, KilledWorker):
+                result = BatchResult.failed(n, st.WORKER_LOST, f"KilledWorker: {result}")
+            elif isinstance(result, BaseException):  # infrastructure errors become data
+                result = BatchResult.failed(n, st.ERROR, f"{type(result).__name__}: {result}")
             if isinstance(result, Unfit):
                 fit = _use_fit_workers(client, unfit, result)
                 if fit:
