@@ -431,7 +431,7 @@ def extrapolation(runs: list[Run], old_rate: float, batch: int, point_ms: float,
         f"({batches_per_s * s / 1e3:.2f} of a core at the driver's ceiling); Dask's scheduler is usually "
         f"quoted at a few thousand tasks/s",
         f"    storage: a batch is {files:.0f} chunk files ({batch_bytes / MB:.2f} MB) written, renamed and "
-        f"read back by its worker, and 1 commit record written by the driver: at {batches_per_s:.0f} "
+        f"checksummed by its worker from the bytes it wrote, and 1 commit record written by the driver: at {batches_per_s:.0f} "
         f"batches/s {batches_per_s * (files + 1):,.0f} file writes/s and "
         f"{batches_per_s * batch_bytes / MB:,.0f} MB/s",
         f"    workers: writing a batch costs its worker {w:.1f} ms of CPU, "
