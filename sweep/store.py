@@ -85,17 +85,21 @@ damaged, never by the status codes they may still hold.
 
 Stores of format 1 (written before commit records existed) can still be read
 and reported, but neither verified nor resumed (a clear error says so).
-Stores of format 2 (before ``failure_time`` and ``failure_reason``) are read,
-verified and resumed as they are, without those two variables.
+Stores of format 2 (before ``failure_time`` and ``failure_reason``; message
+and time in chunks shared by 1,024 batches, written by the driver; no CRC32C)
+are read, verified and resumed as they are.
 
 A sweep over structural parameters writes one such store per structure
 group, as child groups (``STORE.zarr/N=3``) of one Zarr root
 (:mod:`sweep.structural`); :func:`open_store` opens that root as an
 ``xarray.DataTree``.
 
-Only local filesystem paths are supported as stores (the template is created
-in a temporary directory and renamed into place, and checks read chunk files,
-which object stores cannot do).
+A store is a local folder or an object-store URL (``s3://bucket/sweep.zarr``;
+:mod:`sweep.location`). A local template is built in a temporary folder and
+renamed into place; on an object store, where there is no rename, it is built
+in a local temporary folder and uploaded, its template record last (a store
+without one is made again by the next run). Commit records stamp chunks with
+their modification time locally, with their ETag on an object store.
 """
 
 from __future__ import annotations
