@@ -50,9 +50,10 @@ A commit record is JSON text (read with ``json.loads``, never executed)::
      "chunks": {"x/c/3/0": [size, mtime_ns, "<sha256 hex>"], "status/c/3": [...], ...}}
 
 ``chunks`` lists every chunk of the batch (each output, ``steps``,
-``failure_time``, ``failure_reason``, ``status``: paths relative to the
-store) with its size in bytes, its modification time and the SHA-256 of its
-stored (encoded) bytes;
+``failure_time``, ``failure_reason``, ``batch_message``, ``batch_seconds``,
+``status``: paths relative to the store) with its size in bytes, its stamp
+(modification time in ns; on an object store the ETag, a string) and the
+SHA-256 of its stored (encoded) bytes;
 ``checksum`` is the SHA-256 of the lines ``"<path> <sha256>\n"`` in path
 order, the batch's content checksum. ``time`` is when the batch completed.
 
@@ -666,8 +667,9 @@ class WrittenBatch:
         status: ``(B,)`` int8 status codes as written.
         message: the batch's message as written.
         seconds: its compute time as written.
-        chunks: chunk path (relative to the store) -> ``[size, mtime_ns, sha256 hex]`` of
-            every chunk of the batch, as on disk after the write: the commit record's table.
+        chunks: chunk path (relative to the store) -> ``[size, stamp, sha256 hex]`` of
+            every chunk of the batch as written (stamp: modification time in ns, or
+            the ETag on an object store): the commit record's table.
     """
 
     index: int
