@@ -6,7 +6,7 @@ gamma, on a grid inside the box of ``configs/sweeps/rscr_lengths_angles.yaml``
 (where every design assembles), with that study's outputs (B, C1, lam on 101
 output times, the Bz_range and max_multiplier metrics).  The sweep runs
 through the real pipeline (:func:`sweep.run.run_sweep` with
-:func:`sweep.pipeline.batch_fn`, a Zarr store written by the driver) on a
+:func:`sweep.pipeline.batch_fn`, a Zarr store written by the workers and committed by the driver) on a
 Dask LocalCluster of single-threaded worker processes, and measures:
 
 (a) 2 workers against 1, batched (target >= 1.8x);
@@ -313,8 +313,8 @@ def main(argv=None) -> int:
         say(f"machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, "
             f"jax {jax.__version__} ({jax.devices()[0].platform}), python {platform.python_version()}; "
             f"load average at start {load0[0]:.2f}")
-        say(f"pipeline: Dask LocalCluster, single-threaded worker processes pinned to one core each, the driver writes "
-            f"the Zarr store; batched = {args.batch} points per task ({spec.n_batches} tasks)")
+        say(f"pipeline: Dask LocalCluster, single-threaded worker processes pinned to one core each, the workers "
+            f"write their batches into the Zarr store and the driver commits them; batched = {args.batch} points per task ({spec.n_batches} tasks)")
 
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                dashboard_address=None)
