@@ -166,6 +166,10 @@ COMMIT_FORMAT = 1
 #: damaged chunk fails to decode with a checksum error wherever it is read, by any Zarr reader.
 _COMPRESSORS = (zarr.codecs.ZstdCodec(level=0), zarr.codecs.Crc32cCodec())
 
+#: The float outputs (the bulk of a store): a CRC32C only. Trajectories in float64 compress
+#: by a few per cent, and compressing them was most of what a worker's write of a batch cost.
+_CHECKSUM_ONLY = (zarr.codecs.Crc32cCodec(),)
+
 
 @dataclass
 class BatchResult:
@@ -412,7 +416,8 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     for name in ("batch_message", "batch_seconds", "batch_commit"):
         encoding[name] = {"chunks": (1,)}
     for name in [*encoding, *coords]:
-        encoding.setdefault(name, {})["compressors"] = _COMPRESSORS
+        encoding.setdefault(name, {})["compressors"] = (
+            _CHECKSUM_ONLY if name in schema.variables else _COMPRESSORS)
     data_vars[TEMPLATE_ARRAY] = ((), np.array("", dtype=object),
                                  {"long_name": "template record: JSON with the checksums of the files "
                                                "written once (coordinates, metadata)"})
