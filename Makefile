@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test run install bench bench-sweep bench-scale bench-peers clean
+.PHONY: test run install docs bench bench-sweep bench-scale bench-peers clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || (command -v $(PYTHON) >/dev/null && $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV))
@@ -19,6 +19,11 @@ install: $(STAMP)
 # makes cheaper by compiling without LLVM's optimisation.
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder tests
+
+# The documentation site from docs/ into site/; any warning (a broken link, a docstring
+# mkdocstrings cannot read) fails the build.  The test extra includes what it needs.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 run: $(STAMP)
 	$(PY) -m sweep.cli.sweep_command
@@ -46,4 +51,4 @@ bench-peers: $(STAMP)
 	$(PY) workflows/benchmarks/bench_peers.py --out workflows/benchmarks/results/peers.txt
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site

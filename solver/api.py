@@ -291,7 +291,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             :mod:`solver.integrate.sensitivity`).
 
     Returns:
-        xarray.Dataset (the README's "Outputs") with ``status`` (0 = success),
+        xarray.Dataset (docs/reference/outputs.md) with ``status`` (0 = success),
         ``attrs["wall_seconds"]`` and ``attrs["compile_seconds"]`` (the part
         of it JAX spent tracing and compiling; near 0 on a second solve of
         the same DAE, or with a warm persistent compilation cache).

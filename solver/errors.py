@@ -4,7 +4,7 @@ Every message a user sees for bad input (YAML files, expressions, parameters,
 impossible designs) goes through :class:`InputError`, so that the CLI can print
 it without a traceback and exit with code 2.
 
-The input limits (README "Input limits") share :func:`limit` (a limit's
+The input limits (docs/reference/input-limits.md) share :func:`limit` (a limit's
 value, from its constant or the environment variable ``MECHSWEEP_<NAME>``)
 and the wording of their messages: what the input would need, the limit, and
 how to change it.

@@ -1,7 +1,7 @@
 """Sweep files: read, validate and expand into a flat, deterministic design table.
 
 A sweep file names a model, optional overrides of the model's YAML, and how
-parameters vary (the README's "Sweeps")::
+parameters vary (docs/reference/sweep-files.md)::
 
     Title: RSCR link-length study
     Model: ../mechanisms/rscr.yaml        # relative to this file; must exist

@@ -136,8 +136,8 @@ def test_the_readme_links_the_reference_and_the_reference_links_input_limits():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "docs/models.md" in readme
     doc = DOC.read_text(encoding="utf-8")
-    assert "../README.md#input-limits" in doc
-    assert "### Input limits" in readme
+    assert "reference/input-limits.md" in doc
+    assert "# Input limits" in (ROOT / "docs" / "reference" / "input-limits.md").read_text(encoding="utf-8")
 
 
 def test_every_link_inside_the_reference_has_its_heading():

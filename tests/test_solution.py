@@ -1,4 +1,4 @@
-"""solver.solution: the one place that names outputs (the README's "Outputs").
+"""solver.solution: the one place that names outputs (docs/reference/outputs.md).
 
 These tests build datasets from hand-made results (no integration): the
 names, dims, units and flags that a single run and a sweep store share.

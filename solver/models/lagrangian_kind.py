@@ -180,7 +180,7 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
     point_dims = set(sizes.values())
     if point_dims in ({2}, {3}):
         # Every coordinate is read as a point's world position (as Animation
-        # does), so the momentum outputs are defined; see docs in README.
+        # does), so the momentum outputs are defined; see docs/reference/outputs.md.
         dae.momentum_dim = point_dims.pop()
 
     values, fixed, values_table = _problem_values(pd, sizes, loc, info, driven)

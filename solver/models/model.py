@@ -39,7 +39,7 @@ DEFAULT_TOL = 1e-10
 TIME_KEYS = ("t0", "tend", "samples", "dt")
 INIT_METHODS = ("auto", "newton", "ipopt")
 ENGINE_MODES = ("auto", "unrolled", "compact", "looped")
-# Input limit (README "Input limits"); the output size limit is
+# Input limit (docs/reference/input-limits.md); the output size limit is
 # solver.errors.MAX_OUTPUT_BYTES.
 MAX_UNKNOWNS = 100_000
 """Most scalar unknowns (the sum of the declared sizes) of a model read from

@@ -23,7 +23,7 @@ since they change the model's size.  ``Title``, ``Kind`` and
 
 Safety: nothing is executed; every expression goes through the whitelisted
 parser.  The expansion counts the values it makes against the input limit
-``MAX_YAML_NODES`` (README "Input limits") before making them, a ``sum``
+``MAX_YAML_NODES`` (docs/reference/input-limits.md) before making them, a ``sum``
 against the expression length limit (:data:`solver.models.expr.MAX_LENGTH`), and
 the nesting of loops (``for`` clauses and ``sum`` together) against
 :data:`MAX_SUM_NESTING`.  ``for`` is a Python

@@ -20,7 +20,7 @@ read as ``{"Ax": None, "B": None}``.  Duplicate keys are an error (PyYAML keeps
 the last one silently), and tags other than the core ones are refused, so
 nothing in a file can ask for a Python object to be built.
 
-Input limits (README "Input limits"), checked before anything is built, so
+Input limits (docs/reference/input-limits.md), checked before anything is built, so
 that a hostile or mistaken file fails in milliseconds with a clear message
 instead of eating the machine's memory or Python's stack:
 

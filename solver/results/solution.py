@@ -1,4 +1,4 @@
-"""Integration results as an ``xarray.Dataset`` (the README's "Outputs").
+"""Integration results as an ``xarray.Dataset`` (docs/reference/outputs.md).
 
 The only place that names outputs: a variable by its name, its k-th
 derivative (k < d_j) as ``NAME_d{k}``, ``constraint_residual``, ``energy``

@@ -4,7 +4,7 @@
 ``lax`` loop over the stages and dynamic indexing of the order axis, so the
 program does not grow with the order — but XLA cannot fuse across the loop,
 and every coefficient read and write is a dynamic slice: a pendulum step then
-costs many times its arithmetic (the README's "Method notes").
+costs many times its arithmetic (docs/explanation/engines.md).
 
 Here the same analysis (flattened equations, series nodes, offsets, windows)
 is emitted with the stage k and every order m as Python integers: a node's

@@ -1,4 +1,4 @@
-"""The ``mechsweep`` command line (the README's "Command line").
+"""The ``mechsweep`` command line (docs/reference/cli.md).
 
 ::
 
