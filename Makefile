@@ -3,7 +3,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test run install docs bench bench-sweep bench-scale bench-peers clean
+PYTEST := $(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder tests
+
+.PHONY: test test-spec test-integration test-xla run install docs bench bench-sweep bench-scale bench-peers clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || (command -v $(PYTHON) >/dev/null && $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV))
@@ -18,7 +20,18 @@ install: $(STAMP)
 # keeps that order); the suite is dominated by compiling, which tests/conftest.py
 # makes cheaper by compiling without LLVM's optimisation.
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist loadfile --no-loadscope-reorder tests
+	$(PYTEST)
+
+# One tier at a time (pyproject.toml's markers): the specification; real services started,
+# killed and resumed, and the fuzzers; what XLA compiles (run it when JAX or XLA changes).
+test-spec: $(STAMP)
+	$(PYTEST) -m spec
+
+test-integration: $(STAMP)
+	$(PYTEST) -m integration
+
+test-xla: $(STAMP)
+	$(PYTEST) -m xla_internals
 
 # The documentation site from docs/ into site/; any warning (a broken link, a docstring
 # mkdocstrings cannot read) fails the build.  The test extra includes what it needs.

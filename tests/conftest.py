@@ -83,8 +83,28 @@ FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 UNKNOWN_FILE_SECONDS = 30.0
 
 
+TIERS = ("spec", "integration", "xla_internals")
+
+
+def _assign_tiers(items):
+    """Give every test without a tier the ``spec`` tier; a test in two tiers is an error.
+
+    ``make test`` runs every tier; ``pytest -m spec`` runs the specification
+    alone (``make test-spec``), ``-m integration`` the tests that start real
+    services and kill them, ``-m xla_internals`` those that read what XLA
+    compiled (run them when JAX or XLA changes).
+    """
+    for item in items:
+        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        if len(tiers) > 1:
+            raise pytest.UsageError(f"{item.nodeid} is marked with the tiers {sorted(tiers)}: give it one")
+        if not tiers:
+            item.add_marker(pytest.mark.spec)
+
+
 def pytest_collection_modifyitems(session, config, items):
-    """Order the test files longest first (tests keep their order within a file)."""
+    """Give every test its tier; order the test files longest first (tests keep their order within a file)."""
+    _assign_tiers(items)
     try:
         seconds = json.loads(FILE_SECONDS.read_text())
     except (OSError, ValueError):  # no timings: pytest's order

@@ -12,6 +12,7 @@ import importlib.util
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +56,7 @@ def test_fence_under_vmap_with_a_batched_anchor():
     np.testing.assert_array_equal(np.asarray(out[1]), np.asarray(x) ** 2)
 
 
+@pytest.mark.xla_internals
 def test_a_fenced_unrolled_step_copies_each_multiply_less_than_twice():
     """XLA's optimised program against the one it started from (8.6x without fences)."""
     bench = _bench_compile_size()

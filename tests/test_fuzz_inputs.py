@@ -23,9 +23,12 @@ more cases (``workflows/benchmarks/results/fuzz.txt``).
 import collections
 import time
 
+import pytest
 from hypothesis import HealthCheck, Phase, example, given, seed, settings
 
 import input_fuzz
+
+pytestmark = pytest.mark.integration
 
 MAX_CASES = 400
 BUDGET_SECONDS = 50.0  # and about 10 s more: the child's start, the last case, pytest

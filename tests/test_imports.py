@@ -1,40 +1,47 @@
-"""The import map of solver/ and sweep/: one direction, no cycles.
+"""The import map of solver/ and sweep/: one direction, layers, no cycles, no private names across modules.
 
-Specification (issue 12):
+Specification (issues 12 and 40):
 
-* ``solver`` never imports ``sweep`` (the sweep pipeline is built on the
-  solver's public API, never the other way round);
-* the core (``solver.dae``, ``solver.taylor``, ``solver.numerics``,
-  ``solver.integrate``) never imports a facility built on top of it
-  (``solver.mechanics``, ``solver.models``): a facility hands the core its
-  structure as data;
-* no two modules import each other, directly or through others;
+* the import order is declared as contracts in ``pyproject.toml``
+  (``[tool.importlinter]``) and checked by import-linter, which reads every
+  import statement of every module (inside functions too) without importing
+  anything:
+
+  - ``solver`` never imports ``sweep`` (the sweep pipeline is built on the
+    solver's public API, never the other way round);
+  - each package is a stack of layers: a layer imports only the layers
+    below it (e.g. the core, ``solver.dae``, ``solver.taylor``,
+    ``solver.numerics``, ``solver.integrate``, never imports a facility
+    built on top of it, ``solver.mechanics`` or ``solver.models``: a facility
+    hands the core its structure as data);
+  - no import cycles among the modules of any package;
+
+* no module imports another module's private name (``from a import _b``):
+  what modules share has a public name in its home module;
 * ``sweep`` uses only ``solver``'s public API: the package's exports
   (``solver.__all__``) and the public modules of :data:`SOLVER_PUBLIC`,
   never a private name.
 
-Imports are read from the source by ``ast`` (nothing is imported), at every
-level: an import inside a function is as much a dependency as one at the top
-of the file, it is only hidden.  ``importlib.import_module("solver.x")``
-with a literal name counts too.  A package's ``__init__`` re-exporting its
-children is not a dependency of those children.
+Each check is shown to fail on a planted violation.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("solver", "sweep")
-CORE = ("solver.dae", "solver.taylor", "solver.numerics", "solver.integrate")
-FACILITIES = ("solver.mechanics", "solver.models")
 
 
-# ------------------------------------------------------------------ the scan
 def _modules() -> dict[str, Path]:
+    """Every module of solver/ and sweep/, by dotted name."""
     mods = {}
     for pkg in PACKAGES:
         for f in sorted((ROOT / pkg).rglob("*.py")):
@@ -44,124 +51,76 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
-def _imported_names(tree: ast.AST, package: str) -> set[str]:
-    """Every dotted name an import statement anywhere in ``tree`` may load."""
-    out = set()
+MODULES = _modules()
+
+
+# ------------------------------------------------------- the contracts (import-linter)
+def lint_imports(root: Path, *contracts: str) -> subprocess.CompletedProcess:
+    """Run import-linter on the packages under ``root`` with ``root/pyproject.toml``'s contracts (or those named)."""
+    env = dict(os.environ, PYTHONPATH=str(root))
+    chosen = [arg for contract in contracts for arg in ("--contract", contract)]
+    return subprocess.run(
+        [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
+         "--no-cache", *chosen, str(root / "pyproject.toml")],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_declared_import_contracts_are_kept():
+    run = lint_imports(ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "broken" in run.stdout and " 0 broken" in run.stdout
+
+
+@pytest.fixture
+def copy_of_the_packages(tmp_path):
+    """solver/, sweep/ and pyproject.toml copied, for planting violations."""
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+@pytest.mark.parametrize("module, planted, contract", [
+    ("solver/dae/__init__.py", "import sweep.store", "solver-below-sweep"),
+    ("solver/taylor/__init__.py", "def _f():\n    from solver.models import model", "solver-layers"),
+    ("sweep/location.py", "def _f():\n    import sweep.store", "sweep-layers"),
+    ("solver/results/planted_a.py", "import solver.results.planted_b", "no-cycles"),
+], ids=["solver-imports-sweep", "core-imports-a-facility", "upward-in-sweep", "cycle"])
+def test_a_planted_violation_breaks_its_contract(copy_of_the_packages, module, planted, contract):
+    path = copy_of_the_packages / module
+    path.write_text((path.read_text() if path.exists() else "") + "\n\n" + planted + "\n")
+    if contract == "no-cycles":  # its partner, importing it back
+        (path.parent / "planted_b.py").write_text("from solver.results import planted_a\n")
+    run = lint_imports(copy_of_the_packages, contract)
+    assert run.returncode == 1 and "1 broken" in run.stdout, run.stdout + run.stderr
+
+
+# ------------------------------------------------------ private names stay at home
+def private_imports(tree: ast.AST) -> list[str]:
+    """Every ``from solver.x import _name`` / ``from sweep.x import _name`` in ``tree``, as ``"line N: x._name"``."""
+    bad = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parts = parts[: len(parts) - node.level + 1]
-                base = ".".join(parts + ([base] if base else []))
-            out.add(base)
-            out.update(f"{base}.{a.name}" for a in node.names)
-        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-              and isinstance(node.args[0].value, str)
-              and ((isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
-                   or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__")))):
-            out.add(node.args[0].value)
-    # "import solver.a.b" loads solver.a as well.
-    for name in list(out):
-        parts = name.split(".")
-        out.update(".".join(parts[:k]) for k in range(1, len(parts)))
-    return out
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                and node.module.split(".")[0] in PACKAGES:
+            bad.extend(f"line {node.lineno}: {node.module}.{a.name}" for a in node.names
+                       if a.name.startswith("_") and not a.name.startswith("__"))
+    return bad
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the modules of solver/ and sweep/ it imports (itself excluded)."""
-    mods = _modules()
-    graph = {}
-    for name, path in mods.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        deps = _imported_names(ast.parse(path.read_text(), str(path)), package) & set(mods)
-        deps.discard(name)
-        # A package's __init__ is loaded before its children whatever they
-        # import; it re-exports them, which makes it no dependency of theirs.
-        graph[name] = {d for d in deps if not (mods[d].name == "__init__.py" and name.startswith(d + "."))}
-    return graph
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan), sorted."""
-    index, low, stack, on_stack, found = {}, {}, [], set(), []
-    counter = [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph.get(v, ())):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                found.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return sorted(found)
-
-
-GRAPH = import_graph()
-
-
-def _is(name: str, prefixes) -> bool:
-    return any(name == p or name.startswith(p + ".") or name.startswith(p + "_") for p in prefixes)
-
-
-# --------------------------------------------------------------- the scan works
-def test_the_scan_reads_both_packages_and_imports_at_every_level():
-    assert {"solver", "sweep", "solver.mechanics.lagrangian"} | set(CORE) <= set(GRAPH)
-    assert "solver.taylor.program" in GRAPH["solver.integrate.integrator"]
-    tree = ast.parse("import jax\n"
-                     "from . import b\n"
-                     "from .c import thing\n"
+def test_the_private_import_scan_finds_planted_ones():
+    tree = ast.parse("from solver.taylor.program import _LINEAR, TaylorProgram\n"
+                     "from solver import module_aliases as _aliases\n"
                      "def f():\n"
-                     "    from ..other.d import e\n"
-                     "    import solver.x.y\n"
-                     "    return importlib.import_module('solver.z')\n")
-    names = _imported_names(tree, "solver.pkg")
-    assert {"jax", "solver.pkg.b", "solver.pkg.c", "solver.other.d", "solver.other.d.e",
-            "solver.x", "solver.x.y", "solver.z"} <= names
+                     "    from sweep.store import _place\n"
+                     "from numpy import _core\n")
+    assert private_imports(tree) == ["line 1: solver.taylor.program._LINEAR", "line 4: sweep.store._place"]
 
 
-def test_the_cycle_finder_finds_planted_cycles():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d", "a"}}) == [["a", "b", "c"],
-                                                                                       ["d", "e"]]
-
-
-# ---------------------------------------------------------------- the rules
-def test_solver_never_imports_sweep():
-    bad = sorted(f"{a} imports {d}" for a, ds in GRAPH.items() if _is(a, ("solver",))
-                 for d in ds if _is(d, ("sweep",)))
-    assert bad == [], "\n".join(bad)
-
-
-@pytest.mark.parametrize("core", CORE)
-def test_the_core_never_imports_a_facility(core):
-    bad = sorted(d for d in GRAPH[core] if _is(d, FACILITIES))
-    assert bad == [], f"{core} imports the facilities {bad}: pass their structure as data instead"
-
-
-def test_there_is_no_import_cycle():
-    found = cycles(GRAPH)
-    assert found == [], "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_a_private_name_of_another(module):
+    bad = private_imports(ast.parse(MODULES[module].read_text(), str(MODULES[module])))
+    assert bad == [], (f"{module} imports private names; give them a public name in their module "
+                       f"(and a docstring) if they are shared:\n" + "\n".join(bad))
 
 
 # ------------------------------------------------- sweep uses the solver's public API
@@ -242,9 +201,9 @@ def test_the_public_api_scan_finds_planted_uses():
     ]
 
 
-@pytest.mark.parametrize("module", sorted(m for m in GRAPH if _is(m, ("sweep",))))
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.split(".")[0] == "sweep"))
 def test_sweep_uses_only_the_solver_public_api(module):
-    path = _modules()[module]
+    path = MODULES[module]
     bad = solver_uses(ast.parse(path.read_text(), str(path)))
     assert bad == [], (f"{module} reaches solver internals; export what it needs from solver "
                        f"(solver/__init__.py) or use a public module:\n" + "\n".join(bad))

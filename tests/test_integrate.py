@@ -213,6 +213,7 @@ def entry_kernels(compiled) -> list[str]:
     return ops
 
 
+@pytest.mark.xla_internals
 def test_a_small_models_run_keeps_its_set_up_in_its_loop_with_the_unwrapped_runs_numbers():
     # XLA:CPU hands a program's kernels to its thread pool when there are
     # more than 8 and one buffer passes 512 bytes (here from 33 outputs on),
@@ -333,6 +334,7 @@ def loops_xla_copies_to_find_a_counter(hlo_text: str) -> list[tuple]:
     return found
 
 
+@pytest.mark.xla_internals
 def test_no_loop_of_a_run_makes_xla_copy_the_step_to_look_for_a_counter():
     # A step loop's condition that read only its status made XLA copy the
     # whole step, every pass, to test the status for a counter: a third of
@@ -511,6 +513,7 @@ def _pendulum_with_dot(t, v, p):
     return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], jnp.dot(pos, pos) - p["L"] ** 2]
 
 
+@pytest.mark.xla_internals
 def test_default_slots_are_small_for_a_round_compiled_whole_and_large_otherwise():
     """run_batch's default pool: 32 slots where XLA:CPU compiles the round as
     one function (no LAPACK call, no contraction), 128 where it runs kernel by

@@ -34,6 +34,7 @@ def test_has_aux_returns_the_aux_unbatched():
     assert J.shape == (2, 3) and float(aux) == float(aux_ref) == 3.0
 
 
+@pytest.mark.xla_internals
 def test_no_iota_left_in_the_compiled_jacobian():
     g = lambda z: jnp.stack([z[0] * z[1], z[1] * z[2], z[2] * z[0]])
     ours = jax.jit(jacfwd(g)).lower(jnp.ones(3)).compile().as_text()

@@ -161,6 +161,7 @@ def test_native_loops_flag_singular_matrices_and_batch_under_vmap():
         np.testing.assert_allclose(batched[i], np.linalg.solve(Ai, bi), rtol=1e-9, atol=1e-11)
 
 
+@pytest.mark.xla_internals
 def test_native_loops_leave_no_custom_call_dot_or_scatter_in_a_loop():
     # What keeps XLA:CPU from compiling an enclosing loop as one function.
     n, m = 13, 6

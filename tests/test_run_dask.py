@@ -28,6 +28,8 @@ from sweep import store
 from sweep.run import load_cluster_config, make_cluster, run_sweep
 from toybatch import ToyContext, grid_spec, read_log, serial_reference, toy_batch
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 DASK = str(Path(sys.executable).parent / "dask")
 

@@ -19,6 +19,8 @@ from sweep.location import StoreLocation
 from test_store_integrity import SPEC, assert_same_store, counts, resume_toy, status_cli, toy_store
 from toybatch import read_log
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):

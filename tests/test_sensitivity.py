@@ -273,6 +273,7 @@ def test_seeded_carries_make_the_sensitivities_trace_each_loop_once_with_the_sam
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.xla_internals
 def test_a_batchs_sensitivities_make_no_lapack_call_that_could_wait_on_another():
     """jaxlib 0.10.2's LAPACK kernels split a large batch over XLA's thread pool and block
     until the pieces are done; forward mode puts a tangent's solves beside the primal's, and

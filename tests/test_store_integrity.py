@@ -84,12 +84,14 @@ def counts(report: str) -> dict[str, int]:
 
 def overwrite_bytes(file, offset=8, data=b"\xde\xad\xbe\xef"):
     """Corrupt a chunk in place, keeping its size (as a bad disk or a stray write would)."""
-    # File times come from a coarse clock (a few ms): wait so that the write
-    # gets a modification time different from the commit's, as any real one would.
-    time.sleep(0.05)
+    before = os.stat(file).st_mtime_ns
     with open(file, "r+b") as f:
         f.seek(offset)
         f.write(data)
+    # File times come from a coarse clock (a few ms): a write within it keeps the
+    # commit's modification time, which no real later write would.
+    if os.stat(file).st_mtime_ns == before:
+        os.utime(file, ns=(before + 1_000_000, before + 1_000_000))
 
 
 # --------------------------------------------------------------- the format

@@ -36,6 +36,8 @@ from sweep.cli.sweep_command import EXIT_INCOMPLETE, SUMMARY_PICTURE, _fault_lin
 from sweep.folders import StoreLease, remove_stale_temporaries
 from sweep.run import ProgressLog
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Sixty designs of one point each: long enough to be interrupted in the middle.

@@ -22,6 +22,8 @@ from solver.errors import InputError
 from sweep.run import SweepSummary, load_cluster_config, run_sweep
 from toybatch import ToyContext, grid_spec, toy_batch
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parent.parent
 

@@ -121,6 +121,7 @@ def _probe(mode: str, xla_flags: str | None = None) -> dict:
     return json.loads(line[0][6:])
 
 
+@pytest.mark.xla_internals
 def test_importing_solver_first_compiles_the_pendulums_step_loop_as_one_kernel():
     hoisted = _probe("solver-first")
     assert hoisted["state"] == "set" and not hoisted["warnings"]
