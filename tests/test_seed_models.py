@@ -19,6 +19,13 @@ conserved (gravity and the pivot exert no torque about that axis); started
 in a vertical plane at rest, it stays planar and its angles obey the
 textbook equations of an N-pendulum (e.g. Lagrangian in angles,
 M_ij = m l² (N − max(i, j) + 1) cos(θ_i − θ_j), …), integrated by scipy.
+
+The Pleiades (``configs/mechanisms/pleiades.yaml``): seven stars in the
+plane with masses i and G = 1, problem "plei" of the IVP test set (F. Mazzia
+and C. Magherini, *Test Set for Initial Value Problem Solvers*, release 2.4,
+University of Bari, 2008; after Hairer, Nørsett & Wanner, *Solving ODEs I*,
+§II.10).  Its positions at t = 3 are the test set's published reference
+solution; energy, momentum and angular momentum are conserved.
 """
 
 from pathlib import Path
@@ -195,3 +202,23 @@ def test_the_chain_of_pendula_through_the_command_line(tmp_path, capsys):
     assert main(["simulate", str(path), "--json", "--set", "N=2"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["status_code"] == 0 and "P3[0]" not in info["final"] and "P2[2]" in info["final"]
+
+
+# The IVP test set's reference positions of the Pleiades at t = 3 (x1..x7, then y1..y7).
+PLEIADES_AT_3 = np.array([
+    0.3706139143970502, 3.237284092057233, -3.222559032418324, 0.6597091455775310, 0.3425581707156584,
+    1.562172101400631, -0.7003092922212495,
+    -3.943437585517392, -3.271380973972550, 5.225081843456543, -2.590612434977470, 1.198213693392275,
+    -0.2429682344935824, 1.091449240428980])
+
+
+def test_the_pleiades_reach_the_test_sets_reference_positions_and_conserve_energy_and_momenta():
+    model = solver.load(CONFIGS / "pleiades.yaml", overrides={"ProblemData": {"samples": 31},
+                                                              "SolverParams": {"Integration": {"tol": 1e-10}}})
+    ds = model.solve()
+    assert int(ds.status) == 0
+    end = np.array([ds[f"P{i}"].values[-1] for i in range(1, 8)])  # (7, 2)
+    np.testing.assert_allclose(np.r_[end[:, 0], end[:, 1]], PLEIADES_AT_3, rtol=0, atol=1e-7)
+    assert np.abs(ds["energy"].values - ds["energy"].values[0]).max() < 1e-8
+    assert np.abs(ds["momentum"].values - ds["momentum"].values[0]).max() < 1e-9
+    assert np.abs(ds["angular_momentum"].values - ds["angular_momentum"].values[0]).max() < 1e-8

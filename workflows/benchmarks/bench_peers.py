@@ -24,6 +24,13 @@ ratios mechsweep / peer:
    bias and constraint Jacobian.  Error: against diffrax at 1e-14; also the
    constraint residuals and the energy drift.  heyoka: n/a (no symbolic
    form of these models).
+3b. ``chain``: ``configs/mechanisms/pendulum_chain3d.yaml`` with N = 10 (a chain of
+   10 pendula in 3-D, Cartesian, index 3: 30 coordinates, 10 constraints), as 3.
+3c. ``pleiades``: ``configs/mechanisms/pleiades.yaml``, the seven-body problem of
+   the IVP test set written as a Lagrangian model file (14 coordinates, no
+   constraints, tol 1e-12, t in [0, 3]), against heyoka's
+   ``heyoka.model.nbody`` (in 3-D, z = 0) and diffrax Dopri8 on the N-body ODE.
+   Error: positions at t = 3 against the test set's published reference.
 4. ``cloth``: the 90x90 particle-spring cloth (mechsweep only): time per
    fixed step and per particle-step, compile time, a 0.5 s run.
 5. ``gpu`` (when ``jax.default_backend() != "cpu"``): 1,000 to 100,000
@@ -93,7 +100,7 @@ except ImportError:  # heyoka is optional: its rows say n/a
     hy = None
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBLEMS = ("pendulum", "andrews", "rscr", "mechanism0", "cloth", "gpu")
+PROBLEMS = ("pendulum", "andrews", "rscr", "mechanism0", "chain", "pleiades", "cloth", "gpu")
 # Peer tolerances tried, loosest first (rtol = atol for diffrax; tol for heyoka).
 PEER_TOLS = (1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13, 1e-14, 1e-15)
 
@@ -906,15 +913,17 @@ MODEL_REF_TOL = 1e-14  # the reference run; the candidates stop short of it
 MODEL_TOLS = tuple(t for t in PEER_TOLS if t > MODEL_REF_TOL)
 
 
-def bench_model(args, tab: Tables, name: str, file: str, quick_tend: float, full_tend: float | None = None):
+def bench_model(args, tab: Tables, name: str, file: str, quick_tend: float, full_tend: float | None = None,
+                overrides: dict | None = None):
     say = tab.say
-    model = solver.load(str(ROOT / "configs" / "mechanisms" / file))
+    model = solver.load(str(ROOT / "configs" / "mechanisms" / file), overrides=overrides)
     dae = model.dae
     tol = model.tol
     order = model.order or order_for_tol(tol)
     t0, t1 = model.t0, (quick_tend if args.quick else (full_tend or model.tend))
     t_eval = np.linspace(t0, t1, 101)
-    say(f"\n## 3. {model.title} ({file}): {dae.n_q} coordinates, {dae.n_c} constraints, tol {tol:g}, "
+    shown = file + "".join(f", {k} = {v}" for k, v in ((overrides or {}).get("PhysicalParams") or {}).items())
+    say(f"\n## 3. {model.title} ({shown}): {dae.n_q} coordinates, {dae.n_c} constraints, tol {tol:g}, "
         f"order {order}, t in [{t0:g}, {t1:g}], {len(t_eval)} output times")
     say(f"accuracy: max |C(q)| and |G q'| (position and velocity constraints), max |E(t) - E(0)|; error = the "
         f"largest |q - q_ref| over the outputs, q_ref = diffrax's index-1 ODE at rtol = atol = {MODEL_REF_TOL:g} "
@@ -974,6 +983,121 @@ def bench_model(args, tab: Tables, name: str, file: str, quick_tend: float, full
     for nm, c_, v_, e_ in rows_acc:
         say(f"{nm:<28} {c_:>9.1e} {v_:>13.1e} {e_:>13.1e}")
     tab.ratios(f"{model.title}, one run", ms, dx)
+
+
+# ============================================================ 3c. the Pleiades (N-body)
+# Problem "plei" of the IVP test set (F. Mazzia, C. Magherini, "Test Set for Initial Value
+# Problem Solvers", release 2.4, University of Bari, 2008; Hairer, Norsett & Wanner, Solving
+# ODEs I, II.10): seven stars in the plane, masses i, G = 1, t in [0, 3].  Its published
+# reference positions at t = 3 (x1..x7, y1..y7):
+PLEIADES_REF = np.array([
+    0.3706139143970502, 3.237284092057233, -3.222559032418324, 0.6597091455775310, 0.3425581707156584,
+    1.562172101400631, -0.7003092922212495,
+    -3.943437585517392, -3.271380973972550, 5.225081843456543, -2.590612434977470, 1.198213693392275,
+    -0.2429682344935824, 1.091449240428980])
+PLEIADES_MASSES = np.arange(1.0, 8.0)
+PLEIADES_X0 = np.array([[3, 3], [3, -3], [-1, 2], [-3, 0], [2, 0], [-2, -4], [2, 4]], float)
+PLEIADES_V0 = np.array([[0, 0], [0, 0], [0, 0], [0, -1.25], [0, 1], [1.75, 0], [-1.5, 0]], float)
+PLEIADES_T1 = 3.0
+
+
+def pleiades_err(xy):
+    """Largest |position - published| at t = 3 of positions ``xy`` (7, 2)."""
+    xy = np.asarray(xy)
+    return float(np.max(np.abs(np.r_[xy[:, 0], xy[:, 1]] - PLEIADES_REF)))
+
+
+def pleiades_rhs(t, y, args):
+    """The N-body ODE (positions (7, 2) then velocities, flat), for diffrax."""
+    x, v = y[:14].reshape(7, 2), y[14:].reshape(7, 2)
+    d = x[None, :, :] - x[:, None, :]                        # d[i, j] = x_j - x_i
+    r2 = jnp.sum(d * d, axis=-1) + jnp.eye(7)                # the diagonal kept away from 0
+    w = jnp.asarray(PLEIADES_MASSES)[None, :] / r2 ** 1.5 * (1.0 - jnp.eye(7))
+    return jnp.concatenate([v.ravel(), jnp.sum(w[:, :, None] * d, axis=1).ravel()])
+
+
+def bench_pleiades(args, tab: Tables):
+    say = tab.say
+    model = solver.load(str(ROOT / "configs" / "mechanisms" / "pleiades.yaml"))
+    dae, tol = model.dae, model.tol
+    order = model.order or order_for_tol(tol)
+    say(f"\n## 3c. {model.title} (pleiades.yaml, a Lagrangian model file): {dae.n_q} coordinates, "
+        f"no constraints, tol {tol:g}, order {order}, t in [0, {PLEIADES_T1:g}], final state only")
+    say("error = the largest |position - published| at t = 3 (IVP test set 'plei'); each peer's tolerance: the "
+        "first whose error <= mechsweep's")
+    params, comp, z0, u0 = shipped_model_state(model, order)
+    integ = comp.integrator
+    t_eval = np.array([0.0, PLEIADES_T1])
+
+    def xy_end(r):
+        return np.array([np.asarray(r["values"][f"P{i}"])[-1, 0] for i in range(1, 8)])
+
+    fn = lambda: block(integ.run(params, z0, u0, 0.0, PLEIADES_T1, t_eval, tol))
+    tc, best, r = compile_and_run(fn, max(3, args.repeat // 4))
+    assert int(r["status"]) == 0, f"pleiades: status {int(r['status'])}"
+    err = pleiades_err(xy_end(r))
+    ms = Row(f"mechsweep integrator.run (order {order}, {integ.mode})", best, tc, err, f"{int(r['steps'])} steps")
+    _, sbest, _, _, _ = timed(lambda: model.solve(t_span=(0.0, PLEIADES_T1), t_eval=t_eval), 3)
+    ms_solve = Row("mechsweep model.solve() (init + run + Dataset)", sbest, None, err)
+    rows, dx, hx = [ms, ms_solve], None, None
+    fns = [fn]
+    if diffrax is not None:
+        term = diffrax.ODETerm(pleiades_rhs)
+        y0 = jnp.concatenate([jnp.asarray(PLEIADES_X0.ravel()), jnp.asarray(PLEIADES_V0.ravel())])
+
+        @jax.jit
+        def run_d(rtol):
+            sol = diffrax.diffeqsolve(term, diffrax.Dopri8(), 0.0, PLEIADES_T1, None, y0,
+                                      saveat=diffrax.SaveAt(t1=True),
+                                      stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol),
+                                      max_steps=1_000_000)
+            return sol.ys[-1, :14].reshape(7, 2), sol.stats["num_steps"]
+
+        dtc, _, _ = compile_and_run(lambda: block(run_d(tol)), 1)
+        drtol, _ = pick_tol(lambda rt: pleiades_err(run_d(rt)[0]), err)
+        _, dbest, dres = compile_and_run(lambda: block(run_d(drtol)), args.repeat)
+        dx = Row(f"diffrax Dopri8, N-body ODE (rtol=atol={drtol:g})", dbest, dtc, pleiades_err(dres[0]),
+                 f"{int(dres[1])} steps")
+        fns.append(lambda: block(run_d(drtol)))
+        rows.append(dx)
+    else:
+        rows.append(Row("diffrax", note="n/a: diffrax not installed"))
+    if hy is not None:
+        hsys = hy.model.nbody(7, masses=list(PLEIADES_MASSES), Gconst=1.0)
+        state0 = []
+        for i in range(7):  # heyoka's order: x, y, z, vx, vy, vz of each body
+            state0 += [PLEIADES_X0[i, 0], PLEIADES_X0[i, 1], 0.0, PLEIADES_V0[i, 0], PLEIADES_V0[i, 1], 0.0]
+
+        def h_xy(ta):
+            st = np.asarray(ta.state).reshape(7, 6)
+            return st[:, :2]
+
+        def herr(htol):
+            tc_ = hy.taylor_adaptive(hsys, state0, tol=htol, compact_mode=True)
+            tc_.propagate_until(PLEIADES_T1)
+            return pleiades_err(h_xy(tc_))
+
+        htol, _ = pick_tol(herr, err)
+        ta, htc = hy_build(lambda: hy.taylor_adaptive(hsys, state0, tol=htol))
+
+        def hrun():
+            ta.time = 0.0
+            ta.state[:] = state0
+            return ta.propagate_until(PLEIADES_T1)
+
+        _, hbest, _, _, hres = timed(hrun, args.repeat)
+        hx = Row(f"heyoka, heyoka.model.nbody in 3-D, z = 0 (tol={htol:g})", hbest, htc, pleiades_err(h_xy(ta)),
+                 f"{int(hres[3])} steps")
+        rows.append(hx)
+    else:
+        rows.append(Row("heyoka", note="n/a: import heyoka failed"))
+    if len(fns) > 1:
+        ms.run, dx.run = interleaved_best(fns, args.repeat)
+        ms.note += "; alternating with diffrax"
+        dx.note += "; alternating with mechsweep"
+    tab.table(rows)
+    tab.ratios("Pleiades (7 bodies), one run", ms, dx, hx)
+    say("(heyoka's compile is the construction of its integrator in its default, non-compact mode)")
 
 
 # ============================================================ 4. cloth
@@ -1139,6 +1263,11 @@ def main():
         # Over its 20 s Mechanism0 is chaotic: mechsweep at 1e-12 and diffrax's 1e-14 reference
         # ended 2.7 apart (2026-11-23), so errors mean nothing there; [0, 5] keeps them meaningful.
         bench_model(args, tab, "mechanism0", "mechanism0.yaml", quick_tend=2.0, full_tend=5.0)
+    if "chain" in only:
+        bench_model(args, tab, "chain", "pendulum_chain3d.yaml", quick_tend=0.5,
+                    overrides={"PhysicalParams": {"N": 10}})
+    if "pleiades" in only:
+        bench_pleiades(args, tab)
     if "cloth" in only:
         bench_cloth(args, tab)
     if "gpu" in only:
