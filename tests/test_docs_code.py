@@ -24,6 +24,9 @@ from pathlib import Path
 
 import pytest
 
+# The README's and tutorials' sweeps start a local Dask cluster: the integration tier.
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = ["README.md", "docs/tutorials/first-model.md", "docs/tutorials/python-api.md",
          "docs/tutorials/first-sweep.md", "docs/tutorials/design-tasks.md"]
