@@ -7,8 +7,9 @@ numeric scope); shapes are checked here.  The scope protocol is described in
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
+
+import jax.numpy as jnp
 
 from solver.models.expr_nodes import (BinOp, CONSTANTS, Call, Const, Deriv, ExprError, FUNCTIONS, Index,
                                       Name, Neg, Node, Num, SWITCHING, Scope, Vector, _Source,
@@ -18,7 +19,6 @@ __all__ = ["Expr"]
 
 
 # ----------------------------------------------------------------------- Expr
-
 class Expr:
     """A parsed expression.
 

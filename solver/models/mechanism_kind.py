@@ -129,8 +129,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import jax.numpy as jnp
 import numpy as np
+
+import jax.numpy as jnp
 
 from solver.errors import InputError
 from solver.mechanics.mechanism import Mechanism

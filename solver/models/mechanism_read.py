@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-import jax.numpy as jnp
 import numpy as np
+
+import jax.numpy as jnp
 
 from solver.errors import InputError
 from solver.mechanics.mechanism import AXES, FIELDS, Mechanism, PART_KINDS as MECHANISM_PARTS, Part

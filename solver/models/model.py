@@ -14,9 +14,10 @@ import json
 import math
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from solver.errors import InputError
 from solver.models.expr import NotElementwise, parse

@@ -20,7 +20,6 @@ __all__ = ["check_keys", "describe_value", "did_you_mean", "require_bool", "requ
 
 
 # ---------------------------------------------------------------- validation
-
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     """The choice closest to ``word`` (ignoring case), or ``None`` if none is close."""
     choices = [str(c) for c in choices]
