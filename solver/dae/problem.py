@@ -33,7 +33,7 @@ from solver.errors import InputError
 from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
 from solver.dae.structure import analyse_dae
 
-__all__ = ["DAE", "Variable", "ddt", "ddt_p", "DAEDefinitionError"]
+__all__ = ["DAE", "Variable", "ddt", "ddt_p", "DAEDefinitionError", "parse_variables"]
 
 # Derivatives a residual may request are capped while probing which orders it
 # uses; no mechanical model comes near this.
@@ -70,7 +70,20 @@ class Variable:
         return [f"{self.name}[{i}]" for i in range(self.size)]
 
 
-def _parse_variables(variables) -> list[Variable]:
+def parse_variables(variables) -> list[Variable]:
+    """The :class:`Variable` layout of a ``variables=`` declaration.
+
+    Args:
+        variables: a name, a list of names (scalars), or a mapping name ->
+            size (``None`` for a scalar, a positive integer for a vector).
+
+    Returns:
+        The variables in declaration order, each with its flat offset.
+
+    Raises:
+        DAEDefinitionError: a name that is not an identifier or is declared
+            twice, a size that is not a positive integer, or no variable.
+    """
     if isinstance(variables, str):
         variables = [variables]
     if isinstance(variables, Mapping):
@@ -97,6 +110,9 @@ def _parse_variables(variables) -> list[Variable]:
     if not out:
         raise DAEDefinitionError("a DAE needs at least one variable")
     return out
+
+
+_parse_variables = parse_variables  # its name before it was public
 
 
 class _Derivatives:
@@ -216,7 +232,7 @@ class DAE:
         max_events: int | None = None,
     ):
         self.residual = residual
-        self.variables: list[Variable] = _parse_variables(variables)
+        self.variables: list[Variable] = parse_variables(variables)
         self.var_index = {v.name: v for v in self.variables}
         self.n = sum(v.size for v in self.variables)
         params = dict(params or {})

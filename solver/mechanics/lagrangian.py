@@ -35,323 +35,34 @@ Sign conventions (used by every inspection method below):
   energy does not include the drive, so ``dE/dt = −λ_k f_k'(t)`` (the
   drive's power) when nothing else acts.
 
-The module object is itself callable, so ``solver.lagrangian(...)`` works
-whether ``solver`` exposes the module or the function.
+Point forces and drivers are read by :mod:`solver.mechanics.lagrangian_inputs`;
+the block structure of M and the KKT solve live in
+:mod:`solver.mechanics.lagrangian_blocks`.  Their public names are importable
+from here too.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jex_core
 
-from solver.dae.problem import DAE, DAEDefinitionError, _parse_variables
+from solver.dae.problem import DAE, DAEDefinitionError, parse_variables
 from solver.errors import InputError
+from solver.mechanics.lagrangian_blocks import LagrangianBlocks, solve_kkt
+from solver.mechanics.lagrangian_inputs import (Driver, _combine_forces, _f64, _flatten_items, _read_drivers,
+                                                point_force)
 from solver.mechanics.stops import stop_events
-from solver.numerics.kkt import KKTBlocks, MassBlocks, kkt_factor, kkt_solve
+from solver.numerics.kkt import MassBlocks
 
 __all__ = ["lagrangian", "LagrangianDAE", "Driver", "MassBlocks", "point_force", "solve_kkt"]
 
 
-# ---------------------------------------------------------------- small utils
-def _f64(x):
-    return jnp.asarray(x, dtype=jnp.float64)
-
-
-def _flatten_items(out) -> jnp.ndarray:
-    """List/tuple/array of constraint expressions -> one flat float vector."""
-    if out is None:
-        return jnp.zeros((0,), dtype=jnp.float64)
-    items = list(out) if isinstance(out, (list, tuple)) else [out]
-    if not items:
-        return jnp.zeros((0,), dtype=jnp.float64)
-    flat = [jnp.ravel(_f64(c)) for c in items]
-    if len(flat) == 1:
-        return flat[0]
-    # Sum of zero-padded pieces rather than concatenate: the derivative of
-    # concatenate is a multi-output split, pad's is a plain slice.
-    n = sum(f.shape[0] for f in flat)
-    out, at = 0.0, 0
-    for f in flat:
-        out = out + jnp.pad(f, (at, n - at - f.shape[0]))
-        at += f.shape[0]
-    return out
-
-
-def _combine_forces(forces) -> Callable | None:
-    """One callable summing the dicts of a callable or a list of callables."""
-    if forces is None:
-        return None
-    if callable(forces):
-        return forces
-    if isinstance(forces, (list, tuple)) and all(callable(f) for f in forces):
-        fs = list(forces)
-
-        def total(t, q, qd, p):
-            out: dict = {}
-            for f in fs:
-                for k, val in (f(t, q, qd, p) or {}).items():
-                    out[k] = out[k] + _f64(val) if k in out else _f64(val)
-            return out
-
-        return total
-    raise InputError(
-        "forces must be a callable forces(t, q, qd, p) -> {coordinate: Q} or a list of "
-        f"such callables (point_force(...) returns one), got {type(forces).__name__}",
-        path="forces",
-    )
-
-
-# ---------------------------------------------------------------- point forces
-def point_force(position: Callable, force) -> Callable:
-    """Generalised force of a force applied at a point: ``Q = J_pᵀ F``.
-
-    Args:
-        position: ``position(t, q, p)`` -> world position of the point of
-            application (an array of shape (d,)), a function of the
-            coordinate dict ``q``; or several points at once, shape (k, d)
-            (one vjp for all, so a smaller traced residual).
-        force: the applied force(s), of the same shape as the position:
-            a constant array or a callable ``force(t, q, qd, p)`` (e.g. a body-fixed
-            direction rotated to the world, times a magnitude parameter).
-
-    Returns:
-        A callable ``(t, q, qd, p) -> {coordinate name: Q array}`` usable as
-        (an element of) the ``forces`` argument of :func:`lagrangian`.
-        ``J_p = ∂position/∂q`` is applied by a ``jax.vjp``, never formed.
-    """
-    if not callable(position):
-        raise InputError("point_force: position must be a callable position(t, q, p)")
-
-    def generalised(t, q, qd, p):
-        F = _f64(force(t, q, qd, p)) if callable(force) else _f64(force)
-        pos, pullback = jax.vjp(lambda q_: _f64(position(t, q_, p)), q)
-        if F.shape != pos.shape:
-            raise InputError(
-                f"point_force: the force has shape {F.shape} but the point's position has "
-                f"shape {pos.shape}; they must match"
-            )
-        return pullback(F)[0]
-
-    return generalised
-
-
-# ---------------------------------------------------------------- drivers
-@dataclasses.dataclass(frozen=True)
-class Driver:
-    """One driving constraint of a :class:`LagrangianDAE` (inverse dynamics).
-
-    The driver prescribes ``quantity(t, q, p) = value(t, p)``; the DAE holds
-    the row ``quantity − value`` in its constraint vector, at :attr:`index`
-    of the multiplier, and the generalised force the drive applies along
-    the quantity is ``−λ[index]`` (see the module docstring for the sign).
-
-    Attributes:
-        name: the driver's name (an identifier; outputs are named after it).
-        index: its row in the multiplier vector (after the model's own
-            constraints).
-        quantity: the driven quantity's label: the coordinate (``theta``,
-            ``A[0]``) or, for a callable, the driver's name.
-        units: units of its generalised force, or None where unknown.
-        quantity_fn: ``quantity_fn(t, q, p)`` -> scalar.
-        value_fn: ``value_fn(t, p)`` -> scalar, the prescribed value.
-    """
-
-    name: str
-    index: int
-    quantity: str
-    units: str | None
-    quantity_fn: Callable
-    value_fn: Callable
-
-    def residual(self, t, q, p):
-        """``quantity(t, q, p) − value(t, p)``: zero when the drive holds."""
-        return jnp.reshape(_f64(self.quantity_fn(t, q, p)), ()) - jnp.reshape(_f64(self.value_fn(t, p)), ())
-
-
-# A generalised force along a coordinate of these units has these units.
-_FORCE_UNITS = {"rad": "N m", "m": "N"}
-
-
-def _coordinate_quantity(spec: str, coords, where: str):
-    """``theta`` or ``A[0]`` -> (label, quantity_fn, base coordinate).
-
-    Raises:
-        InputError: not a scalar coordinate or a component of one.
-    """
-    by_name = {c.name: c for c in coords}
-    text = spec.strip()
-    base, index = text, None
-    if text.endswith("]") and "[" in text:
-        base, _, idx = text[:-1].partition("[")
-        base = base.strip()
-        if not idx.strip().isdigit():
-            base = text
-        else:
-            index = int(idx)
-    scalars = [c.name for c in coords if c.size == 1]
-    vectors = [c for c in coords if c.size > 1]
-    valid = ", ".join(scalars + [f"{vectors[0].name}[0]"] if vectors else scalars) or "(none)"
-    if base not in by_name:
-        raise InputError(f"{where}: {spec!r} is not a coordinate; give a scalar coordinate or a "
-                         f"component (valid: {valid}), or a callable quantity(t, q, p)",
-                         path="drivers")
-    c = by_name[base]
-    if index is None and c.size > 1:
-        raise InputError(f"{where}: {spec!r} is a {c.size}-vector coordinate; a driver prescribes one "
-                         f"scalar: name a component such as {base}[0]", path="drivers")
-    if index is not None and index >= c.size:
-        raise InputError(f"{where}: {spec!r}: {base} has {c.size} component(s); valid subscripts "
-                         f"are 0 to {c.size - 1}", path="drivers")
-    if index is None:
-        return base, (lambda t, q, p: q[base]), base
-    return f"{base}[{index}]", (lambda t, q, p: jnp.ravel(q[base])[index]), base
-
-
-def _read_drivers(drivers, coords, first: int, units: Mapping) -> tuple:
-    """The ``drivers=`` argument of :func:`lagrangian` -> tuple of :class:`Driver`.
-
-    Args:
-        drivers: mapping name -> ``(quantity, value)`` or ``(quantity, value, units)``.
-        coords: the coordinates (:class:`solver.dae.problem.Variable`).
-        first: the multiplier row of the first driver (the number of the
-            model's own constraints).
-        units: the DAE's units (a driven coordinate's unit gives the force's).
-
-    Raises:
-        InputError: a malformed entry (the message names the driver).
-    """
-    if drivers is None:
-        return ()
-    if not isinstance(drivers, Mapping):
-        raise InputError("drivers must be a mapping {name: (quantity, value)}, e.g. "
-                         "{'theta': ('theta', lambda t, p: 0.5 * jnp.sin(2 * t))}", path="drivers")
-    out = []
-    for k, (name, spec) in enumerate(drivers.items()):
-        where = f"drivers[{name!r}]"
-        if not isinstance(name, str) or not name.isidentifier():
-            raise InputError(f"{where}: a driver's name must be an identifier (its outputs are named "
-                             f"after it)", path="drivers")
-        if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
-            raise InputError(f"{where}: expected (quantity, value) or (quantity, value, units): "
-                             "quantity a coordinate name or a callable quantity(t, q, p), value a "
-                             f"callable value(t, p) or a number; got {spec!r}", path="drivers")
-        quantity, value = spec[0], spec[1]
-        unit = spec[2] if len(spec) == 3 else None
-        if isinstance(quantity, str):
-            label, qfn, base = _coordinate_quantity(quantity, coords, where)
-            if unit is None and units.get(base):
-                unit = _FORCE_UNITS.get(units[base], f"J/{units[base]}")
-        elif callable(quantity):
-            label, qfn = name, quantity
-        else:
-            raise InputError(f"{where}: the quantity must be a coordinate name or a callable "
-                             f"quantity(t, q, p), got {type(quantity).__name__}", path="drivers")
-        if callable(value):
-            vfn = value
-        elif isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-            held = float(value)
-            vfn = lambda t, p, held=held: jnp.float64(held)
-        else:
-            raise InputError(f"{where}: the value must be a callable value(t, p) or a number, got "
-                             f"{type(value).__name__}", path="drivers")
-        if unit is not None and not isinstance(unit, str):
-            raise InputError(f"{where}: units must be a string such as 'N m', got {unit!r}",
-                             path="drivers")
-        out.append(Driver(name, first + k, label, unit, qfn, vfn))
-    return tuple(out)
-
-
-# ---------------------------------------------------------------- KKT solves
-def _normalise_blocks(M_blocks, n_hint: int | None = None):
-    """-> list of (index (nb, b) int array or None for contiguous, blocks)."""
-    if isinstance(M_blocks, (list, tuple)) and M_blocks and isinstance(M_blocks[0], (list, tuple)):
-        groups = [(np.asarray(idx, dtype=np.int64), _f64(B)) for idx, B in M_blocks]
-    else:
-        B = _f64(M_blocks)
-        if B.ndim == 2:  # a single dense block
-            B = B[None]
-        groups = [(None, B)]
-    for idx, B in groups:
-        if B.ndim != 3 or B.shape[1] != B.shape[2]:
-            raise InputError(f"solve_kkt: mass blocks must have shape (nb, b, b), got {B.shape}")
-        if idx is not None and idx.shape != B.shape[:2]:
-            raise InputError(
-                f"solve_kkt: block index has shape {idx.shape} but the blocks have shape {B.shape}"
-            )
-    return groups
-
-
-def solve_kkt(M_blocks, G, rhs):
-    """Solve ``[[M, Gᵀ], [G, 0]] [x; y] = rhs`` with a block-diagonal M.
-
-    Block solves with M and a dense Schur complement ``S = G M⁻¹ Gᵀ`` on the
-    n_c constraints: cost O(n b²) + O(n n_c²) + O(n_c³) instead of
-    O((n + n_c)³).  Pure ``jax.numpy``: safe under ``jit`` and ``vmap`` (keep
-    block indices as static numpy arrays, outside the mapped arguments).
-
-    Args:
-        M_blocks: the diagonal blocks of M, either an array (nb, b, b) of
-            contiguous blocks (M = blockdiag in flat coordinate order, n =
-            nb·b; a single (n, n) matrix is one dense block), or a sequence
-            of ``(index, blocks)`` pairs, ``index`` an int array (nb, b) of
-            flat coordinate indices and ``blocks`` the (nb, b, b) matrices
-            ``M[index[i][:, None], index[i][None, :]]``; the indices of all
-            pairs together must partition 0..n−1 (as returned by
-            :meth:`LagrangianDAE.mass_matrix_blocks`).
-        G: constraint Jacobian (n_c, n), or None / shape (0, n) for none.
-        rhs: right-hand side of shape (n + n_c,) or (n + n_c, k): the first n
-            rows pair with M, the last n_c with the constraints.
-
-    Returns:
-        The solution, same shape as ``rhs`` (x first, then y).
-
-    Raises:
-        InputError: inconsistent shapes.
-    """
-    groups = _normalise_blocks(M_blocks)
-    n = sum(int(np.prod(B.shape[:2])) for _, B in groups)
-    rhs = _f64(rhs)
-    nc = 0 if G is None else int(G.shape[0])
-    if rhs.shape[0] != n + nc:
-        raise InputError(
-            f"solve_kkt: rhs has {rhs.shape[0]} rows but M is {n}x{n} with {nc} constraints "
-            f"(expected {n + nc})"
-        )
-    if nc and tuple(G.shape) != (nc, n):
-        raise InputError(f"solve_kkt: G has shape {tuple(G.shape)}, expected ({nc}, {n})")
-    return kkt_solve(kkt_factor(groups, _f64(G) if nc else None), rhs)
-
-
-def _input_dependence(closed) -> list[set]:
-    """For each output of a closed jaxpr, the set of input positions it reads.
-
-    Array-level and conservative: an equation's outputs depend on all of its
-    inputs (nested jaxprs included), which can only over-estimate coupling.
-    """
-    jaxpr = closed.jaxpr
-    deps: dict = {}
-    for i, v in enumerate(jaxpr.invars):
-        deps[v] = {i}
-    for v in jaxpr.constvars:
-        deps[v] = set()
-    for eqn in jaxpr.eqns:
-        s: set = set()
-        for v in eqn.invars:
-            if not isinstance(v, jex_core.Literal):
-                s |= deps.get(v, set())
-        for o in eqn.outvars:
-            deps[o] = s
-    return [set() if isinstance(o, jex_core.Literal) else deps.get(o, set()) for o in jaxpr.outvars]
-
-
 # ---------------------------------------------------------------- the DAE
-class LagrangianDAE(DAE):
+class LagrangianDAE(LagrangianBlocks, DAE):
     """A :class:`solver.dae.problem.DAE` built from a Lagrangian; see :func:`lagrangian`.
 
     Variables: the coordinates (in declaration order), then the multiplier
@@ -386,7 +97,7 @@ class LagrangianDAE(DAE):
             if f is not None and not callable(f):
                 raise InputError(f"{arg} must be a callable or None", path=arg)
         try:
-            self.coords = _parse_variables(coords)
+            self.coords = parse_variables(coords)
         except DAEDefinitionError as e:
             raise InputError(f"coordinates: {e}", path="coords") from None
         self.n_q = sum(c.size for c in self.coords)
@@ -752,174 +463,6 @@ class LagrangianDAE(DAE):
         return self._jit("cforces", self._k_cforces)(
             _f64(t), self._as_dict(q), _f64(lam), self._params(params))
 
-    # ----------------------------------------------------------- mass blocks
-    @property
-    def mass_blocks(self) -> MassBlocks:
-        """Block-diagonal structure of M (:class:`MassBlocks`), found once.
-
-        Coupling between named coordinates is read structurally from the
-        jaxpr of ∂L/∂q' (conservative); inside a coordinate the blocks are
-        dense unless the builder declared ``mass_blocks={name: b}``.  A
-        declaration is checked numerically at a random point (M v against the
-        block product for a random v).
-
-        Raises:
-            InputError: a declaration contradicts the model's M.
-        """
-        if self._mass_blocks is None:
-            self._mass_blocks = self._find_mass_blocks()
-            if self._declared_blocks:
-                err = self._check_blocks_random()
-                if not err <= 1e-10:
-                    decl, self._mass_blocks = self._declared_blocks, None
-                    raise InputError(
-                        f"mass_blocks={decl!r} does not match the mass matrix ∂²L/∂q'² "
-                        f"(relative mismatch {err:.2e} at a random point): M couples "
-                        "coordinates across the declared blocks", path="mass_blocks")
-        return self._mass_blocks
-
-    def _declared(self) -> dict:
-        decl = self._declared_blocks
-        if decl is None:
-            return {}
-        if decl == "diagonal":
-            return {c.name: 1 for c in self.coords}
-        if not isinstance(decl, Mapping):
-            raise InputError("mass_blocks must be None, 'diagonal' or a dict "
-                             "{coordinate: block size}", path="mass_blocks")
-        out = {}
-        for k, b in decl.items():
-            if k not in self.var_index or k == self.multiplier:
-                raise InputError(f"mass_blocks: unknown coordinate {k!r}; the coordinates are "
-                                 f"{[c.name for c in self.coords]}", path="mass_blocks")
-            size = self.var_index[k].size
-            if not isinstance(b, (int, np.integer)) or b < 1 or size % b:
-                raise InputError(f"mass_blocks[{k!r}] = {b!r}: the block size must be a "
-                                 f"positive integer dividing the coordinate size {size}",
-                                 path="mass_blocks")
-            out[k] = int(b)
-        return out
-
-    def _find_mass_blocks(self) -> MassBlocks:
-        names = [c.name for c in self.coords]
-        shapes = [jax.ShapeDtypeStruct(c.shape, jnp.float64) for c in self.coords]
-        params = {k: _f64(v) for k, v in self.params.items()}
-
-        def mom(*qd_list):
-            qd = dict(zip(names, qd_list))
-            q = self._zeros_q()
-            m = self._momenta(jnp.float64(0.0), q, qd, params)
-            return [m[n] for n in names]
-
-        deps = _input_dependence(jax.make_jaxpr(mom)(*shapes))
-        # Connected components of the name-coupling graph (union-find).
-        parent = list(range(len(names)))
-
-        def find(i):
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
-        for i, d in enumerate(deps):
-            for j in d:
-                parent[find(i)] = find(j)
-        comps: dict = {}
-        for i in range(len(names)):
-            comps.setdefault(find(i), []).append(i)
-        declared = self._declared()
-        by_size: dict = {}
-        used_decl = False
-        for members in comps.values():
-            if len(members) == 1 and names[members[0]] in declared:
-                c = self.coords[members[0]]
-                b = declared[c.name]
-                rows = np.arange(c.offset, c.offset + c.size).reshape(-1, b)
-                used_decl = True
-            else:
-                rows = np.concatenate([np.arange(self.coords[m].offset,
-                                                 self.coords[m].offset + self.coords[m].size)
-                                       for m in members])[None, :]
-            for r in rows:
-                by_size.setdefault(len(r), []).append(r)
-        groups = tuple(np.asarray(by_size[b], dtype=np.int64) for b in sorted(by_size))
-        return MassBlocks(self.n_q, groups, "structural+declared" if used_decl else "structural")
-
-    def mass_matrix_blocks(self, t, q, qd, params=None, structure: MassBlocks | None = None):
-        """The diagonal blocks of M without forming M: O(n) for block-diagonal M.
-
-        Each group of block size b costs b Hessian-vector products (column k
-        of every block at once, since blocks do not couple).
-
-        Args:
-            t, q, qd, params: the point (see class doc).
-            structure: block structure; default :attr:`mass_blocks`.
-
-        Returns:
-            ``[(index, blocks), ...]`` ready for :func:`solve_kkt`.
-        """
-        args = (_f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
-        if structure is not None and structure is not self._mass_blocks:
-            return self._k_blocks(*args, structure)
-        structure = self.mass_blocks
-        return self._jit("blocks", lambda *a: self._k_blocks(*a, structure))(*args)
-
-    def kkt_blocks(self) -> KKTBlocks:
-        """The system Jacobian ``[[M, Gᵀ], [G, 0]]`` as data, for the structured solve.
-
-        What :class:`solver.integrate.integrator.Integrator` needs for ``linear="kkt"``
-        (see :class:`solver.numerics.kkt.KKTBlocks`): the mass-block structure (found
-        on first use, :attr:`mass_blocks`), the blocks of M at a point, the
-        flat constraints and the coordinate layout.  Cheap: nothing is
-        traced until the structure is asked for.
-        """
-        return KKTBlocks(
-            coords=tuple(c.name for c in self.coords), n_q=self.n_q, n_c=self.n_c,
-            mass_blocks=lambda t, q, qd, p: self._k_blocks(t, q, qd, p, self.mass_blocks),
-            constraints=(lambda t, q, p: self._constraints_flat(t, self._unflatten(q), p)) if self.n_c else None,
-            flatten=self._flatten, unflatten=self._unflatten,
-            find_mass_structure=lambda: self.mass_blocks)
-
-    def _k_blocks(self, t, q, qd, p, structure):
-        qd_flat = self._flatten(qd)
-
-        def Mv(s):
-            f = lambda x: self._flatten(self._momenta(t, q, self._unflatten(x), p))
-            return jax.jvp(f, (qd_flat,), (s,))[1]
-
-        out = []
-        for idx in structure.groups:
-            nb, b = idx.shape
-            # Seed k has ones at the k-th index of every block: M·seed_k holds
-            # column k of all blocks at once (blocks do not couple).
-            seeds = np.zeros((b, self.n_q))
-            seeds[np.arange(b)[:, None], idx.T] = 1.0
-            cols = jax.vmap(Mv)(jnp.asarray(seeds))  # (b, n)
-            out.append((idx, jnp.transpose(cols[:, idx], (1, 2, 0))))
-        return out
-
-    def _check_blocks_random(self) -> float:
-        rng = np.random.default_rng(12345)
-        q = rng.uniform(0.2, 1.0, self.n_q)
-        qd = rng.uniform(-1.0, 1.0, self.n_q)
-        v = rng.standard_normal(self.n_q)
-        structure = self._mass_blocks
-
-        @jax.jit  # one compile instead of hundreds of eager dispatches
-        def mismatch(q, qd, v, p):
-            qd_d, q_d = self._unflatten(qd), self._unflatten(q)
-            f = lambda x: self._flatten(self._momenta(jnp.float64(0.3), q_d, self._unflatten(x), p))
-            Mv = jax.jvp(f, (qd,), (v,))[1]
-            blocks = self._k_blocks(jnp.float64(0.3), q_d, qd_d, p, structure)
-            Bv = jnp.zeros(self.n_q)
-            for idx, B in blocks:
-                Bv = Bv.at[idx].set(jnp.einsum("nij,nj->ni", B, v[idx]))
-            return jnp.max(jnp.abs(Mv - Bv)), jnp.max(jnp.abs(Mv))
-
-        err, scale = (float(x) for x in mismatch(_f64(q), _f64(qd), _f64(v), self._params(None)))
-        err = err / (scale or 1.0)
-        return err if np.isfinite(err) else 0.0  # outside L's domain: no evidence
-
     # ----------------------------------------------------------- misc
     def with_params(self, **overrides) -> "LagrangianDAE":
         """A copy with other parameter defaults (same structure, same class).
@@ -998,4 +541,3 @@ def lagrangian(L: Callable, coords, constraints: Callable | None = None,
                          forces=forces, params=params, name=name, multiplier=multiplier,
                          mass_blocks=mass_blocks, units=units, drivers=drivers, events=events, stops=stops,
                          max_events=max_events)
-
