@@ -46,6 +46,7 @@ EXPECTED_DOF = {
     "pendulum_wall": 2,         # 2 coordinates, 1 constraint, a stop
     "slider_crank_stop": 2,     # 3 coordinates, 2 constraints, a stop
     "soft_floor": 2,            # 1 coordinate, a piecewise force
+    "pleiades": 28,             # 7 bodies in the plane (14 coordinates), no constraints
 }
 # Every shipped config is listed above; its Kind is Lagrangian unless given here.
 KIND = {"pendulum": "DAE", "mechanism0": "Mechanism", "spring_chain": "Mechanism",

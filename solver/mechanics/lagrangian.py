@@ -53,7 +53,7 @@ import jax.numpy as jnp
 from solver.dae.problem import DAE, DAEDefinitionError, parse_variables
 from solver.errors import InputError
 from solver.mechanics.lagrangian_blocks import LagrangianBlocks, solve_kkt
-from solver.mechanics.lagrangian_inputs import (Driver, _combine_forces, _f64, _flatten_items, _read_drivers,
+from solver.mechanics.lagrangian_inputs import (Driver, combine_forces, f64, flatten_items, read_drivers,
                                                 point_force)
 from solver.mechanics.stops import stop_events
 from solver.numerics.kkt import MassBlocks
@@ -104,7 +104,7 @@ class LagrangianDAE(LagrangianBlocks, DAE):
         self._L = L
         self._C = constraints
         self._R = dissipation
-        self._Q = _combine_forces(forces)
+        self._Q = combine_forces(forces)
         self._declared_blocks = mass_blocks
         self._mass_blocks = None
         names = [c.name for c in self.coords]
@@ -116,7 +116,7 @@ class LagrangianDAE(LagrangianBlocks, DAE):
         n_own = self._count_constraints(param_defaults)
         # Driver rows follow the model's own constraints in the one
         # constraint vector, so the KKT structure stays [[M, Gᵀ], [G, 0]].
-        self.drivers = _read_drivers(drivers, self.coords, n_own, dict(units or {}))
+        self.drivers = read_drivers(drivers, self.coords, n_own, dict(units or {}))
         self._check_drivers(param_defaults, names)
         self.n_c = n_own + len(self.drivers)
         if self.n_c and multiplier in names:
@@ -162,8 +162,8 @@ class LagrangianDAE(LagrangianBlocks, DAE):
             if missing:
                 raise InputError(f"{what}: missing coordinates {missing}; the coordinates are "
                                  f"{[c.name for c in self.coords]}")
-            return {c.name: jnp.reshape(_f64(x[c.name]), c.shape) for c in self.coords}
-        flat = _f64(x)
+            return {c.name: jnp.reshape(f64(x[c.name]), c.shape) for c in self.coords}
+        flat = f64(x)
         if flat.shape != (self.n_q,):
             raise InputError(f"{what}: expected a dict of coordinates or a flat array of "
                              f"length {self.n_q}, got shape {flat.shape}")
@@ -173,14 +173,14 @@ class LagrangianDAE(LagrangianBlocks, DAE):
         return {c.name: jnp.reshape(flat[c.offset:c.offset + c.size], c.shape) for c in self.coords}
 
     def _flatten(self, d) -> jnp.ndarray:
-        return jnp.concatenate([jnp.ravel(_f64(d[c.name])) for c in self.coords])
+        return jnp.concatenate([jnp.ravel(f64(d[c.name])) for c in self.coords])
 
     def _params(self, params) -> dict:
-        out = {k: _f64(v) for k, v in self.params.items()}
+        out = {k: f64(v) for k, v in self.params.items()}
         for k, v in (params or {}).items():
             if k not in out:
                 raise InputError(f"unknown parameter {k!r}; the parameters are {sorted(out)}")
-            out[k] = _f64(v)
+            out[k] = f64(v)
         return out
 
     def _check_drivers(self, param_defaults, names) -> None:
@@ -195,7 +195,7 @@ class LagrangianDAE(LagrangianBlocks, DAE):
                                  "that name; rename the driver", path="drivers")
             for what, fn, args in (("quantity", d.quantity_fn, (t, shapes, pshapes)),
                                    ("value", d.value_fn, (t, pshapes))):
-                out = jax.eval_shape(lambda *a: _f64(fn(*a)), *args)
+                out = jax.eval_shape(lambda *a: f64(fn(*a)), *args)
                 if int(np.prod(out.shape)) != 1:
                     raise InputError(f"{where}: the {what} must be a scalar, got shape {out.shape}",
                                      path="drivers")
@@ -205,7 +205,7 @@ class LagrangianDAE(LagrangianBlocks, DAE):
             return 0
         shapes = {c.name: jax.ShapeDtypeStruct(c.shape, jnp.float64) for c in self.coords}
         pshapes = {k: jax.ShapeDtypeStruct(v.shape, jnp.float64) for k, v in param_defaults.items()}
-        out = jax.eval_shape(lambda t, q, p: _flatten_items(self._C(t, q, p)),
+        out = jax.eval_shape(lambda t, q, p: flatten_items(self._C(t, q, p)),
                              jax.ShapeDtypeStruct((), jnp.float64), shapes, pshapes)
         return int(out.shape[0])
 
@@ -216,7 +216,7 @@ class LagrangianDAE(LagrangianBlocks, DAE):
         Raises:
             InputError: L does not return a scalar.
         """
-        val = _f64(self._L(t, q, qd, p))
+        val = f64(self._L(t, q, qd, p))
         if val.shape != ():
             raise InputError(f"L must return a scalar, got an array of shape {val.shape}", path="L")
         return val
@@ -226,10 +226,10 @@ class LagrangianDAE(LagrangianBlocks, DAE):
 
     def _constraints_flat(self, t, q, p):
         if not self.drivers:
-            return _flatten_items(self._C(t, q, p)) if self._C is not None else jnp.zeros((0,))
+            return flatten_items(self._C(t, q, p)) if self._C is not None else jnp.zeros((0,))
         own = self._C(t, q, p) if self._C is not None else []
         items = list(own) if isinstance(own, (list, tuple)) else [own]
-        return _flatten_items(items + [d.residual(t, q, p) for d in self.drivers])
+        return flatten_items(items + [d.residual(t, q, p) for d in self.drivers])
 
     def _forces(self, t, q, qd, p) -> dict:
         out = {c.name: jnp.zeros(c.shape, dtype=jnp.float64) for c in self.coords}
@@ -243,7 +243,7 @@ class LagrangianDAE(LagrangianBlocks, DAE):
             if k not in out:
                 raise InputError(f"forces: unknown coordinate {k!r}; the coordinates are "
                                  f"{list(out)}", path="forces")
-            val = _f64(val)
+            val = f64(val)
             try:
                 out[k] = out[k] + jnp.broadcast_to(val, out[k].shape)
             except ValueError:
@@ -256,7 +256,7 @@ class LagrangianDAE(LagrangianBlocks, DAE):
             return {c.name: jnp.zeros(c.shape, dtype=jnp.float64) for c in self.coords}
 
         def R(qd_):
-            r = _f64(self._R(t, q, qd_, p))
+            r = f64(self._R(t, q, qd_, p))
             if r.shape != ():
                 raise InputError(f"dissipation must return a scalar, got shape {r.shape}",
                                  path="dissipation")
@@ -266,11 +266,11 @@ class LagrangianDAE(LagrangianBlocks, DAE):
 
     def _gt_lambda(self, t, q, lam, p) -> dict:
         _, pullback = jax.vjp(lambda q_: self._constraints_flat(t, q_, p), q)
-        return pullback(_f64(lam))[0]
+        return pullback(f64(lam))[0]
 
     def _euler_lagrange(self, t, q, qd, qdd, lam, p) -> dict:
         """EL rows per coordinate: d/dt ∂L/∂q' − ∂L/∂q + ∂R/∂q' + Gᵀλ − Q."""
-        t = _f64(t)
+        t = f64(t)
         _, dpdt = jax.jvp(lambda t_, q_, qd_: self._momenta(t_, q_, qd_, p),
                           (t, q, qd), (jnp.ones_like(t), qd, qdd))
         dLdq = jax.grad(lambda q_: self.lagrangian_value(t, q_, qd, p))(q)
@@ -344,9 +344,9 @@ class LagrangianDAE(LagrangianBlocks, DAE):
         Returns:
             List of arrays: one EL item per coordinate, then the constraints.
         """
-        lam = _f64(jnp.zeros((self.n_c,)) if lam is None else lam) if self.n_c else None
+        lam = f64(jnp.zeros((self.n_c,)) if lam is None else lam) if self.n_c else None
         return self._jit("residual", self._k_residual)(
-            _f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._as_dict(qdd, "qdd"),
+            f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._as_dict(qdd, "qdd"),
             lam, self._params(params))
 
     def mass_matrix(self, t, q, qd, params=None) -> jnp.ndarray:
@@ -355,17 +355,17 @@ class LagrangianDAE(LagrangianBlocks, DAE):
         For large models use :meth:`mass_matrix_blocks` (O(n)).
         """
         return self._jit("mass", self._k_mass)(
-            _f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
+            f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
 
     def momenta(self, t, q, qd, params=None) -> dict:
         """Generalised momenta ``∂L/∂q'`` per coordinate."""
         return self._jit("momenta", self._momenta)(
-            _f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
+            f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
 
     def bias(self, t, q, qd, params=None) -> jnp.ndarray:
         """Flat EL expression with q'' = 0 and λ = 0: ``M q'' + bias + Gᵀλ = 0``."""
         return self._jit("bias", self._k_bias)(
-            _f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
+            f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
 
     def energy_fn(self, t, q, qd, p):
         """``E = q'·∂L/∂q' − L`` for the solution builder (``energy(time)``).
@@ -377,9 +377,9 @@ class LagrangianDAE(LagrangianBlocks, DAE):
         Returns:
             Scalar energy; pure jnp, vmap it over time.
         """
-        t = _f64(t)
+        t = f64(t)
         mom = self._momenta(t, q, qd, p)
-        pq = sum(jnp.vdot(_f64(qd[c.name]), mom[c.name]) for c in self.coords)
+        pq = sum(jnp.vdot(f64(qd[c.name]), mom[c.name]) for c in self.coords)
         return pq - self.lagrangian_value(t, q, qd, p)
 
     @property
@@ -402,8 +402,8 @@ class LagrangianDAE(LagrangianBlocks, DAE):
         """
         if self._R is None:
             return jnp.float64(0.0)
-        grad = self._dissipation_grad(_f64(t), q, qd, p)
-        return sum(jnp.vdot(_f64(qd[c.name]), grad[c.name]) for c in self.coords)
+        grad = self._dissipation_grad(f64(t), q, qd, p)
+        return sum(jnp.vdot(f64(qd[c.name]), grad[c.name]) for c in self.coords)
 
     def point_momenta_fn(self, t, q, qd, p):
         """World positions and momenta of the points that carry mass.
@@ -421,9 +421,9 @@ class LagrangianDAE(LagrangianBlocks, DAE):
         Returns:
             (R, P): arrays (n_points, dim) of positions and momenta.
         """
-        mom = self._momenta(_f64(t), q, qd, p)
-        R = jnp.stack([_f64(q[c.name]) for c in self.coords])
-        P = jnp.stack([_f64(mom[c.name]) for c in self.coords])
+        mom = self._momenta(f64(t), q, qd, p)
+        R = jnp.stack([f64(q[c.name]) for c in self.coords])
+        P = jnp.stack([f64(mom[c.name]) for c in self.coords])
         return R, P
 
     @property
@@ -445,23 +445,23 @@ class LagrangianDAE(LagrangianBlocks, DAE):
     def energy(self, t, q, qd, params=None):
         """Energy ``q'·∂L/∂q' − L`` at a point (T + V for L = T − V natural)."""
         return self._jit("energy", self.energy_fn)(
-            _f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
+            f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
 
     def constraints_at(self, t, q, params=None) -> jnp.ndarray:
         """Flat constraint values C(t, q) (length n_c)."""
         return self._jit("constraints", self._constraints_flat)(
-            _f64(t), self._as_dict(q), self._params(params))
+            f64(t), self._as_dict(q), self._params(params))
 
     def constraint_jacobian(self, t, q, params=None) -> jnp.ndarray:
         """``G = ∂C/∂q`` of shape (n_c, n_q)."""
-        return self._jit("cjac", self._k_cjac)(_f64(t), self._as_dict(q), self._params(params))
+        return self._jit("cjac", self._k_cjac)(f64(t), self._as_dict(q), self._params(params))
 
     def constraint_forces(self, t, q, lam, params=None) -> dict:
         """Generalised constraint forces ``−Gᵀλ`` per coordinate (see module doc)."""
         if not self.n_c:
             return self._zeros_q()
         return self._jit("cforces", self._k_cforces)(
-            _f64(t), self._as_dict(q), _f64(lam), self._params(params))
+            f64(t), self._as_dict(q), f64(lam), self._params(params))
 
     # ----------------------------------------------------------- misc
     def with_params(self, **overrides) -> "LagrangianDAE":

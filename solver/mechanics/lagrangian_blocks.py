@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.extend import core as jex_core
 
 from solver.errors import InputError
-from solver.mechanics.lagrangian_inputs import _f64
+from solver.mechanics.lagrangian_inputs import f64
 from solver.numerics.kkt import KKTBlocks, MassBlocks, kkt_factor, kkt_solve
 
 __all__ = ["LagrangianBlocks", "solve_kkt"]
@@ -28,9 +28,9 @@ __all__ = ["LagrangianBlocks", "solve_kkt"]
 def _normalise_blocks(M_blocks, n_hint: int | None = None):
     """-> list of (index (nb, b) int array or None for contiguous, blocks)."""
     if isinstance(M_blocks, (list, tuple)) and M_blocks and isinstance(M_blocks[0], (list, tuple)):
-        groups = [(np.asarray(idx, dtype=np.int64), _f64(B)) for idx, B in M_blocks]
+        groups = [(np.asarray(idx, dtype=np.int64), f64(B)) for idx, B in M_blocks]
     else:
-        B = _f64(M_blocks)
+        B = f64(M_blocks)
         if B.ndim == 2:  # a single dense block
             B = B[None]
         groups = [(None, B)]
@@ -73,7 +73,7 @@ def solve_kkt(M_blocks, G, rhs):
     """
     groups = _normalise_blocks(M_blocks)
     n = sum(int(np.prod(B.shape[:2])) for _, B in groups)
-    rhs = _f64(rhs)
+    rhs = f64(rhs)
     nc = 0 if G is None else int(G.shape[0])
     if rhs.shape[0] != n + nc:
         raise InputError(
@@ -82,7 +82,7 @@ def solve_kkt(M_blocks, G, rhs):
         )
     if nc and tuple(G.shape) != (nc, n):
         raise InputError(f"solve_kkt: G has shape {tuple(G.shape)}, expected ({nc}, {n})")
-    return kkt_solve(kkt_factor(groups, _f64(G) if nc else None), rhs)
+    return kkt_solve(kkt_factor(groups, f64(G) if nc else None), rhs)
 
 
 def _input_dependence(closed) -> list[set]:
@@ -169,7 +169,7 @@ class LagrangianBlocks:
     def _find_mass_blocks(self) -> MassBlocks:
         names = [c.name for c in self.coords]
         shapes = [jax.ShapeDtypeStruct(c.shape, jnp.float64) for c in self.coords]
-        params = {k: _f64(v) for k, v in self.params.items()}
+        params = {k: f64(v) for k, v in self.params.items()}
 
         def mom(*qd_list):
             qd = dict(zip(names, qd_list))
@@ -224,7 +224,7 @@ class LagrangianBlocks:
         Returns:
             ``[(index, blocks), ...]`` ready for :func:`solve_kkt`.
         """
-        args = (_f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
+        args = (f64(t), self._as_dict(q), self._as_dict(qd, "qd"), self._params(params))
         if structure is not None and structure is not self._mass_blocks:
             return self._k_blocks(*args, structure)
         structure = self.mass_blocks
@@ -282,6 +282,6 @@ class LagrangianBlocks:
                 Bv = Bv.at[idx].set(jnp.einsum("nij,nj->ni", B, v[idx]))
             return jnp.max(jnp.abs(Mv - Bv)), jnp.max(jnp.abs(Mv))
 
-        err, scale = (float(x) for x in mismatch(_f64(q), _f64(qd), _f64(v), self._params(None)))
+        err, scale = (float(x) for x in mismatch(f64(q), f64(qd), f64(v), self._params(None)))
         err = err / (scale or 1.0)
         return err if np.isfinite(err) else 0.0  # outside L's domain: no evidence

@@ -22,18 +22,18 @@ __all__ = ["Driver", "point_force"]
 
 
 # ---------------------------------------------------------------- small utils
-def _f64(x):
+def f64(x):
     return jnp.asarray(x, dtype=jnp.float64)
 
 
-def _flatten_items(out) -> jnp.ndarray:
+def flatten_items(out) -> jnp.ndarray:
     """List/tuple/array of constraint expressions -> one flat float vector."""
     if out is None:
         return jnp.zeros((0,), dtype=jnp.float64)
     items = list(out) if isinstance(out, (list, tuple)) else [out]
     if not items:
         return jnp.zeros((0,), dtype=jnp.float64)
-    flat = [jnp.ravel(_f64(c)) for c in items]
+    flat = [jnp.ravel(f64(c)) for c in items]
     if len(flat) == 1:
         return flat[0]
     # Sum of zero-padded pieces rather than concatenate: the derivative of
@@ -46,7 +46,7 @@ def _flatten_items(out) -> jnp.ndarray:
     return out
 
 
-def _combine_forces(forces) -> Callable | None:
+def combine_forces(forces) -> Callable | None:
     """One callable summing the dicts of a callable or a list of callables."""
     if forces is None:
         return None
@@ -59,7 +59,7 @@ def _combine_forces(forces) -> Callable | None:
             out: dict = {}
             for f in fs:
                 for k, val in (f(t, q, qd, p) or {}).items():
-                    out[k] = out[k] + _f64(val) if k in out else _f64(val)
+                    out[k] = out[k] + f64(val) if k in out else f64(val)
             return out
 
         return total
@@ -92,8 +92,8 @@ def point_force(position: Callable, force) -> Callable:
         raise InputError("point_force: position must be a callable position(t, q, p)")
 
     def generalised(t, q, qd, p):
-        F = _f64(force(t, q, qd, p)) if callable(force) else _f64(force)
-        pos, pullback = jax.vjp(lambda q_: _f64(position(t, q_, p)), q)
+        F = f64(force(t, q, qd, p)) if callable(force) else f64(force)
+        pos, pullback = jax.vjp(lambda q_: f64(position(t, q_, p)), q)
         if F.shape != pos.shape:
             raise InputError(
                 f"point_force: the force has shape {F.shape} but the point's position has "
@@ -134,7 +134,7 @@ class Driver:
 
     def residual(self, t, q, p):
         """``quantity(t, q, p) − value(t, p)``: zero when the drive holds."""
-        return jnp.reshape(_f64(self.quantity_fn(t, q, p)), ()) - jnp.reshape(_f64(self.value_fn(t, p)), ())
+        return jnp.reshape(f64(self.quantity_fn(t, q, p)), ()) - jnp.reshape(f64(self.value_fn(t, p)), ())
 
 
 # A generalised force along a coordinate of these units has these units.
@@ -176,7 +176,7 @@ def _coordinate_quantity(spec: str, coords, where: str):
     return f"{base}[{index}]", (lambda t, q, p: jnp.ravel(q[base])[index]), base
 
 
-def _read_drivers(drivers, coords, first: int, units: Mapping) -> tuple:
+def read_drivers(drivers, coords, first: int, units: Mapping) -> tuple:
     """The ``drivers=`` argument of :func:`lagrangian` -> tuple of :class:`Driver`.
 
     Args:

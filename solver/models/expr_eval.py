@@ -12,8 +12,8 @@ import numpy as np
 import jax.numpy as jnp
 
 from solver.models.expr_nodes import (BinOp, CONSTANTS, Call, Const, Deriv, ExprError, FUNCTIONS, Index,
-                                      Name, Neg, Node, Num, SWITCHING, Scope, Vector, _Source,
-                                      _closest_first, _fold, _listing, _render, _shape_words)
+                                      Name, Neg, Node, Num, SWITCHING, Scope, Vector, Source,
+                                      closest_first, fold_tree, listing, render, shape_words)
 
 __all__ = ["Expr"]
 
@@ -37,7 +37,7 @@ class Expr:
 
     def __str__(self) -> str:
         """Canonical text: parses back to an equal tree."""
-        return _fold(self.root, _render)
+        return fold_tree(self.root, render)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Expr) and self.root == other.root
@@ -83,7 +83,7 @@ class Expr:
             if isinstance(node, Call) and node.func in SWITCHING:
                 arg = (BinOp("-", node.args[0], node.args[1], pos=node.pos) if node.func in ("min", "max")
                        else node.args[0])
-                text = _fold(arg, _render)
+                text = fold_tree(arg, render)
                 if text not in seen:
                     seen.add(text)
                     out.append(Expr(text, arg, self.file, self.path, self.line))
@@ -120,11 +120,11 @@ class Expr:
         return self._evaluate(self.root, scope)
 
     def _evaluate(self, root: Node, scope):
-        return _fold(root, lambda node, vals: self._node_value(node, vals, scope),
+        return fold_tree(root, lambda node, vals: self._node_value(node, vals, scope),
                      lazy=(Deriv,))
 
     def _error(self, message: str, pos: int) -> ExprError:
-        return _Source(self.text, self.file, self.path, self.line).error(message, pos)
+        return Source(self.text, self.file, self.path, self.line).error(message, pos)
 
     def _node_value(self, node: Node, vals: list, scope):
         try:
@@ -144,7 +144,7 @@ class Expr:
             message = f"unknown name '{node.name}'"
             if known:
                 message += (f"; valid names (closest first): "
-                            f"{_listing(_closest_first(node.name, known))}")
+                            f"{listing(closest_first(node.name, known))}")
             raise self._error(message, node.pos) from None
 
 
@@ -173,15 +173,15 @@ def _value(node: Node, vals: list, scope, expr: Expr):
         for k, s in enumerate(shapes):
             if s != shapes[0]:
                 raise ExprError(f"vector items must have equal shapes: item 0 is "
-                                f"{_shape_words(shapes[0])}, item {k} is {_shape_words(s)}")
+                                f"{shape_words(shapes[0])}, item {k} is {shape_words(s)}")
         return xp.stack(vals)
     if isinstance(node, Index):
-        shape, base = jnp.shape(vals[0]), _fold(node.base, _render)
+        shape, base = jnp.shape(vals[0]), fold_tree(node.base, render)
         if not shape:
             raise ExprError(f"cannot take a subscript of {base}: it is a scalar")
         if node.index >= shape[0]:
             raise ExprError(f"subscript {node.index} is out of range: {base} is "
-                            f"{_shape_words(shape)} (valid subscripts 0 to {shape[0] - 1})")
+                            f"{shape_words(shape)} (valid subscripts 0 to {shape[0] - 1})")
         return vals[0][node.index]
     if isinstance(node, Deriv):
         return jnp.asarray(scope.derivative(lambda: expr._evaluate(node.operand, scope),
@@ -189,7 +189,7 @@ def _value(node: Node, vals: list, scope, expr: Expr):
     raise TypeError(f"unknown node {node!r}")
 
 
-def _integer_exponent(node: Node) -> int | None:
+def integer_exponent(node: Node) -> int | None:
     sign = 1
     if isinstance(node, Neg):
         node, sign = node.operand, -1
@@ -204,21 +204,21 @@ def _binop(node: BinOp, a, b):
     if op in "+-":
         if sa != sb and () not in (sa, sb):
             verb = "add" if op == "+" else "subtract"
-            raise ExprError(f"cannot {verb} {_shape_words(sa)} and {_shape_words(sb)}")
+            raise ExprError(f"cannot {verb} {shape_words(sa)} and {shape_words(sb)}")
         return a + b if op == "+" else a - b
     if op == "*":
         if sa and sb:
-            raise ExprError(f"'*' needs a scalar on one side, got {_shape_words(sa)} and "
-                            f"{_shape_words(sb)}; use dot(a, b) or cross(a, b)")
+            raise ExprError(f"'*' needs a scalar on one side, got {shape_words(sa)} and "
+                            f"{shape_words(sb)}; use dot(a, b) or cross(a, b)")
         return a * b
     if op == "/":
         if sb:
-            raise ExprError(f"'/' needs a scalar divisor, got {_shape_words(sb)}")
+            raise ExprError(f"'/' needs a scalar divisor, got {shape_words(sb)}")
         return a / b
     if sa or sb:
-        raise ExprError(f"'**' needs scalars, got {_shape_words(sa)} and {_shape_words(sb)}; "
+        raise ExprError(f"'**' needs scalars, got {shape_words(sa)} and {shape_words(sb)}; "
                         f"use dot(v, v) for a squared length")
     # Integer powers become lax.integer_pow: exact for negative bases and a
     # plain product for the Taylor engine.
-    n = _integer_exponent(node.right)
+    n = integer_exponent(node.right)
     return a ** n if n is not None else a ** b

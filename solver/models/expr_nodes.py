@@ -65,7 +65,7 @@ class Scope(Protocol):
 
 
 # ------------------------------------------------------------------ functions
-def _shape_words(shape: tuple) -> str:
+def shape_words(shape: tuple) -> str:
     if shape == ():
         return "a scalar"
     if len(shape) == 1:
@@ -82,7 +82,7 @@ def _dot(args, xp):
     sa, sb = jnp.shape(a), jnp.shape(b)
     if not (1 <= len(sa) <= 2 and 1 <= len(sb) <= 2) or sa[-1] != sb[0]:
         raise ExprError(f"dot needs two vectors of equal length (or matching matrix and "
-                        f"vector), got {_shape_words(sa)} and {_shape_words(sb)}")
+                        f"vector), got {shape_words(sa)} and {shape_words(sb)}")
     return xp.dot(a, b)
 
 
@@ -95,7 +95,7 @@ def _cross(args, xp):
         # The z-component of the 3-D cross product: what planar mechanisms use.
         return a[0] * b[1] - a[1] * b[0]
     raise ExprError(f"cross needs two 3-vectors or two 2-vectors, got "
-                    f"{_shape_words(sa)} and {_shape_words(sb)}")
+                    f"{shape_words(sa)} and {shape_words(sb)}")
 
 
 def _pairwise(name, op):
@@ -104,7 +104,7 @@ def _pairwise(name, op):
         sa, sb = jnp.shape(a), jnp.shape(b)
         if sa != sb and () not in (sa, sb):
             raise ExprError(f"{name} needs arguments of equal shape or a scalar, got "
-                            f"{_shape_words(sa)} and {_shape_words(sb)}")
+                            f"{shape_words(sa)} and {shape_words(sb)}")
         return getattr(xp, op)(a, b)
 
     return fn
@@ -116,7 +116,7 @@ def _where(args, xp):
     big = [s for s in shapes if s != ()]
     if any(s != big[0] for s in big):
         raise ExprError("where needs arguments of equal shape or scalars, got "
-                        + ", ".join(_shape_words(s) for s in shapes))
+                        + ", ".join(shape_words(s) for s in shapes))
     return xp.where(c > 0, a, b)
 
 
@@ -127,7 +127,7 @@ def _step(args, xp):
 def _norm(args, xp):
     (a,) = args
     if len(jnp.shape(a)) != 1:
-        raise ExprError(f"norm needs a vector, got {_shape_words(jnp.shape(a))}")
+        raise ExprError(f"norm needs a vector, got {shape_words(jnp.shape(a))}")
     return xp.sqrt(xp.sum(a * a))
 
 
@@ -245,7 +245,7 @@ class Deriv(Node):
         return (self.operand,)
 
 
-def _fold(root: Node, combine: Callable, lazy: tuple = ()):
+def fold_tree(root: Node, combine: Callable, lazy: tuple = ()):
     """Post-order fold without Python recursion (a 5,000-term sum is a
     5,000-deep tree).  ``combine(node, child_results)``; nodes of a ``lazy``
     type get no child results (their combine handles the children itself)."""
@@ -268,7 +268,7 @@ def _fold(root: Node, combine: Callable, lazy: tuple = ()):
 
 # ------------------------------------------------------------------ rendering
 _PREC = {"+": 10, "-": 10, "*": 20, "/": 20, "**": 30}
-_NEG_PREC = 25
+NEG_PREC = 25
 _ATOM_PREC = 100
 
 
@@ -276,32 +276,32 @@ def _prec(node: Node) -> int:
     if isinstance(node, BinOp):
         return _PREC[node.op]
     if isinstance(node, Neg):
-        return _NEG_PREC
+        return NEG_PREC
     return _ATOM_PREC
 
 
-def _format_number(value: float) -> str:
+def format_number(value: float) -> str:
     text = repr(float(value))
     return text[:-2] if text.endswith(".0") else text
 
 
-def _render(node: Node, parts: list) -> str:
+def render(node: Node, parts: list) -> str:
     def wrap(child, text, needs):
         return f"({text})" if needs else text
 
     if isinstance(node, Num):
-        return _format_number(node.value)
+        return format_number(node.value)
     if isinstance(node, Const):
         return node.name
     if isinstance(node, Name):
         return node.name + "'" * node.order
     if isinstance(node, Neg):
-        return "-" + wrap(node.operand, parts[0], _prec(node.operand) < _NEG_PREC)
+        return "-" + wrap(node.operand, parts[0], _prec(node.operand) < NEG_PREC)
     if isinstance(node, BinOp):
         p = _PREC[node.op]
         if node.op == "**":
             left = wrap(node.left, parts[0], _prec(node.left) <= p)
-            right = wrap(node.right, parts[1], _prec(node.right) < _NEG_PREC)
+            right = wrap(node.right, parts[1], _prec(node.right) < NEG_PREC)
             return f"{left}**{right}"
         left = wrap(node.left, parts[0], _prec(node.left) < p)
         right = wrap(node.right, parts[1], _prec(node.right) <= p)
@@ -339,25 +339,25 @@ def _pointer(text: str, pos: int) -> str:
     return f"\n  {line}\n  {' ' * col}^"
 
 
-def _did_you_mean(name: str, valid: list[str]) -> str:
+def did_you_mean(name: str, valid: list[str]) -> str:
     close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _closest_first(name: str, valid: list[str]) -> list[str]:
+def closest_first(name: str, valid: list[str]) -> list[str]:
     ranked = sorted(enumerate(valid), key=lambda iv: (
         -difflib.SequenceMatcher(None, name, iv[1]).ratio(), iv[0]))
     return [v for _, v in ranked]
 
 
-def _listing(items: list[str]) -> str:
+def listing(items: list[str]) -> str:
     shown = ", ".join(items[:_MAX_LISTED])
     if len(items) > _MAX_LISTED:
         shown += f", ... ({len(items) - _MAX_LISTED} more)"
     return shown
 
 
-class _Source:
+class Source:
     """The text being parsed and where it came from."""
 
     def __init__(self, text: str, file, path, line):

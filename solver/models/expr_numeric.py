@@ -13,10 +13,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from solver.models.expr_eval import Expr, _integer_exponent
+from solver.models.expr_eval import Expr, integer_exponent
 from solver.models.expr_nodes import (BinOp, Call, Deriv, ExprError, FUNCTIONS, Index, Name, Neg, Node,
-                                      Vector, _fold)
-from solver.models.expr_parse import _location, parse
+                                      Vector, fold_tree)
+from solver.models.expr_parse import error_location, parse
 
 __all__ = ["ConstantScope", "NotElementwise", "all_finite", "evaluate_constant", "evaluate_constant_table",
            "evaluate_table"]
@@ -95,7 +95,7 @@ def evaluate_constant(value, names: Mapping[str, Any], where: str | None = None,
             a derivative, an empty list, a boolean or missing value, or a
             result that is not finite.
     """
-    file, path, line = _location(where, file, path, line)
+    file, path, line = error_location(where, file, path, line)
     if isinstance(value, (list, tuple)):
         if not value:
             raise ExprError("empty list: expected numbers or expressions", file, path, line)
@@ -199,7 +199,7 @@ def evaluate_table(expr: Expr, values: Mapping[str, Any], varying, size: int) ->
             return expr._node_value(node, vals, scope)
         return _column_value(node, vals, size)
 
-    result = _fold(expr.root, combine, lazy=(Deriv,))
+    result = fold_tree(expr.root, combine, lazy=(Deriv,))
     if isinstance(result, _Column):
         array = result.array
     else:
@@ -257,7 +257,7 @@ def _column_power(node: BinOp, vals: list, size: int) -> np.ndarray:
     per element), any other case point by point with the point's types.
     """
     base, exponent = vals
-    n = _integer_exponent(node.right)
+    n = integer_exponent(node.right)
     if n is not None:
         exponent = n
     if isinstance(base, _Column) and not base.scalar and not isinstance(exponent, _Column):

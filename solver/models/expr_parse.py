@@ -17,8 +17,8 @@ from solver.errors import InputError
 from solver.models.expr_eval import Expr
 from solver.models.expr_nodes import (BinOp, CONSTANTS, Call, Const, Deriv, ExprError, FUNCTIONS, Index,
                                       MAX_LENGTH, MAX_NESTING, MAX_ORDER, Name, Neg, Node, Num,
-                                      RESERVED_NAMES, Vector, _NEG_PREC, _Source, _did_you_mean,
-                                      _format_number)
+                                      RESERVED_NAMES, Vector, NEG_PREC, Source, did_you_mean,
+                                      format_number)
 
 __all__ = ["check_name", "parse"]
 
@@ -58,7 +58,7 @@ def _describe(tok: _Token | None) -> str:
     return f"'{tok.text}'"
 
 
-def _tokenize(src: _Source) -> list[_Token]:
+def _tokenize(src: Source) -> list[_Token]:
     text, pos, tokens = src.text, 0, []
     while pos < len(text):
         m = _TOKEN_RE.match(text, pos)
@@ -117,7 +117,7 @@ def _derivative_order(node: Node) -> int:
 
 
 class _Parser:
-    def __init__(self, src: _Source, tokens: list[_Token]):
+    def __init__(self, src: Source, tokens: list[_Token]):
         self.src, self.tokens, self.i, self.depth = src, tokens, 0, 0
 
     # -- token helpers
@@ -176,7 +176,7 @@ class _Parser:
         tok = self.peek()
         if tok is not None and tok.kind == "op" and tok.text in "+-":
             self.next()
-            operand = self.expr(_NEG_PREC)
+            operand = self.expr(NEG_PREC)
             return Neg(operand, pos=tok.pos) if tok.text == "-" else operand
         node, subscriptable = self.primary()
         return self.postfix(node, subscriptable)
@@ -214,7 +214,7 @@ class _Parser:
         if self.at("("):
             if name not in FUNCTIONS:
                 valid = sorted(FUNCTIONS)
-                raise self.src.error(f"unknown function '{name}'{_did_you_mean(name, valid)}; "
+                raise self.src.error(f"unknown function '{name}'{did_you_mean(name, valid)}; "
                                      f"valid functions: {', '.join(valid)}", tok.pos)
             args, _ = self.sequence(self.next())
             arity = FUNCTIONS[name][0]
@@ -293,7 +293,7 @@ class _Parser:
                 return node
 
 
-def _check_total_orders(src: _Source, root: Node) -> None:
+def _check_total_orders(src: Source, root: Node) -> None:
     """Orders add up through nested derivatives: ``(x'')''`` is of order 4."""
     stack = [(root, 0)]
     while stack:
@@ -307,7 +307,8 @@ def _check_total_orders(src: _Source, root: Node) -> None:
 
 
 # ---------------------------------------------------------------------- parse
-def _location(where, file, path, line):
+def error_location(where, file, path, line):
+    """``(file, path, line)`` of an error: ``path`` if given, else the label ``where``."""
     return file, (path if path is not None else where), line
 
 
@@ -329,9 +330,9 @@ def parse(source, where: str | None = None, *, file: str | None = None,
         ExprError: malformed or disallowed input (see the module docstring),
             with the expression quoted and a caret at the problem.
     """
-    file, path, line = _location(where, file, path, line)
+    file, path, line = error_location(where, file, path, line)
     text = _as_text(source, file, path, line)
-    src = _Source(text, file, path, line)
+    src = Source(text, file, path, line)
     if len(text) > MAX_LENGTH:
         raise src.error(f"expression is too long: {len(text)} characters (the limit is "
                         f"{MAX_LENGTH})", None)
@@ -359,7 +360,7 @@ def _as_text(source, file, path, line) -> str:
             number = math.inf
         if not math.isfinite(number):
             raise ExprError(f"expected a finite number, got {source!r}", file, path, line)
-        return _format_number(number)
+        return format_number(number)
     if isinstance(source, (list, tuple)):
         if not source:
             raise ExprError("empty list: expected numbers or expressions", file, path, line)

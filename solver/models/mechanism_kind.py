@@ -137,7 +137,7 @@ from solver.errors import InputError
 from solver.mechanics.mechanism import Mechanism
 from solver.models.events import attach_events
 from solver.models.expr import ConstantScope
-from solver.models.mechanism_read import (DEFAULT_GRAVITY, PART_KINDS, MechanismReader, _f64,
+from solver.models.mechanism_read import (DEFAULT_GRAVITY, PART_KINDS, MechanismReader, f64,
                                           split_point_names)
 from solver.models.model import (Model, ValueRangeError, analyse, read_animation, read_solver_params,
                                  read_title, relocate)
@@ -249,7 +249,7 @@ class MechanismModel(Model):
         Returns:
             dict name -> numpy array (d,).
         """
-        values = {k: _f64(v) for k, v in self.all_params(params).items()}
+        values = {k: f64(v) for k, v in self.all_params(params).items()}
         return {n: np.asarray(q(values)) for n, q in self.mechanism.fixed_points.items()}
 
 
@@ -286,7 +286,7 @@ def build(data: Any, locator: Locator, path: str | None = None,
     analyse(dae, locator, ("PartData",))
 
     def positions(p, q):
-        values = {k: _f64(v) for k, v in p.items()}
+        values = {k: f64(v) for k, v in p.items()}
         out = {n: q_(values) for n, q_ in mech.fixed_points.items()}
         out.update(q)
         return out
@@ -309,7 +309,7 @@ def build(data: Any, locator: Locator, path: str | None = None,
         raise relocate(err, locator.file) from None
 
     def point_scope(t, values, params):
-        pvalues = {k: _f64(v) for k, v in params.items()}
+        pvalues = {k: f64(v) for k, v in params.items()}
         q = {n: q_(pvalues) for n, q_ in mech.fixed_points.items()}
         q.update({n: values[n] for n in mech.moving})
         return PositionScope(t, params, [], q, what="an animation point")

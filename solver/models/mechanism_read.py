@@ -107,7 +107,7 @@ class _NumericScope(_Scope):
     numeric = True
 
 
-def _f64(x):
+def f64(x):
     return jnp.asarray(x, dtype=jnp.float64)
 
 
@@ -135,7 +135,7 @@ class _Quantity:
     desc: str = ""  # what the quantity is, for messages ("mass (a scalar)")
 
     def __call__(self, values, rates=None):
-        return _f64(self.expr.evaluate(_Scope(values, rates, what=self.what)))
+        return f64(self.expr.evaluate(_Scope(values, rates, what=self.what)))
 
     def constant(self, values) -> np.ndarray:
         """The value at numeric parameter ``values``, computed in numpy."""
@@ -209,7 +209,7 @@ class MechanismReader:
     def read_params(self, raw):
         mech = self.mech
         mech.param_info = read_params(raw, self.loc)
-        self.defaults_scope = _Scope({k: _f64(v) for k, v in mech.param_info.values.items()})
+        self.defaults_scope = _Scope({k: f64(v) for k, v in mech.param_info.values.items()})
 
     # -------------------------------------------------------- parts
     def read_parts(self, raw):
@@ -367,7 +367,7 @@ class MechanismReader:
             return
         if not any(all(n in mech.fixed_points for n in pts) for _, pts in mech._constraint_labels()):
             return  # none to check: the constraints are not computed (abstract labels only)
-        env = mech.env({k: _f64(v) for k, v in mech.param_info.free.items()})
+        env = mech.env({k: f64(v) for k, v in mech.param_info.free.items()})
         X = dict(env.fixed)
         X.update({n: jnp.full((mech.dim,), np.nan) for n in mech.moving})
         for label, pts, val in mech.constraint_list(X, env):
@@ -419,8 +419,8 @@ class MechanismReader:
                 mech.gravity = qty
         forces = require_mapping(raw.get("PointForces"), path + ("PointForces",), self.loc,
                                  allow_none=True)
-        values = {k: _f64(v) for k, v in mech.param_info.values.items()}
-        values["t"] = _f64(0.0)
+        values = {k: f64(v) for k, v in mech.param_info.values.items()}
+        values["t"] = f64(0.0)
         values.update({n: jnp.ones(d) for n in mech.moving})
         scope = _Scope(values, {n: jnp.ones(d) for n in mech.moving}, what="a parameter")
         for name, value in forces.items():
