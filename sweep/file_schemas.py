@@ -9,8 +9,7 @@ values and constant expressions (``pi/4``), bounds around starts, names given
 twice across groups, the model file, limits on sizes.
 """
 
-from __future__ import annotations
-
+# No "from __future__ import annotations": pydantic reads the field types below as written.
 import re
 from typing import Annotated, Any, ClassVar, Mapping
 
