@@ -63,13 +63,8 @@ __all__ = [
     "check_dask_target", "dask_client",
 ]
 
-CLUSTER_KEYS = {
-    "module": "Python module that defines the cluster class, e.g. dask_jobqueue",
-    "class": "the cluster class, e.g. SLURMCluster",
-    "kwargs": "mapping of keyword arguments for the class (optional)",
-    "scale": "number of workers, or a mapping for cluster.scale(), e.g. {jobs: 4} (optional)",
-    "adapt": "mapping for cluster.adapt(), e.g. {minimum: 1, maximum: 20} (optional)",
-}
+# The keys of a cluster file, declared with its schema (sweep.file_schemas); kept here for old imports.
+from sweep.file_schemas import CLUSTER_KEYS  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------- worker side
@@ -468,29 +463,16 @@ def load_cluster_config(path) -> dict:
     Raises:
         InputError: unreadable file, unknown or missing keys, wrong types.
     """
-    valid = "; ".join(f"{k}: {v}" for k, v in CLUSTER_KEYS.items())
+    from solver.models.yamlio import Locator
+    from sweep.file_schemas import ClusterFile
+    from sweep.yamlschema import validate
+
     # The one YAML reader (YAML 1.2 scalars, duplicate keys refused, input limits).
-    config, _ = load_yaml(Path(path))
+    config, loc = load_yaml(Path(path))
     if not isinstance(config, dict):
-        raise InputError(f"expected a mapping with keys {valid}", file=str(path))
-    unknown = sorted(set(config) - set(CLUSTER_KEYS))
-    if unknown:
-        raise InputError(f"unknown key(s) {', '.join(map(str, unknown))}; valid keys: {valid}",
-                         file=str(path), path=str(unknown[0]))
-    for key in ("module", "class"):
-        value = config.get(key)
-        if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][\w.]*", value):
-            raise InputError(f"expected {CLUSTER_KEYS[key]} (a dotted Python name), "
-                             f"got {value!r}; valid keys: {valid}", file=str(path), path=key)
-    for key in ("kwargs", "adapt"):
-        if key in config and not isinstance(config[key], dict):
-            raise InputError(f"expected a mapping, got {config[key]!r}", file=str(path), path=key)
-    scale = config.get("scale")
-    if scale is not None and not (isinstance(scale, dict)
-                                  or (isinstance(scale, int) and not isinstance(scale, bool)
-                                      and scale >= 0)):
-        raise InputError(f"expected a number of workers or a mapping like {{jobs: 4}}, "
-                         f"got {scale!r}", file=str(path), path="scale")
+        raise InputError(f"expected {ClusterFile.what}", file=loc.file)
+    # Checked against the declared schema; its messages name the file and the key, not the line.
+    validate(ClusterFile, config, Locator(file=loc.file))
     return config
 
 

@@ -63,25 +63,19 @@ import numpy as np
 from solver.errors import (MAX_OUTPUT_BYTES, MAX_STORE_BYTES, InputError, how_to_raise, limit,
                            size_limit_message)
 from solver.models.expr import evaluate_constant
-from solver.models.yamlio import (Locator, check_keys, check_regular_file, describe_value, format_path,
-                           load_yaml,
-                           require_document, require_int, require_list, require_mapping,
-                           require_number, require_str)
+from solver.models.yamlio import (Locator, check_regular_file, describe_value, format_path, load_yaml,
+                                  require_document, require_int)
+from sweep.file_schemas import (AXIS_KINDS, DEFAULT_BATCH, EVENT_REDUCTIONS, REDUCTIONS, SAMPLE_METHODS,
+                                OutputsSpec, SweepFile, SweepGroups)
 from sweep.store import batch_slices, effective_batch
+from sweep.yamlschema import validate
 
 __all__ = ["SweepSpec", "Axis", "Metric", "Outputs", "load_sweep", "AXIS_KINDS",
            "SAMPLE_METHODS", "REDUCTIONS", "EVENT_REDUCTIONS", "MAX_POINTS", "MAX_BATCH"]
 
-TOP_KEYS = ("Title", "Model", "Override", "Sweep", "Outputs", "Batch")
-GROUPS = ("product", "zip", "sample", "constants")
-AXIS_KINDS = ("values", "linspace", "logspace", "range")
-SAMPLE_METHODS = ("random", "lhs", "sobol")
-REDUCTIONS = ("min", "max", "range", "mean", "final", "absmax")
-#: Reductions of an event's occurrences: the time of the first, how many,
-#: the mean spacing of like-direction crossings (the period) and its
-#: standard deviation, and a value at the n-th occurrence.
-EVENT_REDUCTIONS = ("first", "count", "period", "period_spread", "value")
-DEFAULT_BATCH = 64
+# The shape of a sweep file is declared in sweep.file_schemas; the checks here are of values.
+TOP_KEYS = SweepFile.keys()
+GROUPS = SweepGroups.keys()
 # A guard against a typo (an extra zero in a linspace) eating the machine's memory.
 # Each limit can be changed with the environment variable MECHSWEEP_<NAME>.
 MAX_POINTS = 10_000_000
@@ -394,31 +388,17 @@ class _Reader:
             raise self.fail(f"expected a finite number, got {value}", path)
         return value
 
-    def name(self, key: Any, path: tuple) -> str:
-        if not isinstance(key, str) or not key.strip():
-            raise self.fail(f"a parameter name must be a non-empty string, got "
-                            f"{describe_value(key)}", path)
-        return key
-
     def axis(self, spec: Any, path: tuple) -> tuple[str, np.ndarray]:
-        """One axis definition -> (kind, float64 values)."""
+        """One axis definition, its shape checked by the schema -> (kind, float64 values)."""
         if isinstance(spec, list):
             return "values", self.values(spec, path)
-        if not isinstance(spec, Mapping):
-            raise self.fail(f"expected an axis: a list of values or a mapping with one of "
-                            f"{', '.join(AXIS_KINDS)}; got {describe_value(spec)} (for a fixed "
-                            f"value use Sweep.constants)", path)
-        check_keys(spec, AXIS_KINDS, (), path, self.loc)
-        if len(spec) != 1:
-            raise self.fail(f"an axis needs exactly one of {', '.join(AXIS_KINDS)}, got "
-                            f"{len(spec)}" + (f" ({', '.join(spec)})" if spec else ""), path)
         kind, arg = next(iter(spec.items()))
         sub = path + (kind,)
         if kind == "values":
-            values = self.values(require_list(arg, sub, self.loc, what="a list of values"), sub)
+            values = self.values(arg, sub)
         elif kind in ("linspace", "logspace"):
-            a, b, n = self.triple(arg, sub, "[start, stop, n]")
-            n = require_int(n, sub + (2,), self.loc, minimum=1)
+            a, b = self.constant(arg[0], sub + (0,)), self.constant(arg[1], sub + (1,))
+            n = require_int(arg[2], sub + (2,), self.loc, minimum=1)
             self.check_count(n, sub + (2,))
             with np.errstate(over="ignore"):  # reported below as not finite
                 values = np.linspace(a, b, n) if kind == "linspace" else np.logspace(a, b, n)
@@ -429,18 +409,13 @@ class _Reader:
                             f"({_range_text(values)})", sub)
         return kind, values.astype(np.float64)
 
-    def triple(self, arg: Any, path: tuple, what: str) -> tuple:
-        arg = require_list(arg, path, self.loc, length=3, what=what)
-        return self.constant(arg[0], path + (0,)), self.constant(arg[1], path + (1,)), arg[2]
-
     def values(self, items: list, path: tuple) -> np.ndarray:
         if not items:
             raise self.fail("empty axis: give at least one value", path)
         return np.array([self.constant(v, path + (i,)) for i, v in enumerate(items)],
                         dtype=np.float64)
 
-    def range(self, arg: Any, path: tuple) -> np.ndarray:
-        arg = require_list(arg, path, self.loc, length=3, what="[start, stop, step]")
+    def range(self, arg: list, path: tuple) -> np.ndarray:
         start, stop, step = (self.constant(v, path + (i,)) for i, v in enumerate(arg))
         if step == 0:
             raise self.fail("the step of a range must not be zero", path + (2,))
@@ -481,6 +456,9 @@ def _sample_unit(method: str, n: int, d: int, seed: int) -> np.ndarray:
 def load_sweep(path: str | Path) -> SweepSpec:
     """Read, validate and expand a sweep file.
 
+    The file's shape is checked first against its declared schema
+    (:class:`sweep.file_schemas.SweepFile`), then its values here.
+
     Args:
         path: the sweep YAML file.
 
@@ -495,12 +473,10 @@ def load_sweep(path: str | Path) -> SweepSpec:
     path = Path(path)
     data, loc = load_yaml(path)
     r = _Reader(loc)
-    top = require_document(data, loc, "a sweep file: a mapping with keys " + ", ".join(TOP_KEYS))
-    check_keys(top, TOP_KEYS, ("Model", "Sweep"), (), loc)
-
-    title = require_str(top["Title"], ("Title",), loc) if "Title" in top else path.stem
-    model_rel = require_str(top["Model"], ("Model",), loc)
-    model_path = (path.parent / model_rel).resolve()
+    top = validate(SweepFile, data, loc,
+                   document="a sweep file: a mapping with keys " + ", ".join(TOP_KEYS))
+    title = top.Title if top.Title is not None else path.stem
+    model_path = (path.parent / top.Model).resolve()
     try:
         found = model_path.exists()
     except OSError as exc:  # a name too long for the file system, a loop of links
@@ -516,17 +492,13 @@ def load_sweep(path: str | Path) -> SweepSpec:
         raise r.fail(f"{model_path} cannot be a model file: {err.message}", ("Model",)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise r.fail(f"cannot read model file {model_path}: {exc}", ("Model",)) from None
-    override = copy.deepcopy(require_mapping(top.get("Override"), ("Override",), loc,
-                                             allow_none=True))
+    override = copy.deepcopy(top.Override)
     model_data = _model_data(model_path, model_text, override, r)
 
-    sweep = require_mapping(top["Sweep"], ("Sweep",), loc, allow_none=True,
-                            what="a mapping with groups " + ", ".join(GROUPS))
-    check_keys(sweep, GROUPS, (), ("Sweep",), loc)
+    sweep = top.Sweep
     seen: dict[str, str] = {}  # name -> where it was first given
 
-    def claim(name: Any, where: tuple) -> str:
-        name = r.name(name, where)
+    def claim(name: str, where: tuple) -> str:
         if name in seen:
             raise r.fail(f"'{name}' is already given in {seen[name]}; a name may appear in "
                          f"only one place of Sweep", where)
@@ -537,77 +509,48 @@ def load_sweep(path: str | Path) -> SweepSpec:
     factors: list[int] = []  # length of each combined factor, in order
     groups: list[list[Axis]] = []
 
-    if "product" in sweep:
-        gpath = ("Sweep", "product")
-        prod = require_mapping(sweep["product"], gpath, loc, what="a mapping of axes")
-        if not prod:
-            raise r.fail("empty group: give at least one axis or remove the group", gpath)
-        for key, spec in prod.items():
-            name = claim(key, gpath + (key,))
-            kind, values = r.axis(spec, gpath + (key,))
-            axis = Axis(name, "product", kind, values, loc.line(gpath + (key,)))
-            axes.append(axis)
-            groups.append([axis])
-            factors.append(len(values))
-
-    if "zip" in sweep:
-        gpath = ("Sweep", "zip")
-        zipped = require_mapping(sweep["zip"], gpath, loc, what="a mapping of axes")
-        if not zipped:
-            raise r.fail("empty group: give at least one axis or remove the group", gpath)
-        zaxes = []
-        for key, spec in zipped.items():
-            name = claim(key, gpath + (key,))
-            kind, values = r.axis(spec, gpath + (key,))
-            zaxes.append(Axis(name, "zip", kind, values, loc.line(gpath + (key,))))
-        lengths = {a.length for a in zaxes}
-        if len(lengths) > 1:
-            listing = ", ".join(f"{a.name} has {a.length}" for a in zaxes)
-            raise r.fail(f"zip axes must have the same length: {listing}", gpath)
-        axes.extend(zaxes)
-        groups.append(zaxes)
-        factors.append(zaxes[0].length)
+    for group in ("product", "zip"):
+        if getattr(sweep, group) is None:
+            continue
+        gpath = ("Sweep", group)
+        gaxes = [Axis(claim(key, gpath + (key,)), group, *r.axis(spec, gpath + (key,)),
+                      loc.line(gpath + (key,))) for key, spec in getattr(sweep, group).items()]
+        if group == "product":
+            groups.extend([a] for a in gaxes)
+            factors.extend(a.length for a in gaxes)
+        else:
+            if len({a.length for a in gaxes}) > 1:
+                listing = ", ".join(f"{a.name} has {a.length}" for a in gaxes)
+                raise r.fail(f"zip axes must have the same length: {listing}", gpath)
+            groups.append(gaxes)
+            factors.append(gaxes[0].length)
+        axes.extend(gaxes)
 
     sample_info = None
-    if "sample" in sweep:
-        gpath = ("Sweep", "sample")
-        smp = require_mapping(sweep["sample"], gpath, loc,
-                              what="a mapping with method, n, seed, bounds")
-        check_keys(smp, ("method", "n", "seed", "bounds"), ("method", "n", "bounds"), gpath, loc)
-        method = require_str(smp["method"], gpath + ("method",), loc, choices=SAMPLE_METHODS)
-        n = require_int(smp["n"], gpath + ("n",), loc, minimum=1)
-        r.check_count(n, gpath + ("n",))
-        seed = require_int(smp.get("seed", 0), gpath + ("seed",), loc, minimum=0)
+    if sweep.sample is not None:
+        smp, gpath = sweep.sample, ("Sweep", "sample")
+        r.check_count(smp.n, gpath + ("n",))
         bpath = gpath + ("bounds",)
-        bounds = require_mapping(smp["bounds"], bpath, loc, what="a mapping name: [lo, hi]")
-        if not bounds:
-            raise r.fail("empty bounds: give at least one name: [lo, hi]", bpath)
         names, lows, highs = [], [], []
-        for key, pair in bounds.items():
+        for key, pair in smp.bounds.items():
             name = claim(key, bpath + (key,))
-            pair = require_list(pair, bpath + (key,), loc, length=2, what="[lo, hi]")
             lo = r.constant(pair[0], bpath + (key, 0))
             hi = r.constant(pair[1], bpath + (key, 1))
             if not lo < hi:
                 raise r.fail(f"bounds must have lo < hi, got [{lo:g}, {hi:g}]", bpath + (key,))
             names.append(name), lows.append(lo), highs.append(hi)
-        unit = _sample_unit(method, n, len(names), seed)
+        unit = _sample_unit(smp.method, smp.n, len(names), smp.seed)
         cols = np.asarray(lows) + unit * (np.asarray(highs) - np.asarray(lows))
-        saxes = [Axis(nm, "sample", method, np.ascontiguousarray(cols[:, j], dtype=np.float64),
+        saxes = [Axis(nm, "sample", smp.method, np.ascontiguousarray(cols[:, j], dtype=np.float64),
                       loc.line(bpath + (nm,))) for j, nm in enumerate(names)]
         axes.extend(saxes)
         groups.append(saxes)
-        factors.append(n)
-        sample_info = {"method": method, "n": n, "seed": seed}
+        factors.append(smp.n)
+        sample_info = {"method": smp.method, "n": smp.n, "seed": smp.seed}
 
-    constants: dict[str, float] = {}
-    if "constants" in sweep:
-        gpath = ("Sweep", "constants")
-        consts = require_mapping(sweep["constants"], gpath, loc, allow_none=True,
-                                 what="a mapping name: value")
-        for key, value in consts.items():
-            name = claim(key, gpath + (key,))
-            constants[name] = r.constant(value, gpath + (key,))
+    gpath = ("Sweep", "constants")
+    constants = {claim(key, gpath + (key,)): r.constant(value, gpath + (key,))
+                 for key, value in sweep.constants.items()}
 
     n_points = math.prod(factors)
     if n_points > limit("MAX_POINTS", MAX_POINTS):
@@ -618,76 +561,24 @@ def load_sweep(path: str | Path) -> SweepSpec:
     index = np.unravel_index(np.arange(n_points), factors) if factors else ()
     points = {a.name: a.values[index[g]] for g, group in enumerate(groups) for a in group}
 
-    batch = require_int(top.get("Batch", DEFAULT_BATCH), ("Batch",), loc, minimum=1)
-    outputs = _outputs(top.get("Outputs"), loc)
-    _check_sizes(r, n_points, batch, outputs, model_data, override)
+    outputs = _outputs(top.Outputs)
+    _check_sizes(r, n_points, top.Batch, outputs, model_data, override)
 
     spec = SweepSpec(path=path, title=title, model_path=model_path, model_text=model_text,
                      override=override, axes=axes, constants=constants, points=points,
-                     n_points=n_points, requested_batch=batch, outputs=outputs,
+                     n_points=n_points, requested_batch=top.Batch, outputs=outputs,
                      sample=sample_info, text=loc.text)
     spec.hash = spec.compute_hash()
     return spec
 
 
-def _outputs(value: Any, loc: Locator) -> Outputs:
-    """Validate the structure of the Outputs mapping."""
-    path = ("Outputs",)
-    out = require_mapping(value, path, loc, allow_none=True,
-                          what="a mapping with variables, samples or dt, metrics, sensitivities")
-    check_keys(out, ("variables", "samples", "dt", "metrics", "sensitivities"), (), path, loc)
-    variables = None
-    if out.get("variables") is not None:
-        vs = require_list(out["variables"], path + ("variables",), loc, nonempty=True,
-                          what="a list of variable names")
-        variables = tuple(require_str(v, path + ("variables", i), loc) for i, v in enumerate(vs))
-        dup = next((v for i, v in enumerate(variables) if v in variables[:i]), None)
-        if dup is not None:
-            raise loc.error(f"variable '{dup}' is listed twice", path + ("variables",))
-    if "samples" in out and "dt" in out:
-        raise loc.error("give either samples or dt, not both", path + ("dt",))
-    samples = require_int(out["samples"], path + ("samples",), loc, minimum=2) \
-        if "samples" in out else None
-    dt = None
-    if "dt" in out:
-        dt = require_number(out["dt"], path + ("dt",), loc, positive=True)
-    metrics: dict[str, Metric] = {}
-    mpath = path + ("metrics",)
-    for name, m in require_mapping(out.get("metrics"), mpath, loc, allow_none=True,
-                                   what="a mapping name: {of, reduce}").items():
-        sub = mpath + (name,)
-        require_str(name, sub, loc)
-        m = require_mapping(m, sub, loc, what="a mapping {of: VARIABLE, reduce: "
-                                              + "|".join(REDUCTIONS) + "} or {event: NAME, reduce: "
-                                              + "|".join(EVENT_REDUCTIONS) + "}")
-        if "event" in m:
-            check_keys(m, ("event", "reduce", "of", "n"), ("event", "reduce"), sub, loc)
-            reduce = require_str(m["reduce"], sub + ("reduce",), loc, choices=EVENT_REDUCTIONS)
-            if reduce == "value":
-                for key in ("of", "n"):
-                    if key not in m:
-                        raise loc.error(f"reduce: value reads a value at the n-th occurrence: give '{key}' "
-                                        f"(e.g. of: time, n: 1)", sub)
-            elif "of" in m or "n" in m:
-                raise loc.error(f"'of' and 'n' belong to reduce: value; reduce: {reduce} takes neither",
-                                sub + ("of" if "of" in m else "n",))
-            metrics[name] = Metric(of=require_str(m["of"], sub + ("of",), loc) if "of" in m else None,
-                                   reduce=reduce, event=require_str(m["event"], sub + ("event",), loc),
-                                   n=require_int(m["n"], sub + ("n",), loc, minimum=1) if "n" in m else None)
-            continue
-        check_keys(m, ("of", "reduce"), ("of", "reduce"), sub, loc)
-        metrics[name] = Metric(of=require_str(m["of"], sub + ("of",), loc),
-                               reduce=require_str(m["reduce"], sub + ("reduce",), loc,
-                                                  choices=REDUCTIONS))
-    sensitivities = ()
-    if out.get("sensitivities") is not None:
-        ss = require_list(out["sensitivities"], path + ("sensitivities",), loc, nonempty=True,
-                          what="a list of parameter names")
-        sensitivities = tuple(require_str(v, path + ("sensitivities", i), loc) for i, v in enumerate(ss))
-        dup = next((v for i, v in enumerate(sensitivities) if v in sensitivities[:i]), None)
-        if dup is not None:
-            raise loc.error(f"parameter '{dup}' is listed twice", path + ("sensitivities",))
-    return Outputs(variables=variables, samples=samples, dt=dt, metrics=metrics, sensitivities=sensitivities)
+def _outputs(out: OutputsSpec) -> Outputs:
+    """The Outputs settings from their checked schema."""
+    metrics = {name: Metric(of=m.of, reduce=m.reduce, event=m.event, n=m.n)
+               for name, m in out.metrics.items()}
+    return Outputs(variables=tuple(out.variables) if out.variables is not None else None,
+                   samples=out.samples, dt=out.dt, metrics=metrics,
+                   sensitivities=tuple(out.sensitivities or ()))
 
 
 # ------------------------------------------------------------------ size limits

@@ -45,25 +45,18 @@ import numpy as np
 
 from solver.errors import InputError
 from solver.models.expr import evaluate_constant, parse
-from solver.models.yamlio import (Locator, check_keys, check_regular_file, describe_value, format_path,
-                           load_yaml, require_document, require_int, require_list,
-                           require_mapping, require_number, require_str)
+from solver.models.yamlio import Locator, check_regular_file, describe_value, format_path, load_yaml
+from sweep.file_schemas import (DEFAULT_MAX_ITERATIONS, DEFAULT_SAMPLES, DEFAULT_TOL, METHODS, REDUCTIONS,
+                                RESERVED_NAMES, TARGET_KINDS, ConstraintSpec, DesignFile, ObjectiveSpec,
+                                OptimizerSpec, ParameterSpec, TargetSpec)
+from sweep.yamlschema import validate
 
 __all__ = ["DesignSpec", "DesignParameter", "Target", "Constraint", "OptimizerSettings",
            "load_design", "TOP_KEYS", "METHODS", "TARGET_KINDS", "REDUCTIONS", "RESERVED_NAMES",
            "DEFAULT_SAMPLES", "MAX_TARGET_ROWS"]
 
-TOP_KEYS = ("Title", "Model", "Override", "Parameters", "Objective", "Constraints", "Optimizer")
-METHODS = ("L-BFGS-B", "SLSQP", "ipopt")
-TARGET_KINDS = ("design", "samples", "csv", "expression")
-REDUCTIONS = ("min", "max", "range", "mean", "final", "absmax")
-#: Names of the history store's own variables: a parameter or constraint may not take them.
-RESERVED_NAMES = ("objective", "gradient_norm", "point_status", "path", "initial_path", "target",
-                  "iterations", "seconds", "final_objective", "start", "iteration", "time",
-                  "component")
-DEFAULT_SAMPLES = 51
-DEFAULT_MAX_ITERATIONS = 100
-DEFAULT_TOL = 1e-10
+# The shape of a design file is declared in sweep.file_schemas; the checks here are of values.
+TOP_KEYS = DesignFile.keys()
 #: Most rows of a samples/CSV target (a guard against a wrong file eating memory).
 MAX_TARGET_ROWS = 1_000_000
 
@@ -197,19 +190,12 @@ def _constant(value: Any, path: tuple, loc: Locator) -> float:
     return value
 
 
-def _name(key: Any, path: tuple, loc: Locator, stored: bool = True) -> str:
-    """A parameter or constraint name; ``stored`` names become history variables."""
-    if not isinstance(key, str) or not key.strip():
-        raise loc.error(f"a name must be a non-empty string, got {describe_value(key)}", path)
-    if stored and key in RESERVED_NAMES:
-        raise loc.error(f"'{key}' is the name of one of the history store's own variables "
-                        f"({', '.join(RESERVED_NAMES)}); choose another name", path)
-    return key
-
-
 # ------------------------------------------------------------------ reader
 def load_design(path: str | Path) -> DesignSpec:
     """Read and check a design file (everything that needs no model).
+
+    The file's shape is checked first against its declared schema
+    (:class:`sweep.file_schemas.DesignFile`), then its values here.
 
     Args:
         path: the design YAML file.
@@ -225,19 +211,17 @@ def load_design(path: str | Path) -> DesignSpec:
     path = Path(path)
     check_regular_file(path, str(path))
     data, loc = load_yaml(path)
-    top = require_document(data, loc, "a design file: a mapping with keys " + ", ".join(TOP_KEYS))
-    check_keys(top, TOP_KEYS, ("Model", "Parameters", "Objective"), (), loc)
-    title = require_str(top["Title"], ("Title",), loc) if "Title" in top else path.stem
-    model_path, model_text = _model_file(path, top["Model"], loc)
-    override = copy.deepcopy(require_mapping(top.get("Override"), ("Override",), loc,
-                                             allow_none=True))
-    parameters = _parameters(top["Parameters"], loc)
-    path_names, target, samples = _objective(top["Objective"], path, loc)
-    constraints = _constraints(top.get("Constraints"), loc, parameters)
-    optimizer = _optimizer(top.get("Optimizer"), loc)
+    top = validate(DesignFile, data, loc,
+                   document="a design file: a mapping with keys " + ", ".join(TOP_KEYS))
+    title = top.Title if top.Title is not None else path.stem
+    model_path, model_text = _model_file(path, top.Model, loc)
+    override = copy.deepcopy(top.Override)
+    parameters = _parameters(top.Parameters, loc)
+    path_names, target, samples = _objective(top.Objective, path, loc)
+    constraints = _constraints(top.Constraints, loc, parameters)
+    optimizer = _optimizer(top.Optimizer)
     if constraints and optimizer.method == "L-BFGS-B":
-        key = ("Optimizer", "method") if isinstance(top.get("Optimizer"), Mapping) \
-            and "method" in top["Optimizer"] else ("Constraints",)
+        key = ("Optimizer", "method") if top.Optimizer.given("method") else ("Constraints",)
         raise loc.error("L-BFGS-B takes bounds only, not Constraints; use method SLSQP or ipopt "
                         "(Optimizer: {method: SLSQP}), or remove Constraints", key)
     return DesignSpec(path=path, title=title, model_path=model_path, model_text=model_text,
@@ -246,9 +230,8 @@ def load_design(path: str | Path) -> DesignSpec:
                       optimizer=optimizer, text=loc.text, loc=loc)
 
 
-def _model_file(path: Path, value: Any, loc: Locator) -> tuple[Path, str]:
+def _model_file(path: Path, rel: str, loc: Locator) -> tuple[Path, str]:
     """The Model path (relative to the design file), checked to be a readable file."""
-    rel = require_str(value, ("Model",), loc)
     model_path = (path.parent / rel).resolve()
     try:
         found = model_path.exists()
@@ -267,24 +250,14 @@ def _model_file(path: Path, value: Any, loc: Locator) -> tuple[Path, str]:
         raise loc.error(f"cannot read model file {model_path}: {exc}", ("Model",)) from None
 
 
-def _parameters(value: Any, loc: Locator) -> dict:
-    """``Parameters``: name -> {start, bounds: [lo, hi]}."""
-    where = ("Parameters",)
-    params = require_mapping(value, where, loc, what="a mapping NAME: {start: VALUE, bounds: "
-                                                      "[LO, HI]}")
-    if not params:
-        raise loc.error("give at least one design parameter, e.g. L2: {start: 1.0, bounds: "
-                        "[0.9, 1.2]}", where)
+def _parameters(params: Mapping[str, ParameterSpec], loc: Locator) -> dict:
+    """``Parameters``: name -> :class:`DesignParameter` (values and bounds checked)."""
     out = {}
-    for key, item in params.items():
-        sub = where + (key,)
-        name = _name(key, sub, loc)
-        item = require_mapping(item, sub, loc, what="a mapping {start: VALUE, bounds: [LO, HI]}")
-        check_keys(item, ("start", "bounds"), ("start", "bounds"), sub, loc)
-        start = _constant(item["start"], sub + ("start",), loc)
-        pair = require_list(item["bounds"], sub + ("bounds",), loc, length=2, what="[lo, hi]")
-        lo = _constant(pair[0], sub + ("bounds", 0), loc)
-        hi = _constant(pair[1], sub + ("bounds", 1), loc)
+    for name, item in params.items():
+        sub = ("Parameters", name)
+        start = _constant(item.start, sub + ("start",), loc)
+        lo = _constant(item.bounds[0], sub + ("bounds", 0), loc)
+        hi = _constant(item.bounds[1], sub + ("bounds", 1), loc)
         if not lo < hi:
             raise loc.error(f"bounds must have lo < hi, got [{lo:g}, {hi:g}]", sub + ("bounds",))
         if not lo <= start <= hi:
@@ -294,49 +267,21 @@ def _parameters(value: Any, loc: Locator) -> dict:
     return out
 
 
-def _objective(value: Any, path: Path, loc: Locator) -> tuple[tuple, Target, int]:
+def _objective(obj: ObjectiveSpec, path: Path, loc: Locator) -> tuple[tuple, Target, int]:
     """``Objective``: (path entries, target, samples)."""
-    where = ("Objective",)
-    obj = require_mapping(value, where, loc, what="a mapping with path, target, samples")
-    check_keys(obj, ("path", "target", "samples"), ("path", "target"), where, loc)
-    raw = obj["path"]
-    if isinstance(raw, list):
-        items = require_list(raw, where + ("path",), loc, nonempty=True,
-                             what="a variable name or a list of them")
-        names = tuple(require_str(v, where + ("path", i), loc) for i, v in enumerate(items))
-    else:
-        names = (require_str(raw, where + ("path",), loc),)
-    dup = next((v for i, v in enumerate(names) if v in names[:i]), None)
-    if dup is not None:
-        raise loc.error(f"'{dup}' is listed twice", where + ("path",))
-    samples = require_int(obj.get("samples", DEFAULT_SAMPLES), where + ("samples",), loc,
-                          minimum=2)
-    return names, _target(obj["target"], path, loc), samples
+    return obj.path, _target(obj.target, path, loc), obj.samples
 
 
-def _target(value: Any, path: Path, loc: Locator) -> Target:
-    """``Objective.target``: exactly one of :data:`TARGET_KINDS`."""
-    where = ("Objective", "target")
-    tgt = require_mapping(value, where, loc, what="a mapping with one of " + ", ".join(TARGET_KINDS))
-    check_keys(tgt, TARGET_KINDS, (), where, loc)
-    if len(tgt) != 1:
-        raise loc.error(f"give exactly one of {', '.join(TARGET_KINDS)}, got {len(tgt)}"
-                        + (f" ({', '.join(tgt)})" if tgt else ""), where)
-    kind, arg = next(iter(tgt.items()))
-    sub = where + (kind,)
+def _target(tgt: TargetSpec, path: Path, loc: Locator) -> Target:
+    """``Objective.target``: its values (the shape is the schema's)."""
+    kind = tgt.kind
+    sub = ("Objective", "target", kind)
     if kind == "design":
-        design = require_mapping(arg, sub, loc, what="a mapping PARAMETER: VALUE of the reference "
-                                                     "design")
-        if not design:
-            raise loc.error("give at least one parameter value of the reference design", sub)
-        return Target("design", design={_name(k, sub + (k,), loc, stored=False): _constant(v, sub + (k,), loc)
-                                        for k, v in design.items()})
+        return Target("design", design={k: _constant(v, sub + (k,), loc) for k, v in tgt.design.items()})
     if kind == "samples":
-        smp = require_mapping(arg, sub, loc, what="a mapping {t: [...], points: [...]}")
-        check_keys(smp, ("t", "points"), ("t", "points"), sub, loc)
-        t = require_list(smp["t"], sub + ("t",), loc, what="a list of times")
-        t = np.array([_constant(v, sub + ("t", i), loc) for i, v in enumerate(t)], dtype=float)
-        pts = require_list(smp["points"], sub + ("points",), loc, what="a list of points")
+        t = np.array([_constant(v, sub + ("t", i), loc) for i, v in enumerate(tgt.samples.t)],
+                     dtype=float)
+        pts = tgt.samples.points
         if len(pts) != len(t):
             raise loc.error(f"points has {len(pts)} rows but t has {len(t)} times; give one "
                             f"point per time", sub + ("points",))
@@ -353,19 +298,15 @@ def _target(value: Any, path: Path, loc: Locator) -> Target:
         _check_times(t, lambda m: loc.error(m, sub + ("t",)))
         return Target("samples", t=t, points=np.array(rows, dtype=float))
     if kind == "csv":
-        rel = require_str(arg, sub, loc)
-        source = (path.parent / rel).resolve()
+        source = (path.parent / tgt.csv).resolve()
         t, points = _read_csv(source, lambda m: loc.error(m, sub))
         return Target("csv", t=t, points=points, source=source)
     # expression: a string, or a list of items (one per component)
+    arg = tgt.expression
     if isinstance(arg, list):
-        require_list(arg, sub, loc, nonempty=True, what="a list of expressions, one per component")
         for i, item in enumerate(arg):
             parse(item, file=loc.file, path=format_path(sub + (i,)), line=loc.nearest(sub + (i,)))
     else:
-        if isinstance(arg, bool) or not isinstance(arg, (str, int, float)):
-            raise loc.error(f"expected an expression of t (a string, or a list with one per "
-                            f"component), got {describe_value(arg)}", sub)
         parse(arg, file=loc.file, path=format_path(sub), line=loc.nearest(sub))
     return Target("expression", expression=arg)
 
@@ -433,42 +374,21 @@ def _numeric(cell: str) -> bool:
         return False
 
 
-def _constraints(value: Any, loc: Locator, parameters: Mapping) -> dict:
-    """``Constraints``: name -> {of, reduce, min, max}."""
-    where = ("Constraints",)
-    cons = require_mapping(value, where, loc, allow_none=True,
-                           what="a mapping NAME: {of: VARIABLE, reduce: ..., min/max: VALUE}")
+def _constraints(cons: Mapping[str, ConstraintSpec], loc: Locator, parameters: Mapping) -> dict:
+    """``Constraints``: name -> :class:`Constraint` (names and bounds checked)."""
     out = {}
-    for key, item in cons.items():
-        sub = where + (key,)
-        name = _name(key, sub, loc)
+    for name, item in cons.items():
+        sub = ("Constraints", name)
         if name in parameters or (name.startswith("start_") and name[6:] in parameters):
             what = "a design parameter" if name in parameters else \
                 f"the history's variable of {name[6:]}'s start values"
             raise loc.error(f"'{name}' is also {what}; give the constraint another name", sub)
-        item = require_mapping(item, sub, loc, what="a mapping {of: VARIABLE, reduce: "
-                                                     + "|".join(REDUCTIONS) + ", min/max: VALUE}")
-        check_keys(item, ("of", "reduce", "min", "max"), ("of", "reduce"), sub, loc)
-        lo = require_number(item["min"], sub + ("min",), loc) if "min" in item else None
-        hi = require_number(item["max"], sub + ("max",), loc) if "max" in item else None
-        if lo is None and hi is None:
-            raise loc.error("give min, max or both", sub)
-        if lo is not None and hi is not None and not lo < hi:
-            raise loc.error(f"min must be below max, got min {lo:g}, max {hi:g}", sub)
-        out[name] = Constraint(name, require_str(item["of"], sub + ("of",), loc),
-                               require_str(item["reduce"], sub + ("reduce",), loc,
-                                           choices=REDUCTIONS), lo, hi)
+        if item.min is not None and item.max is not None and not item.min < item.max:
+            raise loc.error(f"min must be below max, got min {item.min:g}, max {item.max:g}", sub)
+        out[name] = Constraint(name, item.of, item.reduce, item.min, item.max)
     return out
 
 
-def _optimizer(value: Any, loc: Locator) -> OptimizerSettings:
+def _optimizer(opt: OptimizerSpec) -> OptimizerSettings:
     """``Optimizer``: method, max_iterations, tol (all optional)."""
-    where = ("Optimizer",)
-    opt = require_mapping(value, where, loc, allow_none=True,
-                          what="a mapping with method, max_iterations, tol")
-    check_keys(opt, ("method", "max_iterations", "tol"), (), where, loc)
-    method = require_str(opt.get("method", "L-BFGS-B"), where + ("method",), loc, choices=METHODS)
-    iters = require_int(opt.get("max_iterations", DEFAULT_MAX_ITERATIONS),
-                        where + ("max_iterations",), loc, minimum=1)
-    tol = require_number(opt.get("tol", DEFAULT_TOL), where + ("tol",), loc, positive=True)
-    return OptimizerSettings(method, iters, tol)
+    return OptimizerSettings(opt.method, opt.max_iterations, opt.tol)
