@@ -13,6 +13,7 @@ from solver.errors import InputError
 
 __all__ = ["store_bytes", "check_store_size", "check_free_space", "check_batch_memory", "FREE_SPACE_MARGIN"]
 
+
 def store_bytes(spec, context) -> tuple[float, int]:
     """Uncompressed size of a sweep's store, from its schema (the model built).
 

@@ -26,6 +26,7 @@ __all__ = ["STRUCTURAL_FORMAT", "create_root", "prepare_root", "status_report", 
 #: Layout version of the structural root (groups are ordinary stores of their own format).
 STRUCTURAL_FORMAT = 1
 
+
 # ------------------------------------------------------------------ the root
 
 def _root_attrs_for(spec, names: list[str], groups: list) -> dict:

@@ -15,6 +15,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
 log = get_logger("cli")
 
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports usage errors as InputError (exit 2, one message)."""
 
@@ -71,7 +72,6 @@ def _add_quick_compile(parser: argparse.ArgumentParser) -> None:
                         help="when solving a model file: compile without LLVM's optimisation, up to 2x faster "
                              "to compile and several times slower to run (as SolverParams.Integration.optimize: "
                              "false)")
-
 
 
 def add_log_options(parser: argparse.ArgumentParser, verbose_help: str | None = None) -> None:

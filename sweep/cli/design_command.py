@@ -8,7 +8,6 @@ from sweep.cli.common import EXIT_FAILED, EXIT_OK, _model_file, _progress, check
 __all__ = ["cmd_design"]
 
 
-
 def cmd_design(args) -> int:
     """Run a design file (:func:`sweep.design.optimize.run_design`) and print its summary.
 

@@ -17,6 +17,7 @@ from sweep.cli.results import open_result, write_result
 
 __all__ = ["cmd_check", "cmd_simulate", "cmd_equilibrium", "cmd_plot", "cmd_animate", "summary", "FINAL_MAX"]
 
+
 def _parse_sets(items: Sequence[str], model) -> dict:
     """``--set L1=1.2 --set u=[0,0,1]`` -> parameter dict (values may be expressions)."""
     from solver.models.expr import evaluate_constant

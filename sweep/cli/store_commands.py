@@ -7,7 +7,6 @@ from sweep.cli.common import EXIT_FAILED, EXIT_OK
 __all__ = ["cmd_status"]
 
 
-
 def cmd_status(args) -> int:
     """Print ``sweep.store.status_report`` after checking the store's batches.
 

@@ -63,7 +63,6 @@ START_STATUSES = ("converged", "stopped", "failed", "error")
 log = get_logger("design")
 
 
-
 # ------------------------------------------------------------------ one start
 @dataclass
 class StartResult:

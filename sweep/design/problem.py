@@ -34,6 +34,7 @@ from sweep.design.spec import DesignSpec
 
 __all__ = ["DesignContext", "Evaluation", "build_problem", "evaluate", "load_design_model"]
 
+
 # ------------------------------------------------------------------ the problem
 @dataclass
 class DesignContext:

@@ -14,6 +14,7 @@ from sweep.design.problem import DesignContext, _model_for
 
 __all__ = ["rank_store"]
 
+
 # ------------------------------------------------------------------ starts from a store
 def rank_store(context: DesignContext, store, k: int) -> tuple[list, list[str]]:
     """The ``k`` best points of a sweep store as starts.
