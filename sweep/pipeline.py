@@ -7,7 +7,8 @@ into :func:`solver.solve_batch` arguments and reduces the resulting Dataset to
 the store's outputs, so one run and a sweep share every name and unit.
 :func:`batch_fn` is module level, and a worker keeps one loaded model per
 model hash, whose compiled model (``solver.compiled_model``) is therefore
-built once per worker.
+built once per worker.  The metrics a batch computes are in
+:mod:`sweep.metrics`, the dry run's size checks in :mod:`sweep.sizes`.
 """
 
 from __future__ import annotations
