@@ -7,7 +7,8 @@ into :func:`solver.solve_batch` arguments and reduces the resulting Dataset to
 the store's outputs, so one run and a sweep share every name and unit.
 :func:`batch_fn` is module level, and a worker keeps one loaded model per
 model hash, whose compiled model (``solver.compiled_model``) is therefore
-built once per worker.
+built once per worker.  The metrics a batch computes are in
+:mod:`sweep.metrics`, the dry run's size checks in :mod:`sweep.sizes`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import re
 import time
 import warnings
 from collections import Counter, OrderedDict
@@ -28,22 +28,18 @@ import solver
 from solver import status as codes
 from solver.integrate.sensitivity import metric_tangent, sensitivity_name
 from solver.errors import InputError
+# Re-exported: these were defined here before the metrics and the size
+# checks got their own modules.
+from sweep.metrics import (REDUCERS, _check_event_metric, _component_index, _metric_series, event_metric,
+                           scalar_series, solver_outputs)
+from sweep.sizes import (FREE_SPACE_MARGIN, check_batch_memory, check_free_space,
+                         check_store_size, store_bytes)
 
 __all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "event_metric", "scalar_series", "store_bytes",
            "check_store_size", "check_batch_memory", "estimate_run", "load_model", "structural_names",
            "structural_sizes", "rebuild_structural", "group_context", "remember_model", "MODEL_BUILDS",
-           "check_point_values", "RANGE_CHECK_POINTS", "solver_outputs"]
-
-REDUCERS = {
-    "min": lambda a: np.nanmin(a, axis=1),
-    "max": lambda a: np.nanmax(a, axis=1),
-    "range": lambda a: np.nanmax(a, axis=1) - np.nanmin(a, axis=1),
-    "mean": lambda a: np.nanmean(a, axis=1),
-    "final": lambda a: a[:, -1],
-    "absmax": lambda a: np.nanmax(np.abs(a), axis=1),
-}
-
-_COMPONENT = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*?)(?:\[(\d+)\]|([xyz]))?$")
+           "check_point_values", "RANGE_CHECK_POINTS", "solver_outputs", "check_free_space",
+           "FREE_SPACE_MARGIN"]
 
 
 @dataclasses.dataclass
@@ -222,22 +218,6 @@ def structural_names(spec, model) -> list[str]:
 
 
 # ----------------------------------------------------------------- context
-def _component_index(dae, name: str):
-    """``B``, ``By``, ``q[3]`` -> (variable, component index or None)."""
-    if name in dae.var_index:
-        return name, None
-    m = _COMPONENT.match(name)
-    if m and m.group(1) in dae.var_index:
-        var = dae.var_index[m.group(1)]
-        if m.group(2) is not None:
-            i = int(m.group(2))
-        else:
-            i = "xyz".index(m.group(3))
-        if var.shape != () and i < var.size:
-            return var.name, i
-    return None
-
-
 def build_context(spec, model=None) -> SweepContext:
     """Check the sweep against its model and fix everything that is kept.
 
@@ -545,142 +525,6 @@ def _not_whole(spec, name: str, value) -> str:
 
 
 # ----------------------------------------------------------------- estimates
-def store_bytes(spec, context: SweepContext) -> tuple[float, int]:
-    """Uncompressed size of a sweep's store, from its schema (the model built).
-
-    Every output series and metric as float64 per point, plus ``status``
-    (1 byte), ``steps`` (8) and one float64 coordinate per swept name; the
-    per-batch records are left out (a few hundred bytes a batch).
-
-    Returns:
-        (bytes, float64 values per point).
-    """
-    schema = context.schema
-    per = sum(int(np.prod(schema.shape(name))) for name in schema.variables)
-    return float(spec.n_points) * (8.0 * (per + len(spec.points)) + 9.0), per
-
-
-def check_store_size(spec, context: SweepContext) -> str:
-    """The dry run's store line, after checking it against ``MAX_STORE_BYTES``.
-
-    The sweep reader's estimate (:func:`sweep.spec.load_sweep`) is a lower
-    bound made before the model is built; this one counts every stored value.
-
-    Returns:
-        ``"store:     about 1.2 MiB uncompressed (...)"``.
-
-    Raises:
-        InputError: over :data:`solver.errors.MAX_STORE_BYTES`, with the
-            limit and how to raise it.
-    """
-    from solver.errors import MAX_STORE_BYTES, format_bytes, size_limit_message
-
-    need, per = store_bytes(spec, context)
-    what = (f"the store of {spec.n_points} points x {per} values a point "
-            f"({len(context.time)} output times; 8 bytes a value)")
-    message = size_limit_message("MAX_STORE_BYTES", MAX_STORE_BYTES, need, what,
-                                 "lower the number of points, the output times or the variables")
-    if message:
-        raise InputError(message, file=str(spec.path), path="Sweep")
-    nv, nm = len(context.variables), len(context.metrics)
-    return (f"  store:     about {format_bytes(need)} uncompressed ({spec.n_points} points x "
-            f"{per} values: {len(context.time)} output times of {nv} variable"
-            f"{'' if nv == 1 else 's'}, {nm} metric{'' if nm == 1 else 's'})")
-
-
-#: Space kept free on a store's file system beyond what the store needs.
-FREE_SPACE_MARGIN = 64 * 2**20
-
-
-def _folder_bytes(path) -> int:
-    """Bytes of the files under ``path`` (an existing store's size on disk)."""
-    import os
-
-    total = 0
-    for folder, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(folder, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
-def check_free_space(out, spec, context: SweepContext) -> str:
-    """Refuse a sweep whose store would not fit on its file system, before anything is written.
-
-    The store's size is the uncompressed estimate of :func:`store_bytes`
-    (compression can only make it smaller); a store that exists already
-    (a resume) needs only what it does not hold yet. The file system must
-    have that plus :data:`FREE_SPACE_MARGIN` free.
-
-    Args:
-        out: the store's path (it may not exist yet).
-        spec, context: the sweep and its context.
-
-    Returns:
-        A line for the dry run: the space needed and free.
-
-    Raises:
-        InputError: too little free space, with both figures and what to do.
-    """
-    import shutil
-    from pathlib import Path
-
-    from solver.errors import format_bytes
-
-    need, _ = store_bytes(spec, context)
-    if "://" in str(out):
-        return (f"  storage:   {format_bytes(need)} at most (uncompressed), on an object store "
-                f"(no free-space check)")
-    path = Path(out)
-    if path.exists():
-        need = max(0.0, need - _folder_bytes(path))
-    anchor = path
-    while not anchor.exists() and anchor != anchor.parent:
-        anchor = anchor.parent
-    free = shutil.disk_usage(anchor).free
-    if free < need + FREE_SPACE_MARGIN:
-        raise InputError(f"the store needs about {format_bytes(need)} more (uncompressed, "
-                         f"{spec.n_points} points) and {format_bytes(FREE_SPACE_MARGIN)} to spare, "
-                         f"but its file system has {format_bytes(free)} free: free space there, choose "
-                         f"another --out, or lower the number of points, output times or variables",
-                         file=str(out))
-    return f"  disk:      {format_bytes(need)} needed, {format_bytes(free)} free where the store goes"
-
-
-def check_batch_memory(spec, context: SweepContext) -> str:
-    """The dry run's batch line, after checking one batch's outputs against ``MAX_OUTPUT_BYTES``.
-
-    A batch runs :attr:`SweepContext.batch` points (the sweep's ``Batch``, or
-    its number of points where that is fewer), padded to that size; this
-    counts the values the store keeps of them (the solver holds a few more
-    while it runs: every variable, not only the chosen outputs).
-
-    Returns:
-        ``"  batch:     4 points per task (...): about 1.1 KiB of outputs ..."``.
-
-    Raises:
-        InputError: over :data:`solver.errors.MAX_OUTPUT_BYTES`, located at
-            ``Batch``, with the limit and how to raise it.
-    """
-    from solver.errors import MAX_OUTPUT_BYTES, format_bytes, size_limit_message
-
-    _, per = store_bytes(spec, context)
-    size = int(context.batch)
-    need = 8.0 * size * per
-    message = size_limit_message("MAX_OUTPUT_BYTES", MAX_OUTPUT_BYTES, need,
-                                 f"one batch of {size} points x {per} values a point in memory",
-                                 "lower Batch or the output times")
-    if message:
-        raise InputError(message, file=str(spec.path), path="Batch")
-    requested = int(getattr(spec, "requested_batch", size))
-    note = (f" (Batch {requested} is more than the {spec.n_points} points, so one batch of "
-            f"{size})" if requested > size else "")
-    return (f"  batch:     {size} point{'' if size == 1 else 's'} per task{note}: about "
-            f"{format_bytes(need)} of outputs in memory per batch")
-
-
 def estimate_run(spec, context: SweepContext, workers: int) -> dict:
     """Compile and run the sweep's first batch once; extrapolate the sweep's time.
 
@@ -789,171 +633,3 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     return BatchResult(status=status, steps=ds["steps"].values.astype(np.int32), data=data, message=msg,
                        failure_time=np.asarray(ds["failure_time"].values, dtype=float),
                        failure_reason=[str(r) for r in reasons])
-
-
-def solver_outputs(dae, context: SweepContext) -> list[str]:
-    """The outputs a batch asks ``solver.solve_batch`` for: what the store keeps and the metrics read.
-
-    The schema's series and event records (not its metrics, which
-    :func:`batch_fn` computes), and each metric's source: a variable (or
-    the variable of a component), another series, or the event records,
-    with their derivatives for the sweep's sensitivities.  Nothing else is
-    assembled: a sweep storing ``x`` and ``y`` of a model with more
-    variables pays for ``x`` and ``y``.
-
-    Args:
-        dae: the sweep model's DAE.
-        context: the sweep's :class:`SweepContext`.
-
-    Returns:
-        Output names (sorted), for ``solve_batch(outputs=...)``.
-    """
-    sens = list(getattr(context, "sensitivities", None) or [])
-    metric_names = set(context.metrics) | {sensitivity_name(m, p) for m in context.metrics for p in sens}
-    names = {name for name, dims in context.schema.variables.items()
-             if (dims or name == "event_count") and name not in metric_names}
-    for of, reduce, *event in context.metrics.values():
-        if event:
-            names |= {"event_which", "event_time", "event_rate"}
-            names |= {sensitivity_name(f"event_{what}", p) for what in ("time", "rate") for p in sens}
-            if reduce == "value" and of not in ("time", "rate"):
-                names.add(f"{_component_index(dae, of)[0]}_at_event")
-            continue
-        target = _component_index(dae, of)
-        var = of if target is None else target[0]
-        names.add(var)
-        if target is not None:
-            names |= {sensitivity_name(var, p) for p in sens}
-    return sorted(names)
-
-
-def _check_event_metric(spec, dae, mname, m, event_names) -> None:
-    """An event metric names one of the model's events, and a value it can read."""
-    where = f"Outputs.metrics.{mname}"
-    if not event_names:
-        raise InputError(f"metric {mname!r} reduces event {m.event!r}, but the model has no Events or Stops; "
-                         "add them to the model (or its Override)", file=str(spec.path), path=where + ".event")
-    if m.event not in event_names:
-        raise InputError(f"metric {mname!r}: unknown event {m.event!r}; the model's events and stops are "
-                         f"{', '.join(event_names)}", file=str(spec.path), path=where + ".event")
-    if m.reduce == "value" and m.of not in ("time", "rate"):
-        names = [v.name for v in dae.variables]
-        if _component_index(dae, m.of) is None:
-            raise InputError(f"metric {mname!r}: unknown value {m.of!r} at the event; use time, rate (dg/dt) "
-                             f"or a variable ({', '.join(names)}) or one of its components",
-                             file=str(spec.path), path=where + ".of")
-
-
-def event_metric(dae, ds, of, reduce: str, event: str, n, param: str | None = None) -> np.ndarray:
-    """(B,) values of an event metric of a batch's Dataset, or their derivatives.
-
-    Args:
-        dae: the model's DAE (its events name the records).
-        ds: the batch's Dataset (``event_which``, ``event_time``, ...).
-        of: with ``value``: ``time``, ``rate``, a variable or a component.
-        reduce: ``first`` (the time of the first occurrence), ``count``,
-            ``period`` (the mean spacing of like-direction crossings: for an
-            event of direction ``both``, up-crossings are spaced from
-            up-crossings and down from down), ``period_spread`` (their
-            standard deviation) or ``value`` (``of`` at the ``n``-th
-            occurrence).
-        event: the event's name.
-        n: the occurrence of ``value`` (1 = the first).
-        param: a parameter: the metric's derivative with respect to it,
-            from the records' ``devent_time_d{param}`` and
-            ``devent_rate_d{param}`` (a count's is 0: it is piecewise
-            constant).
-
-    Returns:
-        NaN where a point has too few occurrences.
-    """
-    k = [e.name for e in dae.events].index(event)
-    which = np.asarray(ds["event_which"].values)
-    times = np.asarray(ds["event_time"].values, dtype=float)
-    rates = np.asarray(ds["event_rate"].values, dtype=float)
-    if param is not None:
-        dtimes = np.asarray(ds[sensitivity_name("event_time", param)].values, dtype=float)
-        drates = np.asarray(ds[sensitivity_name("event_rate", param)].values, dtype=float)
-    mine = which == k
-    B = which.shape[0]
-    out = np.full(B, np.nan)
-    for i in range(B):
-        t, r = times[i][mine[i]], rates[i][mine[i]]
-        dt_ = None if param is None else dtimes[i][mine[i]]
-        if reduce == "count":
-            out[i] = t.size if param is None else 0.0
-        elif reduce == "first":
-            out[i] = (t[0] if param is None else dt_[0]) if t.size else np.nan
-        elif reduce in ("period", "period_spread"):
-            groups = [np.sign(r) == s for s in (-1, 1)]
-            gaps = np.concatenate([np.diff(t[g]) for g in groups])
-            if gaps.size and param is None:
-                out[i] = gaps.mean() if reduce == "period" else gaps.std()
-            elif gaps.size:
-                dgaps = np.concatenate([np.diff(dt_[g]) for g in groups])
-                if reduce == "period":
-                    out[i] = dgaps.mean()
-                else:
-                    dev = gaps - gaps.mean()
-                    spread = gaps.std()
-                    out[i] = np.mean(dev * (dgaps - dgaps.mean())) / spread if spread > 0 else 0.0
-        elif reduce == "value" and t.size >= n:
-            j = np.flatnonzero(mine[i])[n - 1]
-            if of == "time":
-                out[i] = times[i, j] if param is None else dtimes[i, j]
-            elif of == "rate":
-                out[i] = rates[i, j] if param is None else drates[i, j]
-            else:
-                var, idx = _component_index(dae, of)
-                vals = np.asarray(ds[f"{var}_at_event"].values[i, j], dtype=float)
-                out[i] = vals.reshape(-1)[idx] if idx is not None else (
-                    float(vals) if vals.ndim == 0 else float(np.linalg.norm(vals)))
-    return out
-
-
-def scalar_series(dae) -> list[str]:
-    """The run's scalar time series a metric may reduce besides a variable or its components.
-
-    The derivatives of scalar variables (``x_d1``), ``constraint_residual``,
-    the energy and its balance (``energy``, ``energy_change``,
-    ``dissipated``, where the model has them) and each driver's
-    ``torque_{driver}``: every output of :func:`solver.results.solution.output_layout`
-    over time alone that is not a variable itself.
-
-    Args:
-        dae: the model's DAE.
-
-    Returns:
-        their names, in the dataset's order.
-    """
-    from solver.results.solution import output_layout
-
-    layout, _ = output_layout(dae)
-    return [name for name, (dims, _) in layout.items() if dims == ("time",) and name not in dae.var_index]
-
-
-def _metric_series(dae, ds, of: str, param: str | None = None) -> np.ndarray:
-    """(B, T) series a metric reduces: a variable (norm of a vector), a component, or another series.
-
-    With ``param``, the series' derivative with respect to that parameter
-    (from ``d{var}_d{param}``; a norm's derivative is ``v·dv/|v|``); only
-    variables and their components have one.
-    """
-    target = _component_index(dae, of)
-    if target is None:
-        return np.asarray(ds[of].values, dtype=float)
-    var, idx = target
-    series = np.asarray(ds[var].values, dtype=float)
-    B, T = series.shape[:2]
-    tangent = None if param is None else np.asarray(ds[sensitivity_name(var, param)].values, dtype=float)
-    if idx is not None:
-        pick = lambda a: a.reshape(B, T, -1)[:, :, idx]
-        return pick(series) if tangent is None else pick(tangent)
-    if series.ndim > 2:
-        flat = series.reshape(B, T, -1)
-        norm = np.linalg.norm(flat, axis=-1)
-        if tangent is None:
-            return norm
-        with np.errstate(all="ignore"):
-            return np.sum(flat * tangent.reshape(B, T, -1), axis=-1) / norm
-    return series if tangent is None else tangent

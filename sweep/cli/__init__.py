@@ -1,4 +1,10 @@
-"""The ``mechsweep`` command line: ``app`` (the parser and every command) and ``sweep_command`` (``sweep`` and ``make run``)."""
+"""The ``mechsweep`` command line: ``app`` (the parser and ``main``) and one module per command group.
+
+``solver_commands`` (check, simulate, equilibrium, plot, animate),
+``sweep_command`` (sweep and ``make run``), ``store_commands`` (status),
+``design_command`` (design), ``results`` (``simulate --out`` files) and
+``common`` (argument types, exit codes, file checks, progress lines).
+"""
 
 from solver.module_aliases import forward_attributes
 

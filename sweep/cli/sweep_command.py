@@ -17,7 +17,9 @@ import numpy as np
 
 from solver import status as st
 from solver.errors import InputError
+from sweep.cli.common import check_out
 from sweep.location import StoreLocation, is_url
+from sweep.log import PLAIN, get_logger
 
 __all__ = ["main_sweep", "run_sweep_file", "summary_plot", "resume_command", "DEFAULT_SWEEP", "EXIT_INCOMPLETE",
            "SUMMARY_PICTURE", "FAILURE_MARKERS", "summary_figure"]
@@ -35,6 +37,8 @@ SUMMARY_PICTURE = "summary.png"
 #: Seconds between progress lines when stderr is not a terminal (batch jobs).
 PROGRESS_EVERY = 30.0
 
+log = get_logger("sweep")
+
 
 def _mode(args) -> str:
     chosen = [m for m, flag in (("resume", "resume"), ("overwrite", "overwrite"), ("retry-failed", "retry_failed"))
@@ -45,7 +49,7 @@ def _mode(args) -> str:
 
 
 def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file=None, cluster=None,
-                   mode="resume", dry_run=False, progress=True, plot=True, echo=print,
+                   mode="resume", dry_run=False, progress=False, plot=True, echo=None,
                    estimate=False, progress_every=None, worker_timeout=None):
     """Expand a sweep file and run it into a Zarr store.
 
@@ -59,9 +63,11 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
             output names) and explain the points, batches and store size.
         estimate: with ``dry_run``, also compile and run the first batch
             and print the estimated run time (:func:`dry_run_estimate`).
-        progress: show a progress bar.
+        progress: show a progress bar (on a terminal; off by default).
         plot: write the summary picture (``<out>/summary.png``) afterwards.
-        echo: where messages go.
+        echo: where the dry run's report and the run's summary go (the
+            command line passes ``print``; default: ``INFO`` records of the
+            ``mechsweep.sweep`` logger, :mod:`sweep.log`).
         progress_every: seconds between progress lines on stderr when it
             is not a terminal (None: none).
         worker_timeout: seconds to wait while the cluster has no worker
@@ -82,6 +88,7 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
     from sweep.run import run_sweep
     from sweep.spec import load_sweep
 
+    echo = log.info if echo is None else echo
     spec = load_sweep(sweep_path)
     if not dry_run and out is None:
         raise InputError("--out STORE.zarr is required (or use --dry-run)")
@@ -148,8 +155,7 @@ def dry_run_estimate(spec, context, workers=None, remote=None) -> str:
     from sweep.run import format_seconds, local_cores
 
     n_workers = workers or local_cores()
-    _progress_line = f"  estimate:  compiling and running batch 0 ({context.batch} points) ..."
-    print(_progress_line, file=sys.stderr, flush=True)
+    log.info(f"  estimate:  compiling and running batch 0 ({context.batch} points) ...", extra=PLAIN)
     e = estimate_run(spec, context, n_workers)
     basis = (f"{n_workers} workers" + ("" if workers else " (the local cores; set --workers)")
              + (" (assumed for the given scheduler or cluster)" if remote else ""))
@@ -414,14 +420,15 @@ def main_sweep(args) -> int:
     # Both signals wait for the batch being written (sweep.run.interrupt).
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main else {}
     t0 = time.perf_counter()
+    quiet = getattr(args, "quiet", False) and not getattr(args, "verbose", False)
     try:
         summary = run_sweep_file(
             args.sweep, out, workers=getattr(args, "workers", None),
             scheduler=getattr(args, "scheduler", None), scheduler_file=getattr(args, "scheduler_file", None),
             cluster=getattr(args, "cluster", None), mode=_mode(args),
             dry_run=getattr(args, "dry_run", False) or getattr(args, "estimate", False),
-            progress=sys.stderr.isatty(), estimate=getattr(args, "estimate", False),
-            progress_every=getattr(args, "progress_every", PROGRESS_EVERY),
+            progress=sys.stderr.isatty() and not quiet, echo=print, estimate=getattr(args, "estimate", False),
+            progress_every=None if quiet else getattr(args, "progress_every", PROGRESS_EVERY),
             worker_timeout=getattr(args, "worker_timeout", None))
     except KeyboardInterrupt as exc:
         how = "terminated (SIGTERM)" if isinstance(exc, _Terminated) else "interrupted"
@@ -440,7 +447,7 @@ def main_sweep(args) -> int:
             signal.signal(sig, handler)
     if summary is None:
         return 0
-    print(f"the command took {time.perf_counter() - t0:.3g} s in all", file=sys.stderr)
+    log.info(f"the command took {time.perf_counter() - t0:.3g} s in all", extra=PLAIN)
     pending = summary.store_by_status.get("pending", 0)
     if pending or summary.batches_left:
         stopped = getattr(summary, "stopped", "")
@@ -461,12 +468,27 @@ def main_default() -> int:
     out.parent.mkdir(exist_ok=True)
     try:
         run_sweep_file(DEFAULT_SWEEP, str(out), workers=os.cpu_count() or 1, mode="resume",
-                       progress=sys.stderr.isatty())
+                       progress=sys.stderr.isatty(), echo=print)
     except InputError as err:
         print(f"mechsweep: {err}", file=sys.stderr)
         return 2
     return 0
 
 
+def cmd_sweep(args) -> int:
+    """``mechsweep sweep``: check ``--out``, then :func:`main_sweep` (the sweep pipeline)."""
+    if args.out:
+        check_out(args.out, folder=True, overwrite=args.overwrite, what="a sweep store")
+    return int(main_sweep(args) or 0)
+
+
+def cmd_run_default(args) -> int:
+    """``mechsweep run-default`` (``make run``): :func:`main_default`."""
+    return int(main_default() or 0)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main_default())
+    from sweep.log import cli_logging
+
+    with cli_logging():
+        raise SystemExit(main_default())

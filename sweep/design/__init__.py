@@ -1,8 +1,10 @@
 """Kinematic design: the design file, the optimisation problem and its driver, and a run's record.
 
-Modules: ``spec`` (design files), ``optimize`` (the problem, its
-evaluation, the starts and the optimiser) and ``record`` (a run's history
-Dataset, its Zarr write and picture).
+Modules: ``spec`` (design files), ``problem`` (the problem checked against
+its model and one design point's evaluation), ``starts`` (starts from a
+sweep store or given values), ``optimize`` (one start's optimisation and the
+driver of them all) and ``record`` (a run's history Dataset, its Zarr write
+and picture).
 """
 
 from solver.module_aliases import forward_attributes

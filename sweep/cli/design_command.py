@@ -1,0 +1,38 @@
+"""``mechsweep design``: run a design file and print its summary."""
+
+from __future__ import annotations
+
+from solver.errors import InputError
+from sweep.cli.common import EXIT_FAILED, EXIT_OK, _model_file, _progress, check_out
+
+__all__ = ["cmd_design"]
+
+
+def cmd_design(args) -> int:
+    """Run a design file (:func:`sweep.design.optimize.run_design`) and print its summary.
+
+    Returns:
+        0 when some start ended on a design that solves, 1 when none did.
+
+    Raises:
+        InputError: a bad design file, store or options (exit 2).
+    """
+    from sweep.run import configure_jax, default_jax_cache_dir
+
+    # Float64 and the persistent compilation cache before the solver compiles.
+    configure_jax(default_jax_cache_dir())
+    from sweep.design.optimize import run_design
+
+    if args.out:
+        if not args.out.endswith(".zarr"):
+            raise InputError(f"--out {args.out!r}: the design history is a Zarr store; give a "
+                             f"name ending in .zarr")
+        check_out(args.out, folder=True, overwrite=args.overwrite, what="a design history store")
+    else:
+        _progress("no --out: the history and its picture are not written")
+    result = run_design(_model_file(args.design), out=args.out, starts=args.starts,
+                        from_store=args.from_store, workers=args.workers,
+                        scheduler=args.scheduler, scheduler_file=args.scheduler_file,
+                        cluster=args.cluster, overwrite=args.overwrite, plot=not args.no_plot)
+    print(result)
+    return EXIT_OK if result.best is not None else EXIT_FAILED
