@@ -160,7 +160,7 @@ class OutputsSpec(Section):
 
 
 class SweepFile(Section):
-    """A sweep file (the README's "Sweeps")."""
+    """A sweep file (docs/reference/sweep-files.md)."""
 
     Title: Str() = None
     Model: Str()
