@@ -47,7 +47,7 @@ from solver.integrate.integrator import Integrator
 
 __all__ = ["parse_values", "parse_values_table", "batched_newton", "InitialValueError", "StateSpec", "ipopt_point",
            "IpoptDerivatives", "hidden_jacobian_pattern", "IPOPT_DEFAULTS", "run_ipopt", "ASSEMBLY_TOL",
-           "state_scale", "state_scales", "violated_rows"]
+           "state_scale", "state_scales", "violated_rows", "residual_list"]
 
 # A state whose hidden constraints are below this (times its scale) is consistent.
 ASSEMBLY_TOL = 1e-10
@@ -515,14 +515,25 @@ def violated_rows(g: np.ndarray, tol: float) -> list[int]:
     return [int(i) for i in np.argsort(-size, kind="stable") if not size[i] <= tol]
 
 
-def _residual_list(integ: Integrator, g: np.ndarray, tol: float, limit: int = _MAX_LISTED,
+def residual_list(integ: Integrator, g: np.ndarray, tol: float, limit: int = _MAX_LISTED,
                    der: "IpoptDerivatives | None" = None, z: np.ndarray | None = None,
                    free: np.ndarray | None = None) -> str:
-    """``label = value`` for the largest residuals above tol (worst first).
+    """``label = value`` for the largest residuals above tol (worst first): the one wording of violated constraints.
 
     With the derivatives' sparsity ``der``, the state ``z`` and the ``free``
     mask, each constraint also names the fixed values it involves, as typed
     (``f2 = 3 (fixed: x = 2)``): those are what the user can change.
+
+    Args:
+        integ: the integrator (its ``hidden_labels`` name the constraints).
+        g: the hidden constraints' values.
+        tol: the largest value not listed.
+        limit: the most constraints listed; the rest are counted.
+        der, z, free: optional sparsity, state and free mask, to name the
+            fixed values each constraint involves.
+
+    Returns:
+        The comma-separated list (with "(and N more)" past ``limit``).
     """
     order = np.argsort(-np.abs(g))
     items = []
@@ -721,7 +732,7 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
         gf = np.where(bad_fixed, g0, 0.0)
         raise InitialValueError(
             "the fixed initial values are inconsistent: these constraints involve only fixed entries and "
-            f"are violated: {_residual_list(integ, gf, tol, der=der, z=z_hat, free=free)}. Free (unfix) some of "
+            f"are violated: {residual_list(integ, gf, tol, der=der, z=z_hat, free=free)}. Free (unfix) some of "
             f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values",
             violated=violated_rows(gf, tol))
     rows = np.nonzero(depends)[0]
@@ -751,11 +762,11 @@ def ipopt_point(integ: Integrator, params, t0, spec: StateSpec, options: Mapping
             f"the fixed initial values are inconsistent: they leave {len(free_idx)} free entr"
             f"{'y' if len(free_idx) == 1 else 'ies'} for {len(rows)} constraints (over-determined) and "
             f"no point satisfies them all; closest point found [{_point_text(integ, z)}]; violated: "
-            f"{_residual_list(integ, g, tol, der=der, z=z, free=free)}. Free (unfix) some of "
+            f"{residual_list(integ, g, tol, der=der, z=z, free=free)}. Free (unfix) some of "
             f"{[integ.state_labels[j] for j in np.nonzero(~free)[0]]} or correct their values",
             violated=violated_rows(g, tol))
     raise InitialValueError(
         f"no consistent initial point found (IPOPT status {status}: {msg}); largest constraint residual {res:.3g} "
         f"(tolerance {tol:.3g}) at the closest point found [{_point_text(integ, z)}]; violated: "
-        f"{_residual_list(integ, g, tol, der=der, z=z, free=free)}. Check the fixed values and the parameters (can the mechanism "
+        f"{residual_list(integ, g, tol, der=der, z=z, free=free)}. Check the fixed values and the parameters (can the mechanism "
         "assemble?), or give better guesses." + _dof_hint(integ, spec), violated=violated_rows(g, tol))
