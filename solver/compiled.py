@@ -31,9 +31,10 @@ import jax.numpy as jnp
 from solver.errors import InputError
 from solver.integrate.initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
                          ipopt_point, state_scales, violated_rows)
-from solver.integrate.initialize import _residual_list  # the one wording of violated constraints
+from solver.integrate.initialize import residual_list  # the one wording of violated constraints
 from solver.results.balance import balance_kernels, balance_series, coordinate_levels
-from solver.integrate.integrator import MODES, Integrator, _device_number
+from solver.integrate.integrator import MODES, Integrator
+from solver.integrate.run_args import device_number
 from solver.taylor.program import TaylorProgram
 from solver.integrate.sensitivity import consistent_tangents
 
@@ -369,7 +370,7 @@ class Compiled:
 
     def _newton(self, params, t0, z_hat, free, scale, iters):
         zz, rr = self.newton_batch(params, float(t0), np.asarray(z_hat), np.asarray(free),
-                                   _device_number(int(iters)))
+                                   device_number(int(iters)))
         z, res = np.array(zz), np.asarray(rr)
         return z, (res <= ASSEMBLY_TOL * scale) & np.all(np.isfinite(z), axis=1)
 
@@ -385,7 +386,7 @@ class Compiled:
         der = self.ipopt_derivatives
         g = np.asarray(der.g({k: jnp.asarray(v) for k, v in params.items()}, float(t0), jnp.asarray(z)))
         res = float(np.max(np.abs(g))) if np.all(np.isfinite(g)) else np.inf
-        lines = _residual_list(self.integrator, g, ASSEMBLY_TOL * scale, der=der, z=np.asarray(z),
+        lines = residual_list(self.integrator, g, ASSEMBLY_TOL * scale, der=der, z=np.asarray(z),
                                free=None if free is None else np.asarray(free, dtype=bool))
         return (f"no consistent initial point found by Gauss-Newton (largest constraint residual {res:.3g}); "
                 f"violated: {lines}. Check the fixed values and the parameters (can the mechanism assemble?), "

@@ -154,11 +154,12 @@ def test_an_operation_it_cannot_decompose_is_named_and_auto_falls_back(monkeypat
     with pytest.raises(CompactUnsupportedError, match="cannot decompose the operation 'dynamic_slice'.*"
                                                       "its indices depend on the parameters"):
         integrator_for(dae, 6, mode="compact")
-    import solver.integrate.integrator as integrate
+    import solver.integrate.choices as choices
+    from solver.integrate.integrator import Integrator
 
-    monkeypatch.setattr(integrate, "UNROLL_MAX_OPS", 0)  # auto would choose compact
+    monkeypatch.setattr(choices, "UNROLL_MAX_OPS", 0)  # auto would choose compact
     s = dae.structure
-    integ = integrate.Integrator(TaylorProgram(dae, s.c, s.d, 6), mode="auto")
+    integ = Integrator(TaylorProgram(dae, s.c, s.d, 6), mode="auto")
     assert integ.mode == "looped"
     ds = solver.solve(dae, (0.0, 1.0), values={"y": 0.3}, tol=1e-10, params={"which": 1.0})
     assert int(ds.status) == 0

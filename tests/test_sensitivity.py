@@ -241,7 +241,7 @@ def test_seeded_carries_make_the_sensitivities_trace_each_loop_once_with_the_sam
     from jax._src.interpreters import ad, batching
     from jax.extend.core import jaxpr_as_fun
 
-    import solver.integrate.integrator as si
+    import solver.integrate.tangents as si
 
     passes = {"n": 0}
 

@@ -53,11 +53,22 @@ def violated_rows(g: np.ndarray, tol: float) -> list[int]:
 def residual_list(integ: Integrator, g: np.ndarray, tol: float, limit: int = _MAX_LISTED,
                   der: "IpoptDerivatives | None" = None, z: np.ndarray | None = None,
                   free: np.ndarray | None = None) -> str:
-    """``label = value`` for the largest residuals above tol (worst first).
+    """``label = value`` for the largest residuals above tol (worst first): the one wording of violated constraints.
 
     With the derivatives' sparsity ``der``, the state ``z`` and the ``free``
     mask, each constraint also names the fixed values it involves, as typed
     (``f2 = 3 (fixed: x = 2)``): those are what the user can change.
+
+    Args:
+        integ: the integrator (its ``hidden_labels`` name the constraints).
+        g: the hidden constraints' values.
+        tol: the largest value not listed.
+        limit: the most constraints listed; the rest are counted.
+        der, z, free: optional sparsity, state and free mask, to name the
+            fixed values each constraint involves.
+
+    Returns:
+        The comma-separated list (with "(and N more)" past ``limit``).
     """
     order = np.argsort(-np.abs(g))
     items = []

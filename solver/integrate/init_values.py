@@ -63,8 +63,8 @@ class StateSpec:
         self.weights, self.given = weights, given
 
 
-# A batch gives the same names for every point (1,000 pendulums: parsing them
-# point by point was two thirds of solve_batch's time outside the run), so
+# A batch gives the same names for every point (parsing them point by point
+# was most of solve_batch's time outside the run), so
 # what each name means is worked out once per integrator and set of names
 # (a :class:`_Plan`), and each point only fills arrays.
 _PLANS: "weakref.WeakKeyDictionary[Integrator, dict]" = weakref.WeakKeyDictionary()

@@ -175,7 +175,7 @@ class EventStepper:
     # ------------------------------------------------------------- the state
     # The records are one array of rows (which, time, rate, impulse, then every
     # variable's values and derivatives, flat): a step loop whose carry holds
-    # many arrays is not compiled whole by XLA:CPU, and ran 45 % slower.
+    # many arrays is not compiled whole by XLA:CPU, and ran slower.
     _WHICH, _TIME, _RATE, _IMPULSE, _VALUES = 0, 1, 2, 3, 4
 
     def _value_columns(self):

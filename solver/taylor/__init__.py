@@ -1,8 +1,12 @@
 """Taylor series of the solution: the staged program and its two engines.
 
-Modules: ``program`` (the Taylor program over the residual's jaxpr: stages,
-offsets, the recurrences), ``tape`` (the unrolled engine), ``compact`` (the
-compact engine for large tapes), ``clean`` (tape simplification),
+Modules: ``ir`` (what the engines share: the flattened equations, the
+primitive classes, coefficient arithmetic), ``program`` (the Taylor program
+over the residual's jaxpr: stages, offsets; the looped engine),
+``recurrences`` (the looped engine's order-axis arithmetic and nonlinear
+recurrences), ``tape`` (the unrolled engine), ``compact`` (the compact
+engine for large tapes, with ``compact_build``, ``compact_table``,
+``compact_kinds`` and ``compact_batch``), ``clean`` (tape simplification),
 ``degree`` (which stages are affine) and ``pointwise`` (residual values at a
 point from the coefficients).
 """

@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from solver.dae.derivative import ddt_p
-from solver.taylor.program import _LINEAR, TaylorProgram, _Lit
+from solver.taylor.ir import LINEAR, Lit
+from solver.taylor.program import TaylorProgram
 
 __all__ = ["stage0_is_affine", "residual_degrees"]
 
@@ -52,7 +53,7 @@ def _degree(e, deg) -> int:
         return _AFFINE if ins[0] == _FREE else _OTHER
     if name == "select_n":
         return max(ins[1:]) if ins[0] == _FREE else _OTHER
-    if name in _LINEAR:
+    if name in LINEAR:
         return top
     if name in ("mul", "dot_general"):
         return min(ins[0] + ins[1], _OTHER)
@@ -76,7 +77,7 @@ def residual_degrees(prog: TaylorProgram) -> list[int]:
     degrees = {i: _AFFINE for i in _leading_inputs(prog)}
 
     def deg(a):
-        return _FREE if isinstance(a, _Lit) else degrees.get(a, _FREE)
+        return _FREE if isinstance(a, Lit) else degrees.get(a, _FREE)
 
     for e in prog.eqns:
         d = _degree(e, deg)

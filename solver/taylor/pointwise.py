@@ -22,7 +22,8 @@ from jax import lax
 
 from solver.numerics import linalg
 from solver.dae.derivative import ddt_p
-from solver.taylor.program import TaylorProgram, _Lit
+from solver.taylor.ir import Lit
+from solver.taylor.program import TaylorProgram
 
 __all__ = ["residual_at", "levels_from_coefficients"]
 
@@ -72,7 +73,7 @@ def _evaluate(prog: TaylorProgram, targets, t, consts, levels):
         env[i] = lv[l] if l < len(lv) else jnp.zeros_like(lv[0])
 
     def read(a):
-        if isinstance(a, _Lit):
+        if isinstance(a, Lit):
             return a.val
         if a in env:
             return env[a]
@@ -106,7 +107,7 @@ def _needed(prog: TaylorProgram, targets: set) -> list:
 def _time_derivative(prog: TaylorProgram, node, t, consts, levels):
     """d/dt of a tape node along the trajectory: jvp with tangents 1 and x^(l+1)."""
     if not prog.is_series(node):
-        return jnp.zeros_like(jnp.asarray(consts[node] if not isinstance(node, _Lit) else node.val))
+        return jnp.zeros_like(jnp.asarray(consts[node] if not isinstance(node, Lit) else node.val))
     up = {name: lv[1:] + [jnp.zeros_like(lv[0])] for name, lv in levels.items()}
 
     def value(tt, lv):

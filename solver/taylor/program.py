@@ -20,132 +20,23 @@ Vocabulary:
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from typing import Any
-
 import numpy as np
 
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.extend import core as jex_core
 
 from solver.taylor.clean import clean
+from solver.taylor.ir import BILINEAR, LINEAR, NONLINEAR, PIECEWISE, Flattener, Lit, aux_tags, is_float
+from solver.taylor.recurrences import (ConstOperand, SeriesOperand, coef_at, conv, mul_const, nonlinear_coef,
+                                       order_sum, write_row)
 from solver.dae.problem import DAE
 from solver.dae.derivative import ddt_p
-from solver.dae.primitives import CALL_JAXPR_PARAM, UnsupportedPrimitiveError, call_body
+from solver.dae.primitives import UnsupportedPrimitiveError
 
-__all__ = ["TaylorProgram", "UnsupportedPrimitiveError"]
+# order_sum and write_row are imported from here too.
+__all__ = ["TaylorProgram", "UnsupportedPrimitiveError", "order_sum", "write_row"]
 
-
-# ---------------------------------------------------------------- jaxpr flattening
-@dataclasses.dataclass
-class _Eqn:
-    prim: Any
-    invars: list  # int ids or _Lit
-    outvars: list  # int ids
-    params: dict
-    source: str
-
-
-@dataclasses.dataclass
-class _Lit:
-    val: Any
-
-
-def _source(eqn) -> str:
-    try:
-        from jax._src import source_info_util
-
-        return source_info_util.summarize(eqn.source_info)
-    except Exception:  # pragma: no cover - best effort only
-        return "?"
-
-
-class _Flattener:
-    """Inline nested calls into one flat list of equations with integer ids."""
-
-    def __init__(self):
-        self.eqns: list[_Eqn] = []
-        self.n = 0
-        self.const_values: dict[int, Any] = {}
-        self.avals: dict[int, Any] = {}
-
-    def new(self, aval=None):
-        self.n += 1
-        if aval is not None:
-            self.avals[self.n - 1] = aval
-        return self.n - 1
-
-    def run(self, jaxpr, consts, invar_ids):
-        env = {}
-        for v, c in zip(jaxpr.constvars, consts):
-            i = self.new(v.aval)
-            self.const_values[i] = c
-            env[v] = i
-        for v, i in zip(jaxpr.invars, invar_ids):
-            env[v] = i
-
-        def read(a):
-            if isinstance(a, jex_core.Literal):
-                return _Lit(a.val)
-            return env[a]
-
-        for eqn in jaxpr.eqns:
-            ins = [read(a) for a in eqn.invars]
-            if eqn.primitive.name in CALL_JAXPR_PARAM:
-                sub, subconsts = call_body(eqn)
-                # custom_vjp_call carries extra (fwd/bwd) params only; its
-                # first len(sub.invars) inputs are the primal inputs.
-                ins_ids = []
-                for a in ins[: len(sub.invars)]:
-                    if isinstance(a, _Lit):
-                        i = self.new(jax.typeof(a.val))
-                        self.const_values[i] = a.val
-                        ins_ids.append(i)
-                    else:
-                        ins_ids.append(a)
-                outs = self.run(sub, subconsts, ins_ids)
-                for v, o in zip(eqn.outvars, outs):
-                    if isinstance(o, _Lit):
-                        i = self.new(v.aval)
-                        self.const_values[i] = o.val
-                        o = i
-                    env[v] = o
-                continue
-            outs = []
-            for v in eqn.outvars:
-                i = self.new(v.aval)
-                env[v] = i
-                outs.append(i)
-            self.eqns.append(_Eqn(eqn.primitive, ins, outs, dict(eqn.params), _source(eqn)))
-        return [read(a) for a in jaxpr.outvars]
-
-
-# ------------------------------------------------------------- primitive classes
-# Linear in their float operands jointly: coefficient m of the output is the
-# primitive applied to coefficient m of each operand (integer operands such as
-# indices are passed unchanged).
-_LINEAR = {
-    "add", "sub", "neg", "add_any", "concatenate", "pad", "reduce_sum", "broadcast_in_dim",
-    "reshape", "squeeze", "expand_dims", "transpose", "slice", "dynamic_slice", "gather",
-    "rev", "convert_element_type", "copy", "reduce_precision", "cumsum",
-    "dynamic_update_slice", "scatter-add", "scatter_add", "select_n", "real", "split",
-    "stack", "unstack", "tile",
-}
-_BILINEAR = {"mul", "dot_general"}
-# Piecewise constant: only the order-0 coefficient is non-zero.
-_PIECEWISE = {"sign", "floor", "ceil", "round", "lt", "le", "gt", "ge", "eq", "ne",
-              "is_finite", "and", "or", "not", "stop_gradient", "argmax", "argmin"}
-_NONLINEAR = {"div", "integer_pow", "square", "pow", "sqrt", "rsqrt", "cbrt", "exp", "exp2",
-              "log", "log1p", "expm1", "sin", "cos", "tan", "sinh", "cosh", "tanh", "asin",
-              "acos", "atan", "atan2", "abs", "max", "min", "logistic", "ddt", "clamp",
-              "reduce_max", "reduce_min", "asinh", "acosh", "atanh"}
-
-
-def _is_float(aval) -> bool:
-    return jnp.issubdtype(aval.dtype, jnp.floating)
 
 
 # ----------------------------------------------------------------- the program
@@ -172,7 +63,7 @@ class TaylorProgram:
         self.d = np.asarray(d, dtype=int)
         self.p = int(order)
         self.n = dae.n
-        flat = _Flattener()
+        flat = Flattener()
         closed = dae.jaxpr
         in_ids = [flat.new(v.aval) for v in closed.jaxpr.invars]
         outs = flat.run(closed.jaxpr, list(closed.consts), in_ids)
@@ -181,7 +72,7 @@ class TaylorProgram:
         self.in_ids = in_ids
         self.out_ids = []
         for o in outs:  # a literal output (constant equation) becomes a constant node
-            if isinstance(o, _Lit):
+            if isinstance(o, Lit):
                 i = flat.new(jax.typeof(o.val))
                 self.const_values[i] = o.val
                 o = i
@@ -190,7 +81,7 @@ class TaylorProgram:
         self.clean_stats = None
         if clean_tape:
             self.eqns, self.out_ids, self.clean_stats = clean(
-                self.eqns, self.out_ids, self.const_values, self.avals, set(in_ids), flat.new, _Lit)
+                self.eqns, self.out_ids, self.const_values, self.avals, set(in_ids), flat.new, Lit)
         self._classify()
         self._offsets()
         self._check_rules()
@@ -203,7 +94,7 @@ class TaylorProgram:
         self.input_x = {i: (k[1], k[2]) for k, i in zip(keys, self.in_ids) if k[0] == "x"}
         series = {self.t_id} | set(self.input_x)
         for e in self.eqns:
-            if any((not isinstance(a, _Lit)) and a in series for a in e.invars):
+            if any((not isinstance(a, Lit)) and a in series for a in e.invars):
                 series.update(e.outvars)
         self.series = series
 
@@ -220,7 +111,7 @@ class TaylorProgram:
                 continue
             need = max(outs) + (1 if e.prim is ddt_p else 0)
             for a in e.invars:
-                if not isinstance(a, _Lit) and a in self.series:
+                if not isinstance(a, Lit) and a in self.series:
                     off[a] = max(off.get(a, -10**9), need)
         self.off = off
         # Window: how many trailing orders each stage recomputes so that an
@@ -251,7 +142,7 @@ class TaylorProgram:
             name = e.prim.name
             if not any(o in self.series for o in e.outvars):
                 continue
-            if e.prim is ddt_p or name in _LINEAR or name in _BILINEAR or name in _PIECEWISE or name in _NONLINEAR:
+            if e.prim is ddt_p or name in LINEAR or name in BILINEAR or name in PIECEWISE or name in NONLINEAR:
                 continue
             raise UnsupportedPrimitiveError(
                 f"the Taylor engine has no rule for the operation '{name}' "
@@ -261,7 +152,7 @@ class TaylorProgram:
 
     def is_series(self, a) -> bool:
         """Whether an operand (node id or literal) is a series (depends on t or the unknowns)."""
-        return (not isinstance(a, _Lit)) and a in self.series
+        return (not isinstance(a, Lit)) and a in self.series
 
     def eqn_off(self, e) -> int:
         """The order offset an equation is computed at: the largest of its live outputs'.
@@ -287,13 +178,13 @@ class TaylorProgram:
         for v in self.series:
             if v in self.off:
                 a = self.avals[v]
-                coeffs[v] = jnp.zeros((self.K,) + tuple(a.shape), dtype=a.dtype if not _is_float(a) else jnp.float64)
+                coeffs[v] = jnp.zeros((self.K,) + tuple(a.shape), dtype=a.dtype if not is_float(a) else jnp.float64)
         aux = {}
         for idx, e in enumerate(self.live):
             if not any(o in self.series for o in e.outvars):
                 continue
             shape = tuple(self.avals[e.outvars[0]].shape)
-            for tag in _aux_tags(e):
+            for tag in aux_tags(e):
                 aux[(idx, tag)] = jnp.zeros((self.K,) + shape)
         return {"nodes": coeffs, "aux": aux}
 
@@ -314,7 +205,7 @@ class TaylorProgram:
                 continue
             if all(o in env for o in e.outvars):
                 continue
-            ins = [a.val if isinstance(a, _Lit) else env[a] for a in e.invars]
+            ins = [a.val if isinstance(a, Lit) else env[a] for a in e.invars]
             out = e.prim.bind(*ins, **e.params)
             outs = out if e.prim.multiple_results else [out]
             for o, val in zip(e.outvars, outs):
@@ -349,7 +240,7 @@ class TaylorProgram:
                 ff = 1.0
                 for s in range(1, l + 1):
                     ff = ff * (mc + s)
-                val = ff * _at(X[name], idx) * (mc + l < self.KX)
+                val = ff * coef_at(X[name], idx) * (mc + l < self.KX)
                 nodes[i] = write_row(nodes[i], m, val)
             if self.t_id in self.off:
                 m = k + self.off[self.t_id] - w
@@ -393,14 +284,14 @@ class TaylorProgram:
 
     # -------------------------------------------------------------- rules
     def _operand(self, a, nodes, consts):
-        if isinstance(a, _Lit):
-            return _Const(jnp.asarray(a.val))
+        if isinstance(a, Lit):
+            return ConstOperand(jnp.asarray(a.val))
         if a in self.series:
-            return _Series(nodes[a])
-        return _Const(consts[a])
+            return SeriesOperand(nodes[a])
+        return ConstOperand(consts[a])
 
     def _aval(self, a):
-        return jax.typeof(a.val) if isinstance(a, _Lit) else self.avals[a]
+        return jax.typeof(a.val) if isinstance(a, Lit) else self.avals[a]
 
     def _apply(self, e, idx_e, m, nodes, aux, consts):
         name = e.prim.name
@@ -411,7 +302,7 @@ class TaylorProgram:
         if e.prim is ddt_p:
             x = ops[0]
             val = (mc + 1.0) * x.coef(jnp.clip(mc + 1, 0, K - 1)) * (mc + 1 < K)
-        elif name in _PIECEWISE:
+        elif name in PIECEWISE:
             args = [op.coef0() for op in ops]
             val0 = e.prim.bind(*args, **e.params)
             cur = nodes[out_id]
@@ -421,12 +312,12 @@ class TaylorProgram:
                 # that consumers (select_n predicates) read it at any order.
                 nodes[out_id] = jnp.where(m == 0, jnp.broadcast_to(val0, cur.shape), cur)
                 return
-        elif name == "convert_element_type" and not _is_float(self._aval(e.invars[0])):
+        elif name == "convert_element_type" and not is_float(self._aval(e.invars[0])):
             val = jnp.where(mc == 0, ops[0].coef0().astype(jnp.float64), 0.0)
-        elif name in _LINEAR:
+        elif name in LINEAR:
             args = []
             for a, op in zip(e.invars, ops):
-                if not _is_float(self._aval(a)):
+                if not is_float(self._aval(a)):
                     args.append(op.coef0())
                 else:
                     args.append(op.coef(mc))
@@ -439,16 +330,16 @@ class TaylorProgram:
             val = out
         elif name == "mul":
             a, b = ops
-            if isinstance(a, _Const) or isinstance(b, _Const):
-                val = _mul_const(a, b, mc)
+            if isinstance(a, ConstOperand) or isinstance(b, ConstOperand):
+                val = mul_const(a, b, mc)
             else:
-                val = _conv(a.arr, b.arr, m, 0, 0)
+                val = conv(a.arr, b.arr, m, 0, 0)
         elif name == "dot_general":
             a, b = ops
             f = lambda x, y: lax.dot_general(x, y, **{k: v for k, v in e.params.items() if k in ("dimension_numbers", "precision")})
-            if isinstance(a, _Const):
+            if isinstance(a, ConstOperand):
                 val = f(a.value, b.coef(mc))
-            elif isinstance(b, _Const):
+            elif isinstance(b, ConstOperand):
                 val = f(a.coef(mc), b.value)
             else:
                 r = jnp.arange(K)
@@ -457,356 +348,5 @@ class TaylorProgram:
                 mask = (r <= m).reshape((K,) + (1,) * (prods.ndim - 1))
                 val = order_sum(jnp.where(mask, prods, 0.0))
         else:
-            val = _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K)
+            val = nonlinear_coef(name, e, ops, m, mc, nodes, aux, idx_e, K)
         nodes[out_id] = write_row(nodes[out_id], m, val)
-
-
-# ----------------------------------------------------------------- operands
-class _Const:
-    def __init__(self, value):
-        self.value = value
-
-    def coef(self, m):
-        v = jnp.asarray(self.value)
-        return jnp.where(m == 0, v, jnp.zeros_like(v))
-
-    def coef0(self):
-        return self.value
-
-    def series(self, K):
-        v = jnp.asarray(self.value, dtype=jnp.float64)
-        return jnp.zeros((K,) + v.shape).at[0].set(v)
-
-
-class _Series:
-    def __init__(self, arr):
-        self.arr = arr
-
-    def coef(self, m):
-        return _at(self.arr, m)
-
-    def coef0(self):
-        return self.arr[0]
-
-    def series(self, K):
-        return self.arr
-
-
-def _at(arr, i):
-    """``arr[i]`` along the order axis for an in-range traced i.
-
-    ``lax.dynamic_index_in_dim`` skips the negative-index wrap-around that
-    ``arr[i]`` emits (compare, add, select per access): the interpreted
-    program has thousands of these reads, and they dominate compile time.
-    """
-    return lax.dynamic_index_in_dim(arr, i, 0, keepdims=False)
-
-
-def order_sum(terms):
-    """Σ over the leading (order) axis, as a contraction with ones.
-
-    XLA:CPU lowers a reduce over the leading axis of a (K, n) array to a
-    strided loop that falls out of cache for large n (measured: 190–340 ns
-    per element at n = 24,300 against 14 ns for the contraction), which made
-    a step of a large particle system super-linear in n.
-    """
-    return jnp.tensordot(jnp.ones(terms.shape[0], terms.dtype), terms, axes=1)
-
-
-def write_row(arr, m, val):
-    """``arr`` with ``arr[clip(m)] = val`` along the order axis.
-
-    For m < 0 this overwrites row 0 with a value computed from inputs that
-    are not yet known either.  That is harmless: a node's order m only grows
-    from stage to stage, row 0 is computed properly when m reaches 0 (from
-    operands that reached it earlier, their offsets being at least the
-    node's), and every reader masks rows it has not reached.  Keeping the
-    old row instead (a read of ``arr`` before the update) made XLA copy
-    every coefficient array on every stage.
-    """
-    mc = jnp.clip(m, 0, arr.shape[0] - 1)
-    val = jnp.broadcast_to(jnp.asarray(val, dtype=arr.dtype), arr.shape[1:])
-    return _update_row(arr, val, mc)
-
-
-
-def _update_row_plain(arr, val, i):
-    return lax.dynamic_update_index_in_dim(arr, val, i, 0)
-
-
-@jax.custom_batching.custom_vmap
-def _update_row_batched(arr, val, i):
-    return _update_row_plain(arr, val, i)
-
-
-@_update_row_batched.def_vmap
-def _update_row_rule(axis_size, in_batched, arr, val, i):
-    arr_b, val_b, i_b = in_batched
-    if i_b:
-        # A per-element row (not used by the engine): the general scatter.
-        out = jax.vmap(_update_row_plain, in_axes=(0 if arr_b else None, 0 if val_b else None, 0))(arr, val, i)
-        return out, True
-    if not arr_b:
-        arr = jnp.broadcast_to(arr, (axis_size,) + arr.shape)
-    if not val_b:
-        val = jnp.broadcast_to(val, (axis_size,) + val.shape)
-    # The batch axis leads; the row index is shared, so this stays one
-    # in-place dynamic_update_slice.
-    zero = jnp.zeros((), dtype=jnp.asarray(i).dtype)
-    return lax.dynamic_update_slice(arr, val[:, None], (zero, i) + (zero,) * (arr.ndim - 2)), True
-
-
-@jax.custom_jvp
-def _update_row(arr, val, i):
-    """``arr[i] = val`` (order axis 0) that stays a dynamic_update_slice under vmap.
-
-    JAX batches ``dynamic_update_slice`` as a scatter, which XLA:CPU emits
-    as a loop over the whole array after copying it: for a batch of
-    pendulums most of a step went into these copies.  With the row index
-    shared by the batch (it is the stage's order) the update is one
-    in-place ``dynamic_update_slice`` on the batched array instead.  Under
-    differentiation the update is the plain one (primal and tangent), so
-    forward and reverse mode work as for ``dynamic_update_index_in_dim``.
-    """
-    return _update_row_batched(arr, val, i)
-
-
-@_update_row.defjvp
-def _update_row_jvp(primals, tangents):
-    arr, val, i = primals
-    darr, dval, _ = tangents
-    # The plain update for the primal as well: JAX's rule for
-    # differentiating a custom_vmap function under vmap (vmap of jvp of
-    # grad, as in the Hessians of the initialiser) mis-batches.
-    out = _update_row_plain(arr, val, i)
-    darr = jnp.zeros_like(arr) if type(darr) is jax.custom_derivatives.SymbolicZero else darr
-    return out, _update_row_plain(darr, dval, i)
-
-
-
-
-def _mul_const(a, b, mc):
-    if isinstance(a, _Const) and isinstance(b, _Const):
-        return jnp.where(mc == 0, a.value * b.value, 0.0 * a.value * b.value)
-    if isinstance(a, _Const):
-        return a.value * b.coef(mc)
-    return a.coef(mc) * b.value
-
-
-def _align(A, ndim):
-    """Insert axes after the order axis so element shapes broadcast like numpy."""
-    return A.reshape(A.shape[:1] + (1,) * (ndim - A.ndim) + A.shape[1:]) if A.ndim < ndim else A
-
-
-def _conv(A, B, m, lo, top, weight_a=None):
-    """Σ_{r=lo}^{m-top} wa(r) A[r] B[m-r] over the leading (order) axis."""
-    nd = max(A.ndim, B.ndim)
-    A, B = _align(A, nd), _align(B, nd)
-    K = A.shape[0]
-    r = jnp.arange(K)
-    Bg = jnp.take(B, jnp.clip(m - r, 0, B.shape[0] - 1), axis=0)
-    Aw = A if weight_a is None else A * weight_a(r).reshape((K,) + (1,) * (A.ndim - 1))
-    A_, B_ = jnp.broadcast_arrays(Aw, Bg)
-    mask = ((r >= lo) & (r <= m - top)).reshape((K,) + (1,) * (A_.ndim - 1))
-    return order_sum(jnp.where(mask, A_ * B_, 0.0))
-
-
-def _aux_tags(e):
-    name = e.prim.name
-    if name in ("sin", "cos"):
-        return ("comp",)
-    if name in ("sinh", "cosh", "tan", "tanh", "logistic"):
-        return ("comp",)
-    if name in ("asin", "acos", "atan", "atan2", "asinh", "acosh", "atanh"):
-        return ("q",)
-    if name == "integer_pow":
-        n = abs(int(e.params["y"]))
-        return tuple(f"p{i}" for i in range(2, n + 1))
-    if name == "pow":
-        return ("log", "prod")
-    return ()
-
-
-def _nonlinear(name, e, ops, m, mc, nodes, aux, idx_e, K):
-    """Order-m coefficient of a nonlinear elementwise primitive.
-
-    The recurrences come from the ODE each function satisfies (z' = f'(x) x')
-    written for normalised coefficients; auxiliaries hold companion series.
-    """
-    out = e.outvars[0]
-    Z = nodes[out]
-    mf = mc.astype(jnp.float64)
-    safe_m = jnp.maximum(mf, 1.0)
-    wr = lambda r: r.astype(jnp.float64)
-
-    def S(op):
-        arr = op.series(K)
-        return jnp.broadcast_to(_align(arr, Z.ndim), Z.shape)
-
-    def getaux(tag):
-        return aux[(idx_e, tag)]
-
-    def setaux(tag, val):
-        aux[(idx_e, tag)] = write_row(aux[(idx_e, tag)], m, val)
-
-    if name == "div":
-        a, b = ops
-        if isinstance(b, _Const):
-            return a.coef(mc) / b.value
-        A, B = S(a), S(b)
-        return (_at(A, mc) - _conv(B, Z, m, 1, 0)) / B[0]
-    if name in ("integer_pow", "square"):
-        n = 2 if name == "square" else int(e.params["y"])
-        x = ops[0]
-        X = S(x)
-        if n == 0:
-            return jnp.where(mc == 0, 1.0, 0.0) * jnp.ones(Z.shape[1:])
-        if n == 1:
-            return _at(X, mc)
-        if n < 0:
-            # z = 1 / x^|n|: powers kept as auxiliaries, then a division.
-            P = X
-            for i in range(2, -n + 1):
-                val = _conv(P, X, m, 0, 0)
-                setaux(f"p{i}", val)
-                P = getaux(f"p{i}")
-            return (jnp.where(mc == 0, 1.0, 0.0) - _conv(P, Z, m, 1, 0)) / P[0]
-        if n == 2 and name == "square":
-            return _conv(X, X, m, 0, 0)
-        P = X
-        for i in range(2, n):
-            setaux(f"p{i}", _conv(P, X, m, 0, 0))
-            P = getaux(f"p{i}")
-        return _conv(P, X, m, 0, 0)
-    if name in ("sqrt", "rsqrt", "cbrt") or (name == "pow" and isinstance(ops[1], _Const)):
-        x = ops[0]
-        X = S(x)
-        if name == "sqrt":
-            z0 = jnp.sqrt(X[0])
-            rest = (_at(X, mc) - _conv(Z, Z, m, 1, 1)) / (2.0 * Z[0])
-            return jnp.where(mc == 0, z0, rest)
-        a = {"rsqrt": -0.5, "cbrt": 1.0 / 3.0}.get(name)
-        if a is None:
-            a = ops[1].value
-        z0 = X[0] ** a if name != "cbrt" else jnp.cbrt(X[0])
-        # z_m = 1/(m x0) Σ_{j=0}^{m-1} (a (m-j) - j) x_{m-j} z_j
-        r = jnp.arange(K)
-        Xg = jnp.take(X, jnp.clip(mc - r, 0, K - 1), axis=0)
-        coef = (a * (mf - wr(r)) - wr(r)).reshape((K,) + (1,) * (Z.ndim - 1))
-        mask = (r <= mc - 1).reshape((K,) + (1,) * (Z.ndim - 1))
-        s = order_sum(jnp.where(mask, coef * Xg * Z, 0.0))
-        return jnp.where(mc == 0, z0, s / (safe_m * X[0]))
-    if name == "pow":
-        # x ** y with both series: exp(y log x) through auxiliaries.
-        x, y = ops
-        X, Y = S(x), S(y)
-        Lg = getaux("log")
-        l0 = jnp.log(X[0])
-        lm = (_at(X, mc) - _conv(Lg, X, m, 1, 1, weight_a=wr) / safe_m) / X[0]
-        setaux("log", jnp.where(mc == 0, l0, lm))
-        Lg = getaux("log")
-        setaux("prod", _conv(Y, Lg, m, 0, 0))
-        W = getaux("prod")
-        return jnp.where(mc == 0, jnp.exp(W[0]), _conv(W, Z, m, 1, 0, weight_a=wr) / safe_m)
-    if name in ("exp", "exp2", "expm1"):
-        X = S(ops[0])
-        if name == "exp2":
-            X = X * jnp.log(2.0)
-        z0 = {"exp": jnp.exp, "exp2": lambda v: jnp.exp(v), "expm1": jnp.expm1}[name](X[0])
-        Zp = Z if name != "expm1" else Z.at[0].add(1.0)
-        return jnp.where(mc == 0, z0, _conv(X, Zp, m, 1, 0, weight_a=wr) / safe_m)
-    if name in ("log", "log1p"):
-        X = S(ops[0])
-        x0 = X[0] + (1.0 if name == "log1p" else 0.0)
-        Xp = X.at[0].set(x0)
-        z0 = jnp.log(x0)
-        rest = (_at(X, mc) - _conv(Z, Xp, m, 1, 1, weight_a=wr) / safe_m) / x0
-        return jnp.where(mc == 0, z0, rest)
-    if name in ("sin", "cos", "sinh", "cosh"):
-        X = S(ops[0])
-        comp = getaux("comp")
-        hyper = name in ("sinh", "cosh")
-        f0, g0 = {"sin": (jnp.sin, jnp.cos), "cos": (jnp.cos, jnp.sin),
-                  "sinh": (jnp.sinh, jnp.cosh), "cosh": (jnp.cosh, jnp.sinh)}[name]
-        # d/dt sin = cos x', d/dt cos = -sin x'; hyperbolic: both +.
-        sz = 1.0 if (hyper or name == "sin") else -1.0
-        sc = 1.0 if (hyper or name == "cos") else -1.0
-        zm = jnp.where(mc == 0, f0(X[0]), sz * _conv(X, comp, m, 1, 0, weight_a=wr) / safe_m)
-        cm = jnp.where(mc == 0, g0(X[0]), sc * _conv(X, Z, m, 1, 0, weight_a=wr) / safe_m)
-        setaux("comp", cm)
-        return zm
-    if name in ("tan", "tanh", "logistic"):
-        X = S(ops[0])
-        U = getaux("comp")  # 1 + z^2, 1 - z^2 or z (1 - z)
-        z0 = {"tan": jnp.tan, "tanh": jnp.tanh, "logistic": jax.nn.sigmoid}[name](X[0])
-        zm = jnp.where(mc == 0, z0, _conv(X, U, m, 1, 0, weight_a=wr) / safe_m)
-        Znew = write_row(Z, m, zm)
-        zz = _conv(Znew, Znew, m, 0, 0)
-        if name == "tan":
-            um = jnp.where(mc == 0, 1.0, 0.0) + zz
-        elif name == "tanh":
-            um = jnp.where(mc == 0, 1.0, 0.0) - zz
-        else:
-            um = _at(Znew, mc) - zz
-        setaux("comp", um)
-        return zm
-    if name in ("asin", "acos", "atan", "asinh", "acosh", "atanh", "atan2"):
-        # Q z' = sign * (numerator)' with Q = sqrt(1 - x^2) (asin/acos),
-        # 1 + x^2 (atan), x^2 + y^2 (atan2) ...: z_m from coefficient m-1.
-        if name == "atan2":
-            Y, X = S(ops[0]), S(ops[1])
-            Qn = _conv(X, X, m, 0, 0) + _conv(Y, Y, m, 0, 0)
-            setaux("q", Qn)
-            Q = getaux("q")
-            # (x y' - y x')_{m-1} = Σ_{r=0}^{m-1} (m-r) (x_r y_{m-r} - y_r x_{m-r})
-            w = lambda r: (mf - wr(r))
-            rhs = _conv(X, Y, m, 0, 1, weight_a=w) - _conv(Y, X, m, 0, 1, weight_a=w)
-            z0 = jnp.arctan2(Y[0], X[0])
-        else:
-            X = S(ops[0])
-            xx = _conv(X, X, m, 0, 0)
-            one = jnp.where(mc == 0, 1.0, 0.0)
-            Qold = getaux("q")
-            if name in ("asin", "acos", "asinh", "acosh", "atanh"):
-                if name == "atanh":
-                    qn = one - xx
-                else:
-                    sgn = {"asin": -1.0, "acos": -1.0, "asinh": 1.0, "acosh": 1.0}[name]
-                    base0 = {"asin": 1.0 - X[0] ** 2, "acos": 1.0 - X[0] ** 2,
-                             "asinh": 1.0 + X[0] ** 2, "acosh": X[0] ** 2 - 1.0}[name]
-                    # Q^2 = 1 -+ x^2 (or x^2 - 1): Q_m from the square root recurrence.
-                    target = sgn * xx if name != "acosh" else xx
-                    qn = jnp.where(mc == 0, jnp.sqrt(base0),
-                                   (target - _conv(Qold, Qold, m, 1, 1)) / (2.0 * jnp.where(mc == 0, 1.0, Qold[0])))
-            else:  # atan
-                qn = one + xx
-            setaux("q", qn)
-            Q = getaux("q")
-            sign = -1.0 if name == "acos" else 1.0
-            rhs = sign * mf * _at(X, mc)
-            z0 = {"asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan, "asinh": jnp.arcsinh,
-                  "acosh": jnp.arccosh, "atanh": jnp.arctanh}[name](X[0])
-        # Σ_{r=1}^{m-1} Q_r (m - r) z_{m-r}
-        corr = _conv(Q, Z, m, 1, 1, weight_a=lambda r: (mf - wr(r)))
-        return jnp.where(mc == 0, z0, (rhs - corr) / (safe_m * Q[0]))
-    if name == "abs":
-        X = S(ops[0])
-        return jnp.sign(X[0]) * _at(X, mc)
-    if name in ("max", "min"):
-        A, B = S(ops[0]), S(ops[1])
-        pick_a = (A[0] >= B[0]) if name == "max" else (A[0] <= B[0])
-        return jnp.where(pick_a, _at(A, mc), _at(B, mc))
-    if name == "clamp":
-        lo, X, hi = (S(o) for o in ops)
-        inside = (X[0] >= lo[0]) & (X[0] <= hi[0])
-        return jnp.where(inside, _at(X, mc), jnp.where(X[0] < lo[0], _at(lo, mc), _at(hi, mc)))
-    if name in ("reduce_max", "reduce_min"):
-        X = S(ops[0])
-        axes = tuple(e.params["axes"])
-        arg = (jnp.argmax if name == "reduce_max" else jnp.argmin)
-        # The extreme element at order 0 carries the series.
-        moved = jnp.moveaxis(X, [a + 1 for a in axes], list(range(X.ndim - len(axes), X.ndim)))
-        flat = moved.reshape(moved.shape[: X.ndim - len(axes)] + (-1,))
-        i0 = arg(flat[0], axis=-1)
-        return jnp.take_along_axis(_at(flat, mc), i0[..., None], axis=-1)[..., 0]
-    raise UnsupportedPrimitiveError(f"the Taylor engine has no rule for the operation '{name}' (used at {e.source})")

@@ -35,35 +35,12 @@ from jax import lax
 
 from solver.dae.derivative import ddt_p
 from solver.dae.primitives import UnsupportedPrimitiveError
-from solver.taylor.program import _BILINEAR, _LINEAR, _NONLINEAR, _PIECEWISE, TaylorProgram, _aux_tags, _is_float, _Lit
+from solver.taylor.ir import BILINEAR, LINEAR, NONLINEAR, PIECEWISE, Lit, add_coefs, is_float, plus, times
+from solver.taylor.program import TaylorProgram
 
 __all__ = ["UnrolledProgram", "fence"]
 
 Coef = Any  # a jnp array, or None for a coefficient known to be zero
-
-
-def _exact_f64(x) -> bool:
-    return isinstance(x, float) or getattr(x, "dtype", None) == np.float64
-
-
-# The unrolled program is thousands of additions and multiplications of
-# float64 coefficients; lax's primitives trace about 4x faster than the
-# operators, which go through jnp's type promotion (same program: the
-# operators bind the same primitives).  Other operands keep the operators.
-def _times(a, b):
-    return lax.mul(a, b) if _exact_f64(a) and _exact_f64(b) else a * b
-
-
-def _plus(a, b):
-    return lax.add(a, b) if _exact_f64(a) and _exact_f64(b) else a + b
-
-
-def _add(*xs):
-    out = None
-    for x in xs:
-        if x is not None:
-            out = x if out is None else _plus(out, x)
-    return out
 
 
 def fence(values: list, anchor) -> list:
@@ -104,25 +81,25 @@ def fence(values: list, anchor) -> list:
                 ones[dtype] = again.astype(dtype)
             return ones[dtype]
 
-        return jnp.zeros_like(again), [_times(v, one(v.dtype)) for v in vs]
+        return jnp.zeros_like(again), [times(v, one(v.dtype)) for v in vs]
 
     return lax.while_loop(lambda c: c[0], body, (go, list(values)))[1]
 
 
 def _input_coef(x, m: int, l: int):
     """Coefficient m of the input x^(l) from the variable's row m + l: (m+1)...(m+l) x[m+l]."""
-    return None if x is None else _times(float(math.prod(range(m + 1, m + l + 1))), x)
+    return None if x is None else times(float(math.prod(range(m + 1, m + l + 1))), x)
 
 
 def _bilinear(e):
     """The product of a ``mul`` or ``dot_general`` equation as a function of its two operands."""
     if e.prim.name == "mul":
-        return _times
+        return times
     dims = {k: v for k, v in e.params.items() if k in ("dimension_numbers", "precision")}
     return lambda x, y: jax.lax.dot_general(x, y, **dims)
 
 
-def _cauchy(P: list, Q: list, m: int, f=_times, square: bool = False):
+def _cauchy(P: list, Q: list, m: int, f=times, square: bool = False):
     """Σ_{j=0}^{m} f(P[j], Q[m-j]), None terms skipped; ``square``: P is Q and f commutes.
 
     A square's terms pair up (x_j x_{m-j} = x_{m-j} x_j), so it takes half the
@@ -131,18 +108,14 @@ def _cauchy(P: list, Q: list, m: int, f=_times, square: bool = False):
     either way).
     """
     if not square:
-        return _add(*[f(P[j], Q[m - j]) for j in range(m + 1) if P[j] is not None and Q[m - j] is not None])
-    pairs = _add(*[f(P[j], P[m - j]) for j in range((m + 1) // 2) if P[j] is not None and P[m - j] is not None])
+        return add_coefs(*[f(P[j], Q[m - j]) for j in range(m + 1) if P[j] is not None and Q[m - j] is not None])
+    pairs = add_coefs(*[f(P[j], P[m - j]) for j in range((m + 1) // 2) if P[j] is not None and P[m - j] is not None])
     mid = P[m // 2] if m % 2 == 0 else None
-    return _add(None if pairs is None else _times(2.0, pairs), None if mid is None else f(mid, mid))
-
-
-def _mul(a, b):
-    return None if a is None or b is None else _times(a, b)
+    return add_coefs(None if pairs is None else times(2.0, pairs), None if mid is None else f(mid, mid))
 
 
 def _scale(s, a):
-    return None if a is None else _times(s, a)
+    return None if a is None else times(s, a)
 
 
 class UnrolledProgram:
@@ -244,14 +217,14 @@ class UnrolledProgram:
     def _coef(self, a, j: int, nodes, consts) -> Coef:
         if j < 0:
             return None
-        if isinstance(a, _Lit):
+        if isinstance(a, Lit):
             return jnp.asarray(a.val) if j == 0 else None
         if a in self.prog.series:
             return nodes[a][j] if j < self.K else None
         return consts[a] if j == 0 else None
 
     def _coef0(self, a, nodes, consts):
-        if isinstance(a, _Lit):
+        if isinstance(a, Lit):
             return a.val
         if a in self.prog.series:
             c = nodes[a][0]
@@ -267,7 +240,7 @@ class UnrolledProgram:
                 for j in range(self.K)]
 
     def _aval(self, a):
-        return jax.typeof(a.val) if isinstance(a, _Lit) else self.prog.avals[a]
+        return jax.typeof(a.val) if isinstance(a, Lit) else self.prog.avals[a]
 
     # ------------------------------------------------------------ stages
     def stage(self, nodes, aux, XL, k: int, t0, consts):
@@ -331,9 +304,9 @@ class UnrolledProgram:
                     continue
                 reads = set()
                 for a in e.invars:
-                    if not isinstance(a, _Lit) and a in changed:
+                    if not isinstance(a, Lit) and a in changed:
                         reads |= {j for j in changed[a] if j <= m + 1}
-                if e.prim.name in _NONLINEAR:
+                if e.prim.name in NONLINEAR:
                     for key in list(e.outvars) + [("aux", idx)]:
                         reads |= {j for j in changed.get(key, ()) if j < m}
                 if not reads:
@@ -352,7 +325,7 @@ class UnrolledProgram:
     def _as_node(self, val, out):
         """``val`` as node ``out``'s coefficient: float64 where the node is floating, its shape."""
         val = jnp.asarray(val)
-        if _is_float(self._aval(out)) and val.dtype != jnp.float64:
+        if is_float(self._aval(out)) and val.dtype != jnp.float64:
             val = val.astype(jnp.float64)
         shape = self.shapes.get(out, ())
         return val if val.shape == shape else jnp.broadcast_to(val, shape)
@@ -370,52 +343,52 @@ class UnrolledProgram:
         old = nodes[out][m]
 
         def delta(a):
-            if isinstance(a, _Lit) or m not in changed.get(a, ()):
+            if isinstance(a, Lit) or m not in changed.get(a, ()):
                 return None
             new, was = nodes[a][m], before[(a, m)]
             if was is None:
                 return new
-            return _scale(-1.0, was) if new is None else _plus(new, _scale(-1.0, was))
+            return _scale(-1.0, was) if new is None else plus(new, _scale(-1.0, was))
 
         def c0(a):
             return self._coef0(a, nodes, consts)
 
         def plus_old(*terms):
-            return _add(old, *terms)
+            return add_coefs(old, *terms)
 
-        series = [not isinstance(a, _Lit) and a in self.prog.series for a in e.invars]
-        if name in _BILINEAR and all(series):
+        series = [not isinstance(a, Lit) and a in self.prog.series for a in e.invars]
+        if name in BILINEAR and all(series):
             a, b = e.invars
             f = _bilinear(e)
             da, db = delta(a), delta(b)
             if a == b and name == "mul":
-                return plus_old(_times(_times(2.0, c0(a)), da))
+                return plus_old(times(times(2.0, c0(a)), da))
             return plus_old(None if db is None else f(c0(a), db), None if da is None else f(da, c0(b)))
         if name in ("square", "integer_pow") and (name == "square" or int(e.params["y"]) == 2):
             dx = delta(e.invars[0])
-            return plus_old(_times(_times(2.0, c0(e.invars[0])), dx))
+            return plus_old(times(times(2.0, c0(e.invars[0])), dx))
         if name in ("sin", "cos", "sinh", "cosh"):
             dx = delta(e.invars[0])
             C = aux[(idx, "comp")]
             hyper = name in ("sinh", "cosh")
             sz = 1.0 if (hyper or name == "sin") else -1.0
             sc = 1.0 if (hyper or name == "cos") else -1.0
-            C[m] = _add(C[m], _times(_times(sc, nodes[out][0]), dx))
-            return plus_old(_times(_times(sz, C[0]), dx))
+            C[m] = add_coefs(C[m], times(times(sc, nodes[out][0]), dx))
+            return plus_old(times(times(sz, C[0]), dx))
         if name in ("exp", "exp2", "expm1"):
             dx = delta(e.invars[0])
-            slope = {"exp": nodes[out][0], "exp2": _times(math.log(2.0), nodes[out][0]),
-                     "expm1": _plus(nodes[out][0], 1.0)}[name]
-            return plus_old(_times(slope, dx))
+            slope = {"exp": nodes[out][0], "exp2": times(math.log(2.0), nodes[out][0]),
+                     "expm1": plus(nodes[out][0], 1.0)}[name]
+            return plus_old(times(slope, dx))
         if name in ("log", "log1p"):
             x0 = c0(e.invars[0])
-            return plus_old(delta(e.invars[0]) / (x0 if name == "log" else _plus(x0, 1.0)))
+            return plus_old(delta(e.invars[0]) / (x0 if name == "log" else plus(x0, 1.0)))
         if name == "sqrt":
-            return plus_old(delta(e.invars[0]) / _times(2.0, nodes[out][0]))
+            return plus_old(delta(e.invars[0]) / times(2.0, nodes[out][0]))
         if name == "div" and series[1]:
             a, b = e.invars
             da, db = delta(a), delta(b)
-            num = _add(da, None if db is None else _scale(-1.0, _times(nodes[out][0], db)))
+            num = add_coefs(da, None if db is None else _scale(-1.0, times(nodes[out][0], db)))
             return plus_old(num / c0(b))
         return None
 
@@ -464,18 +437,18 @@ class UnrolledProgram:
         shape = self.shapes.get(out, ())
         if e.prim is ddt_p:
             val = _scale(float(m + 1), self._coef(e.invars[0], m + 1, nodes, consts))
-        elif name in _PIECEWISE:
+        elif name in PIECEWISE:
             if m != 0:
                 val = None
             else:
                 val = e.prim.bind(*[self._coef0(a, nodes, consts) for a in e.invars], **e.params)
-        elif name == "convert_element_type" and not _is_float(self._aval(e.invars[0])):
+        elif name == "convert_element_type" and not is_float(self._aval(e.invars[0])):
             val = jnp.asarray(self._coef0(e.invars[0], nodes, consts), jnp.float64) if m == 0 else None
-        elif name in _LINEAR:
+        elif name in LINEAR:
             args, any_series = [], False
             for a in e.invars:
                 aval = self._aval(a)
-                if not _is_float(aval):
+                if not is_float(aval):
                     args.append(self._coef0(a, nodes, consts))
                     continue
                 c = self._coef(a, m, nodes, consts)
@@ -499,11 +472,11 @@ class UnrolledProgram:
                             nodes[o][m] = v
                     return
                 val = res
-        elif name in _BILINEAR:
+        elif name in BILINEAR:
             a, b = e.invars
             f = _bilinear(e)
-            a_series = (not isinstance(a, _Lit)) and a in prog.series
-            b_series = (not isinstance(b, _Lit)) and b in prog.series
+            a_series = (not isinstance(a, Lit)) and a in prog.series
+            b_series = (not isinstance(b, Lit)) and b in prog.series
             if not b_series:
                 x = self._coef(a, m, nodes, consts)
                 val = None if x is None else f(x, self._coef0(b, nodes, consts))
@@ -512,7 +485,7 @@ class UnrolledProgram:
                 val = None if y is None else f(self._coef0(a, nodes, consts), y)
             else:
                 val = _cauchy(nodes[a], nodes[b], m, f, square=(a == b and name == "mul"))
-        elif name in _NONLINEAR:
+        elif name in NONLINEAR:
             val = self._nonlinear(idx, e, m, nodes, aux, consts, shape)
         else:
             raise UnsupportedPrimitiveError(
@@ -533,19 +506,19 @@ class UnrolledProgram:
             terms = []
             for r in range(lo, m - top + 1):
                 if P[r] is not None and Q[m - r] is not None:
-                    t = _times(P[r], Q[m - r])
-                    terms.append(t if w is None else _times(float(w(r)), t))
-            return _add(*terms)
+                    t = times(P[r], Q[m - r])
+                    terms.append(t if w is None else times(float(w(r)), t))
+            return add_coefs(*terms)
 
         def one(v):
             return jnp.ones(shape) * v
 
         if name == "div":
             a, b = ops
-            b_series = (not isinstance(e.invars[1], _Lit)) and e.invars[1] in self.prog.series
+            b_series = (not isinstance(e.invars[1], Lit)) and e.invars[1] in self.prog.series
             if not b_series:
                 return None if a[m] is None else a[m] / b[0]
-            num = _add(a[m], _scale(-1.0, conv(b, Z, 1, 0)))
+            num = add_coefs(a[m], _scale(-1.0, conv(b, Z, 1, 0)))
             return None if num is None else num / b[0]
         if name in ("integer_pow", "square"):
             n = 2 if name == "square" else int(e.params["y"])
@@ -560,7 +533,7 @@ class UnrolledProgram:
                     Pi = A(f"p{i}")
                     Pi[m] = conv(P, X, 0, 0)
                     P = Pi
-                num = _add(one(1.0) if m == 0 else None, _scale(-1.0, conv(P, Z, 1, 0)))
+                num = add_coefs(one(1.0) if m == 0 else None, _scale(-1.0, conv(P, Z, 1, 0)))
                 return None if num is None else num / P[0]
             P = X
             for i in range(2, n):
@@ -569,12 +542,12 @@ class UnrolledProgram:
                 P = Pi
             return _cauchy(P, X, m, square=(n == 2))
         if name in ("sqrt", "rsqrt", "cbrt") or (name == "pow" and not (
-                (not isinstance(e.invars[1], _Lit)) and e.invars[1] in self.prog.series)):
+                (not isinstance(e.invars[1], Lit)) and e.invars[1] in self.prog.series)):
             X = ops[0]
             if name == "sqrt":
                 if m == 0:
                     return jnp.sqrt(X[0])
-                num = _add(X[m], _scale(-1.0, conv(Z, Z, 1, 1)))
+                num = add_coefs(X[m], _scale(-1.0, conv(Z, Z, 1, 1)))
                 return None if num is None else num / (2.0 * Z[0])
             if name == "pow":
                 a = ops[1][0]
@@ -588,7 +561,7 @@ class UnrolledProgram:
             for j in range(m):
                 if X[m - j] is not None and Z[j] is not None:
                     terms.append((a * (m - j) - j) * (X[m - j] * Z[j]))
-            s = _add(*terms)
+            s = add_coefs(*terms)
             return None if s is None else s / (m * X[0])
         if name == "pow":
             X, Y = ops
@@ -596,7 +569,7 @@ class UnrolledProgram:
             if m == 0:
                 Lg[0] = jnp.log(X[0])
             else:
-                num = _add(X[m], _scale(-1.0 / m, conv(Lg, X, 1, 1, w=lambda r: r)))
+                num = add_coefs(X[m], _scale(-1.0 / m, conv(Lg, X, 1, 1, w=lambda r: r)))
                 Lg[m] = None if num is None else num / X[0]
             W = A("prod")
             W[m] = conv(Y, Lg, 0, 0)
@@ -616,7 +589,7 @@ class UnrolledProgram:
             x0 = X[0] + 1.0 if name == "log1p" else X[0]
             if m == 0:
                 return jnp.log(x0)
-            num = _add(X[m], _scale(-1.0 / m, conv(Z, X, 1, 1, w=lambda r: r)))
+            num = add_coefs(X[m], _scale(-1.0 / m, conv(Z, X, 1, 1, w=lambda r: r)))
             return None if num is None else num / x0
         if name in ("sin", "cos", "sinh", "cosh"):
             X = ops[0]
@@ -642,20 +615,20 @@ class UnrolledProgram:
             Z[m] = zm
             zz = conv(Z, Z, 0, 0)
             if name == "tan":
-                U[m] = _add(one(1.0) if m == 0 else None, zz)
+                U[m] = add_coefs(one(1.0) if m == 0 else None, zz)
             elif name == "tanh":
-                U[m] = _add(one(1.0) if m == 0 else None, _scale(-1.0, zz))
+                U[m] = add_coefs(one(1.0) if m == 0 else None, _scale(-1.0, zz))
             else:
-                U[m] = _add(zm, _scale(-1.0, zz))
+                U[m] = add_coefs(zm, _scale(-1.0, zz))
             return zm
         if name in ("asin", "acos", "atan", "asinh", "acosh", "atanh", "atan2"):
             Q = A("q")
             if name == "atan2":
                 Y, X = ops
-                Q[m] = _add(conv(X, X, 0, 0), conv(Y, Y, 0, 0))
+                Q[m] = add_coefs(conv(X, X, 0, 0), conv(Y, Y, 0, 0))
                 if m == 0:
                     return jnp.arctan2(Y[0], X[0])
-                rhs = _add(conv(X, Y, 0, 1, w=lambda r: m - r), _scale(-1.0, conv(Y, X, 0, 1, w=lambda r: m - r)))
+                rhs = add_coefs(conv(X, Y, 0, 1, w=lambda r: m - r), _scale(-1.0, conv(Y, X, 0, 1, w=lambda r: m - r)))
             else:
                 X = ops[0]
                 xx = conv(X, X, 0, 0)
@@ -667,18 +640,18 @@ class UnrolledProgram:
                         Q[0] = jnp.sqrt(base0)
                     else:
                         target = _scale(-1.0, xx) if name in ("asin", "acos") else xx
-                        num = _add(target, _scale(-1.0, conv(Q, Q, 1, 1)))
+                        num = add_coefs(target, _scale(-1.0, conv(Q, Q, 1, 1)))
                         Q[m] = None if num is None else num / (2.0 * Q[0])
                 elif name == "atanh":
-                    Q[m] = _add(delta, _scale(-1.0, xx))
+                    Q[m] = add_coefs(delta, _scale(-1.0, xx))
                 else:  # atan
-                    Q[m] = _add(delta, xx)
+                    Q[m] = add_coefs(delta, xx)
                 if m == 0:
                     return {"asin": jnp.arcsin, "acos": jnp.arccos, "atan": jnp.arctan, "asinh": jnp.arcsinh,
                             "acosh": jnp.arccosh, "atanh": jnp.arctanh}[name](X[0])
                 rhs = _scale((-1.0 if name == "acos" else 1.0) * m, X[m])
             corr = conv(Q, Z, 1, 1, w=lambda r: m - r)
-            num = _add(rhs, _scale(-1.0, corr))
+            num = add_coefs(rhs, _scale(-1.0, corr))
             return None if num is None else num / (m * Q[0])
         if name == "abs":
             X = ops[0]
