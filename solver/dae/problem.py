@@ -207,7 +207,11 @@ class DAE:
         params: dict of parameter defaults (numbers or arrays).  Parameters
             are traced values: a batch may vary them (``vmap``).
         name: a title for reports.
-        units: optional dict variable name -> unit string.
+        units: optional dict variable or parameter name -> unit string
+            (outputs carry it as ``attrs["units"]``; a derivative's is
+            ``unit/time_unit^k``, a sensitivity's ``[output]/[parameter]``).
+        time_units: the unit of t (default ``"s"``): the ``time``
+            coordinate's ``units`` and the plots' axis.
         events: optional :class:`solver.Event` list: functions ``g(t, v, p)``
             whose zero crossings the integrator finds on every step
             (:mod:`solver.dae.event`).
@@ -230,6 +234,7 @@ class DAE:
         units: Mapping[str, str] | None = None,
         events=None,
         max_events: int | None = None,
+        time_units: str = "s",
     ):
         self.residual = residual
         self.variables: list[Variable] = parse_variables(variables)
@@ -245,6 +250,7 @@ class DAE:
         self.param_names = list(self.params)
         self.name = name or getattr(residual, "__name__", "DAE")
         self.units = dict(units or {})
+        self.time_units = str(time_units)
         self.events = check_events(events)
         self.max_events = DEFAULT_MAX_EVENTS if max_events is None else int(max_events)
         if self.max_events < 1:

@@ -27,6 +27,7 @@ from solver.models.yamlio import Locator, load_yaml, require_document, require_m
 
 from solver.models.model import Model, ValueRangeError, deep_merge
 from solver.models.repeat import expand as expand_repeats
+from solver.models.units import apply_units
 
 __all__ = ["load", "load_data", "Model", "ValueRangeError", "KINDS", "register_kind",
            "deep_merge"]
@@ -121,6 +122,7 @@ def _build(data: Any, locator: Locator, path: str | None, overrides=None) -> Mod
     model.expanded_data = data
     model.overrides = overrides
     model._builder = _build
+    apply_units(model, locator)
     return model
 
 

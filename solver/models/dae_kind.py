@@ -60,7 +60,7 @@ from solver.models.scope import DAEScope, PositionScope, read_lets, read_params
 __all__ = ["build", "TOP_KEYS"]
 
 TOP_KEYS = ("Title", "Kind", "PhysicalParams", "Variables", "Let", "Equations", "Energy",
-            "ProblemData", "SolverParams", "Animation", "Events", "Stops", "MaxEvents")
+            "ProblemData", "SolverParams", "Animation", "Events", "Stops", "MaxEvents", "Units")
 
 
 def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Model:

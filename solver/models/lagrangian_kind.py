@@ -79,7 +79,7 @@ __all__ = ["build", "TOP_KEYS", "GENERATORS"]
 
 TOP_KEYS = ("Title", "Kind", "PhysicalParams", "Coordinates", "Let", "KineticEnergy",
             "PotentialEnergy", "Dissipation", "Constraints", "Forces", "Drivers", "Generator",
-            "ProblemData", "SolverParams", "Animation", "Events", "Stops", "MaxEvents")
+            "ProblemData", "SolverParams", "Animation", "Events", "Stops", "MaxEvents", "Units")
 PD_KEYS = TIME_KEYS + ("positions", "fixedpositions", "velocities")
 GENERATORS = ("cloth",)
 _AXES = "xyz"
@@ -438,7 +438,7 @@ def _problem_values(pd: Mapping, sizes: Mapping, loc: Locator, info, driven: Map
 def _generated(data: Mapping, loc: Locator, path: str | None, overrides) -> Model:
     """A model from a built-in generator (``Generator: {cloth: {...}}``)."""
     check_keys(data, ("Title", "Kind", "PhysicalParams", "Generator", "ProblemData",
-                      "SolverParams", "Animation"), ("Generator", "ProblemData"), (), loc)
+                      "SolverParams", "Animation", "Units"), ("Generator", "ProblemData"), (), loc)
     gen = require_mapping(data["Generator"], ("Generator",), loc)
     if len(gen) != 1:
         raise loc.error(f"expected one generator, e.g. {{cloth: {{...}}}}; valid generators: "

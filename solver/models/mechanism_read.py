@@ -33,7 +33,7 @@ __all__ = ["MechanismReader", "DEFAULT_GRAVITY", "DRIVER_UNITS", "FORCE_KEYS", "
 
 
 TOP_KEYS = ("Title", "Kind", "Dimension", "PhysicalParams", "PartData", "AppliedForces",
-            "Drivers", "ProblemData", "SolverParams", "Animation", "Events", "Stops", "MaxEvents")
+            "Drivers", "ProblemData", "SolverParams", "Animation", "Events", "Stops", "MaxEvents", "Units")
 # Units of a drive's force along a point's axis: the kind's lengths and
 # default gravity are SI.
 DRIVER_UNITS = "N"

@@ -99,7 +99,8 @@ def _variable_series(dae, variables=None):
         for k in range(1, orders[name]):
             a = {"long_name": name + "'" * k, "derivative_order": k}
             if unit:
-                a["units"] = f"{unit}/s^{k}" if k > 1 else f"{unit}/s"
+                per = getattr(dae, "time_units", "s")
+                a["units"] = f"{unit}/{per}^{k}" if k > 1 else f"{unit}/{per}"
             yield f"{name}_d{k}", name, k, dims, a
 
 
