@@ -30,7 +30,7 @@ REDUCERS = {
 _COMPONENT = re.compile(r"^([A-Za-z_][A-Za-z_0-9]*?)(?:\[(\d+)\]|([xyz]))?$")
 
 
-def _component_index(dae, name: str):
+def component_index(dae, name: str):
     """``B``, ``By``, ``q[3]`` -> (variable, component index or None)."""
     if name in dae.var_index:
         return name, None
@@ -72,9 +72,9 @@ def solver_outputs(dae, context) -> list[str]:
             names |= {"event_which", "event_time", "event_rate"}
             names |= {sensitivity_name(f"event_{what}", p) for what in ("time", "rate") for p in sens}
             if reduce == "value" and of not in ("time", "rate"):
-                names.add(f"{_component_index(dae, of)[0]}_at_event")
+                names.add(f"{component_index(dae, of)[0]}_at_event")
             continue
-        target = _component_index(dae, of)
+        target = component_index(dae, of)
         var = of if target is None else target[0]
         names.add(var)
         if target is not None:
@@ -82,7 +82,7 @@ def solver_outputs(dae, context) -> list[str]:
     return sorted(names)
 
 
-def _check_event_metric(spec, dae, mname, m, event_names) -> None:
+def check_event_metric(spec, dae, mname, m, event_names) -> None:
     """An event metric names one of the model's events, and a value it can read."""
     where = f"Outputs.metrics.{mname}"
     if not event_names:
@@ -93,7 +93,7 @@ def _check_event_metric(spec, dae, mname, m, event_names) -> None:
                          f"{', '.join(event_names)}", file=str(spec.path), path=where + ".event")
     if m.reduce == "value" and m.of not in ("time", "rate"):
         names = [v.name for v in dae.variables]
-        if _component_index(dae, m.of) is None:
+        if component_index(dae, m.of) is None:
             raise InputError(f"metric {mname!r}: unknown value {m.of!r} at the event; use time, rate (dg/dt) "
                              f"or a variable ({', '.join(names)}) or one of its components",
                              file=str(spec.path), path=where + ".of")
@@ -159,7 +159,7 @@ def event_metric(dae, ds, of, reduce: str, event: str, n, param: str | None = No
             elif of == "rate":
                 out[i] = rates[i, j] if param is None else drates[i, j]
             else:
-                var, idx = _component_index(dae, of)
+                var, idx = component_index(dae, of)
                 vals = np.asarray(ds[f"{var}_at_event"].values[i, j], dtype=float)
                 out[i] = vals.reshape(-1)[idx] if idx is not None else (
                     float(vals) if vals.ndim == 0 else float(np.linalg.norm(vals)))
@@ -187,14 +187,14 @@ def scalar_series(dae) -> list[str]:
     return [name for name, (dims, _) in layout.items() if dims == ("time",) and name not in dae.var_index]
 
 
-def _metric_series(dae, ds, of: str, param: str | None = None) -> np.ndarray:
+def metric_series(dae, ds, of: str, param: str | None = None) -> np.ndarray:
     """(B, T) series a metric reduces: a variable (norm of a vector), a component, or another series.
 
     With ``param``, the series' derivative with respect to that parameter
     (from ``d{var}_d{param}``; a norm's derivative is ``v·dv/|v|``); only
     variables and their components have one.
     """
-    target = _component_index(dae, of)
+    target = component_index(dae, of)
     if target is None:
         return np.asarray(ds[of].values, dtype=float)
     var, idx = target

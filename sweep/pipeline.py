@@ -30,7 +30,7 @@ from solver.integrate.sensitivity import metric_tangent, sensitivity_name
 from solver.errors import InputError
 # Re-exported: these were defined here before the metrics and the size
 # checks got their own modules.
-from sweep.metrics import (REDUCERS, _check_event_metric, _component_index, _metric_series, event_metric,
+from sweep.metrics import (REDUCERS, check_event_metric, component_index, metric_series, event_metric,
                            scalar_series, solver_outputs)
 from sweep.sizes import (FREE_SPACE_MARGIN, check_batch_memory, check_free_space,
                          check_store_size, store_bytes)
@@ -237,7 +237,7 @@ def build_context(spec, model=None) -> SweepContext:
             :mod:`sweep.structural`).
     """
     model = load_model(spec) if model is None else model
-    _check_swept_names(spec, model)
+    check_swept_names(spec, model)
     names = structural_names(spec, model)
     if names:
         raise ValueError(f"the sweep varies structural parameters ({', '.join(names)}): build one "
@@ -305,10 +305,10 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
     event_names = [e.name for e in getattr(dae, "events", ())]
     for mname, m in spec.outputs.metrics.items():
         if m.event is not None:
-            _check_event_metric(spec, dae, mname, m, event_names)
+            check_event_metric(spec, dae, mname, m, event_names)
             metrics[mname] = (m.of, m.reduce, m.event, m.n)
             continue
-        target = _component_index(dae, m.of)
+        target = component_index(dae, m.of)
         if target is None and m.of not in series:
             vector = next((v.name for v in dae.variables if v.shape != ()), None)
             component = f"a component such as {vector}[0] or Bx, " if vector else ""
@@ -413,7 +413,7 @@ def _where(spec, name: str) -> tuple[str, int | None]:
     return f"Sweep.constants.{name}", None
 
 
-def _check_swept_names(spec, model) -> None:
+def check_swept_names(spec, model) -> None:
     """Every swept or constant name is a scalar free or structural parameter of the model.
 
     A structural parameter (one that fixes the model's size, see
@@ -605,7 +605,7 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
                 dvalue[failed] = np.nan
                 data[sensitivity_name(mname, param)] = dvalue
             continue
-        series = _metric_series(model.dae, ds, of)
+        series = metric_series(model.dae, ds, of)
         # A failed point's series is all NaN: numpy warns, the metric is NaN.
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -613,7 +613,7 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
         value[failed] = np.nan
         data[mname] = value
         for param in sens:
-            tangent = _metric_series(model.dae, ds, of, param)
+            tangent = metric_series(model.dae, ds, of, param)
             dvalue = np.array(metric_tangent(reduce, series, tangent), dtype=float)
             dvalue[failed] = np.nan
             data[sensitivity_name(mname, param)] = dvalue

@@ -56,7 +56,7 @@ from solver.errors import InputError
 from sweep.log import PLAIN, get_logger
 from sweep.store import ROOT_MARK, _place, is_structural_store, open_tree, root_attrs
 # Re-exported: the store's root was made and read here before sweep.structural_store.
-from sweep.structural_store import (STRUCTURAL_FORMAT, _consolidate, create_root, points_dataset, prepare_root,
+from sweep.structural_store import (STRUCTURAL_FORMAT, consolidate_root, create_root, points_dataset, prepare_root,
                                     status_report)
 
 __all__ = ["ROOT_MARK", "STRUCTURAL_FORMAT", "Group", "FailedGroup", "StructuralSummary",
@@ -151,7 +151,7 @@ def plan_groups(spec, base, names: list[str], keep_models: bool = False) -> list
 
     Args:
         spec: the sweep (its names already checked, structural values whole:
-            ``sweep.pipeline._check_swept_names``).
+            ``sweep.pipeline.check_swept_names``).
         base: its model (:func:`sweep.pipeline.load_model`).
         names: its structural names (:func:`sweep.pipeline.structural_names`).
         keep_models: keep each built model on its group (for a run in this
@@ -408,7 +408,7 @@ def _run_groups(spec, names, groups, out, client, mode, progress, note, progress
             g.model = None
         summary.groups[g.label] = s
     if recreated:
-        _consolidate(out)
+        consolidate_root(out)
     return summary
 
 
@@ -437,9 +437,9 @@ def run_structural_file(spec, base, names, out, *, workers=None, scheduler=None,
         InputError: bad names or values, a store over ``MAX_STORE_BYTES``, an
             unusable ``--out``.
     """
-    from sweep.pipeline import _check_swept_names
+    from sweep.pipeline import check_swept_names
 
-    _check_swept_names(spec, base)
+    check_swept_names(spec, base)
     echo = log.info if echo is None else echo
     in_process = workers == 0 or (dry_run and estimate)
     groups = plan_groups(spec, base, names, keep_models=in_process)

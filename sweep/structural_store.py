@@ -47,7 +47,7 @@ def _root_attrs_for(spec, names: list[str], groups: list) -> dict:
     }
 
 
-def _consolidate(path) -> None:
+def consolidate_root(path) -> None:
     """Consolidate the root's metadata (the groups' included) for quiet xarray opens."""
     import zarr
 
@@ -89,7 +89,7 @@ def create_root(path, spec, names: list[str], groups: list) -> None:
                             attributes=_root_attrs_for(spec, names, groups))
             for g in groups:
                 _template(local / g.label, g)
-            _consolidate(local)
+            consolidate_root(local)
             StoreLocation(path).upload(local, last=tuple(f"{g.label}/template_commit/c" for g in groups))
         return
     from sweep.folders import publish, temporary_sibling
@@ -102,7 +102,7 @@ def create_root(path, spec, names: list[str], groups: list) -> None:
                         attributes=_root_attrs_for(spec, names, groups))
         for g in groups:
             _template(tmp / g.label, g)
-        _consolidate(tmp)
+        consolidate_root(tmp)
         publish(tmp, path)
     finally:
         if tmp.exists():

@@ -180,15 +180,15 @@ def test_text_coordinates_are_stored_as_variable_length_strings_without_a_zarr_w
 def test_json_final_over_1000_values_goes_to_a_file(tmp_path, capsys):
     import argparse
 
-    from sweep.cli.app import FINAL_MAX, _spill_final
+    from sweep.cli.solver_commands import FINAL_MAX, spill_final
     from sweep.log import cli_logging
 
     small = {"status": "success", "final": {"x": 1.0}, "steps": 3}
     args = argparse.Namespace(out=str(tmp_path / "run.zarr"), model="m.yaml")
-    assert _spill_final(dict(small), args, None) == small
+    assert spill_final(dict(small), args, None) == small
     big = {f"r[{i}]": float(i) for i in range(FINAL_MAX + 1)}
     with cli_logging():       # the note is a log record: shown as main() shows it
-        info = _spill_final({"status": "success", "final": big, "steps": 3}, args, None)
+        info = spill_final({"status": "success", "final": big, "steps": 3}, args, None)
     assert list(info) == ["status", "final_file", "final_count", "steps"]
     assert info["final_file"] == str(tmp_path / "run.final.json") and info["final_count"] == 1001
     assert json.loads((tmp_path / "run.final.json").read_text()) == big

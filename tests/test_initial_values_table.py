@@ -175,3 +175,15 @@ def test_a_point_whose_values_fail_gets_the_per_point_message(monkeypatch):
     assert fast.status.values.tolist() == [st.SUCCESS, st.NO_ASSEMBLY, st.SUCCESS]
     assert "initial values" in fast.attrs["failures"] and "not finite" in fast.attrs["failures"]
     _assert_identical(fast, ref)
+
+
+@pytest.mark.parametrize("case", ["fourbar (Lagrangian)", "mechanism0 (Mechanism)"])
+def test_a_column_that_is_not_finite_is_left_to_the_per_point_path(case):
+    # The scope's table refuses it (NotElementwise) and the model answers None: no exception
+    # escapes, and the per-point path words the error for that point.
+    source, ranges = MODELS[case]
+    model = solver.load(source)
+    full, swept = _batch(model, ranges, 4)
+    name = sorted(swept)[0]
+    full[name][2] = np.nan
+    assert model.initial_values_table({k: (v if k in swept else v[0]) for k, v in full.items()}, swept, 4) is None

@@ -73,11 +73,11 @@ def test_sweep_verbose_still_asks_for_the_traceback():
 
 
 def test_old_import_paths_of_the_split_modules():
-    from sweep.cli.app import (FINAL_MAX, _spill_final, check_out, cmd_design, cmd_status,  # noqa: F401
+    from sweep.cli.app import (FINAL_MAX, check_out, cmd_design, cmd_status,  # noqa: F401
                                cmd_sweep, main, open_result, summary, write_result)
     from sweep.design.optimize import (DesignContext, build_problem, evaluate, load_design_model,  # noqa: F401
                                        rank_store, run_design)
-    from sweep.pipeline import (FREE_SPACE_MARGIN, REDUCERS, _component_index, check_batch_memory,  # noqa: F401
+    from sweep.pipeline import (FREE_SPACE_MARGIN, REDUCERS, check_batch_memory,  # noqa: F401
                                 check_store_size, event_metric, scalar_series, solver_outputs, store_bytes)
     from sweep.structural import (STRUCTURAL_FORMAT, create_root, points_dataset, prepare_root,  # noqa: F401
                                   status_report)

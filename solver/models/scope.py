@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from solver.dae.problem import ddt
 from solver.errors import InputError
-from solver.models.expr import Expr, ExprError, all_finite, check_name, evaluate_constant, evaluate_table, parse
+from solver.models.expr import Expr, ExprError, NotElementwise, all_finite, check_name, evaluate_constant, evaluate_table, parse
 from solver.models.yamlio import Locator, format_path, require_mapping
 
 __all__ = ["ParamInfo", "read_params", "read_lets", "BaseScope", "DAEScope",

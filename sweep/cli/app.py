@@ -37,17 +37,13 @@ from typing import Sequence
 
 from solver.errors import InputError
 from sweep.log import cli_logging
-# The commands live in one module per group; their names (and the helpers
-# tests and users imported from here) stay importable from sweep.cli.app.
-from sweep.cli.common import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, _Parser, _add_quick_compile, _at_least,  # noqa: F401
-                              _check_object_store_out, _check_out, _is_model, _is_zarr_store, _model_file,
-                              _positive_float, _positive_int, _progress, _seconds, _whole_number,
+# The commands live in one module per group; their entry points stay importable from here.
+from sweep.cli.common import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, CommandParser, add_quick_compile,  # noqa: F401
+                              positive_float, positive_int, seconds_arg, whole_number,
                               add_log_options, check_out, log_level)
-from sweep.cli.results import NC_JSON_ATTRS, _from_netcdf, _netcdf_safe, open_result, write_result  # noqa: F401
-from sweep.cli.solver_commands import (FINAL_MAX, _apply_sets, _check_set_values, _energy_summary,  # noqa: F401
-                                       _figure, _final_path, _final_state, _last_finite, _mechanical_dof,
-                                       _model_for_run, _num, _parse_sets, _set_text, _simulate, _spill_final,
-                                       cmd_animate, cmd_check, cmd_equilibrium, cmd_plot, cmd_simulate, summary)
+from sweep.cli.results import NC_JSON_ATTRS, open_result, write_result  # noqa: F401
+from sweep.cli.solver_commands import (FINAL_MAX, cmd_animate, cmd_check, cmd_equilibrium, cmd_plot,  # noqa: F401
+                                       cmd_simulate, summary)
 from sweep.cli.store_commands import cmd_status
 from sweep.cli.design_command import cmd_design
 from sweep.cli.sweep_command import cmd_run_default, cmd_sweep, main_default, main_sweep  # noqa: F401
@@ -57,10 +53,10 @@ __all__ = ["main", "build_parser", "summary"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    p = _Parser(prog="mechsweep", description="Mechanism simulation and design sweeps "
+    p = CommandParser(prog="mechsweep", description="Mechanism simulation and design sweeps "
                 "(Taylor-series DAE solver).")
     add_log_options(p)
-    sub = p.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", parser_class=CommandParser, metavar="COMMAND")
     sub.required = True
     c = sub.add_parser("check", help="structure of a model (variables, Σ offsets, index, DOF) and "
                        "the condition of its system Jacobian at the consistent initial point "
@@ -73,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the number of repeated parts) builds the model again")
     s.add_argument("--out", help="write the result (.zarr or .nc)")
     s.add_argument("--json", action="store_true", help="print a JSON summary on stdout")
-    _add_quick_compile(s)
+    add_quick_compile(s)
     eq = sub.add_parser("equilibrium", help="a stationary equilibrium of a model: configuration, "
                         "multipliers, stiffness eigenvalues, frequencies and stability (exit 2 "
                         "when none is found)")
@@ -92,18 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("source", help="RUN.zarr, RUN.nc or MODEL.yaml (simulated first)")
     pl.add_argument("--vars", nargs="+", help="variables to plot (default: all unknowns)")
     pl.add_argument("--out", required=True)
-    _add_quick_compile(pl)
+    add_quick_compile(pl)
     an = sub.add_parser("animate", help="animation of a run or model (GIF, MP4 or HTML)")
     an.add_argument("source", help="MODEL.yaml, or a run written by simulate --out")
     an.add_argument("--model", help="model file for a run (default: the one the run records)")
     an.add_argument("--out", required=True)
-    an.add_argument("--frames", type=_positive_int,
+    an.add_argument("--frames", type=positive_int,
                     help="number of frames (default: Animation.frames)")
-    _add_quick_compile(an)
+    add_quick_compile(an)
     sw = sub.add_parser("sweep", help="run a design sweep into a Zarr store")
     sw.add_argument("sweep", metavar="SWEEP.yaml")
     sw.add_argument("--out")
-    sw.add_argument("--workers", type=_positive_int, help="local worker processes (>= 1)")
+    sw.add_argument("--workers", type=positive_int, help="local worker processes (>= 1)")
     group = sw.add_mutually_exclusive_group()
     group.add_argument("--scheduler")
     group.add_argument("--scheduler-file")
@@ -118,10 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--estimate", action="store_true",
                     help="with --dry-run (implied): compile and run the first batch and print "
                          "compile seconds, seconds per point and the estimated total")
-    sw.add_argument("--progress-every", type=_positive_float, default=30.0, metavar="SECONDS",
+    sw.add_argument("--progress-every", type=positive_float, default=30.0, metavar="SECONDS",
                     help="when stderr is not a terminal (a batch job's log): a progress line at "
                          "most every SECONDS (default 30)")
-    sw.add_argument("--worker-timeout", type=_seconds, default=None, metavar="SECONDS",
+    sw.add_argument("--worker-timeout", type=seconds_arg, default=None, metavar="SECONDS",
                     help="stop (exit 3, batches left pending) when the Dask cluster has had no worker "
                          "for SECONDS (default 60; 0 waits for ever)")
     stat = sub.add_parser("status", help="progress, status counts and integrity of a sweep store "
@@ -137,9 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "picture (OUT.png)")
     de.add_argument("--from", dest="from_store", metavar="STORE.zarr",
                     help="start from the best points of this sweep store")
-    de.add_argument("--starts", type=_positive_int, metavar="K",
+    de.add_argument("--starts", type=positive_int, metavar="K",
                     help="with --from: how many of its best points to start from (default 1)")
-    de.add_argument("--workers", type=_whole_number,
+    de.add_argument("--workers", type=whole_number,
                     help="LocalCluster worker processes (default: one per core, at most one per "
                          "start; a single start runs in this process); 0 runs the starts one "
                          "after another in this process")

@@ -16,7 +16,7 @@ EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 log = get_logger("cli")
 
 
-class _Parser(argparse.ArgumentParser):
+class CommandParser(argparse.ArgumentParser):
     """argparse that reports usage errors as InputError (exit 2, one message)."""
 
     def error(self, message):
@@ -38,10 +38,10 @@ def _at_least(minimum: int):
     return parse
 
 
-_positive_int = _at_least(1)
+positive_int = _at_least(1)
 
 
-def _seconds(text: str) -> float:
+def seconds_arg(text: str) -> float:
     """An argparse type: a number of seconds >= 0."""
     try:
         value = float(text)
@@ -52,7 +52,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
     """An argparse type: a number > 0 (seconds such as ``--progress-every``)."""
     try:
         value = float(text)
@@ -63,10 +63,10 @@ def _positive_float(text: str) -> float:
     return value
 
 #: ``design --workers``: 0 runs the starts in this process.
-_whole_number = _at_least(0)
+whole_number = _at_least(0)
 
 
-def _add_quick_compile(parser: argparse.ArgumentParser) -> None:
+def add_quick_compile(parser: argparse.ArgumentParser) -> None:
     """The ``--quick-compile`` flag of the commands that solve a model once."""
     parser.add_argument("--quick-compile", action="store_true",
                         help="when solving a model file: compile without LLVM's optimisation, up to 2x faster "
@@ -98,16 +98,16 @@ def log_level(args) -> int:
     return logging.WARNING if getattr(args, "quiet", False) else logging.INFO
 
 
-def _progress(message: str) -> None:
+def note_progress(message: str) -> None:
     """A progress line or note: an ``INFO`` record of ``mechsweep.cli`` (``[mechsweep] ...`` on stderr)."""
     log.info(message)
 
 
-def _is_model(path: str) -> bool:
+def is_model_path(path: str) -> bool:
     return path.endswith((".yaml", ".yml"))
 
 
-def _model_file(path: str) -> Path:
+def model_file_arg(path: str) -> Path:
     """The MODEL argument as a path, checked to be a readable regular file.
 
     Always a :class:`~pathlib.Path`, so that a name that is not a file is

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from solver.errors import InputError
-from sweep.cli.common import EXIT_FAILED, EXIT_OK, _model_file, _progress, check_out
+from sweep.cli.common import EXIT_FAILED, EXIT_OK, model_file_arg, note_progress, check_out
 
 __all__ = ["cmd_design"]
 
@@ -29,8 +29,8 @@ def cmd_design(args) -> int:
                              f"name ending in .zarr")
         check_out(args.out, folder=True, overwrite=args.overwrite, what="a design history store")
     else:
-        _progress("no --out: the history and its picture are not written")
-    result = run_design(_model_file(args.design), out=args.out, starts=args.starts,
+        note_progress("no --out: the history and its picture are not written")
+    result = run_design(model_file_arg(args.design), out=args.out, starts=args.starts,
                         from_store=args.from_store, workers=args.workers,
                         scheduler=args.scheduler, scheduler_file=args.scheduler_file,
                         cluster=args.cluster, overwrite=args.overwrite, plot=not args.no_plot)

@@ -12,7 +12,7 @@ import numpy as np
 
 from solver import status as st
 from solver.errors import InputError
-from sweep.cli.common import EXIT_FAILED, EXIT_OK, _is_model, _model_file, _progress, check_out
+from sweep.cli.common import EXIT_FAILED, EXIT_OK, is_model_path, model_file_arg, note_progress, check_out
 from sweep.cli.results import open_result, write_result
 
 __all__ = ["cmd_check", "cmd_simulate", "cmd_equilibrium", "cmd_plot", "cmd_animate", "summary", "FINAL_MAX"]
@@ -98,7 +98,7 @@ def _apply_sets(items: Sequence[str], model):
             f"--set {name}={given[name]}: '{name}' fixes the model's size and must be a whole "
             f"number", file=model.path))
         said = ", ".join(f"{k} = {v}" for k, v in sizes.items())
-        _progress(f"{said}: structural (it fixes the model's size), so the model is built again "
+        note_progress(f"{said}: structural (it fixes the model's size), so the model is built again "
                   f"and compiled for it")
         model = rebuild_structural(model, sizes)
     return model, _parse_sets(rest, model)
@@ -205,7 +205,7 @@ def _final_path(args, model) -> Path:
     return base.with_name(base.name.rsplit(".", 1)[0] + ".final.json")
 
 
-def _spill_final(info: dict, args, model) -> dict:
+def spill_final(info: dict, args, model) -> dict:
     """Move a ``final`` of more than :data:`FINAL_MAX` values into a JSON file.
 
     Returns:
@@ -224,7 +224,7 @@ def _spill_final(info: dict, args, model) -> dict:
     except OSError as exc:
         raise InputError(f"cannot write the final state file {path} ({exc.strerror or exc}); "
                          "give --out in a writable folder") from None
-    _progress(f"final state has {len(final)} values (more than {FINAL_MAX}): wrote it to {path}")
+    note_progress(f"final state has {len(final)} values (more than {FINAL_MAX}): wrote it to {path}")
     out = {}
     for key, value in info.items():
         if key == "final":
@@ -236,13 +236,13 @@ def _spill_final(info: dict, args, model) -> dict:
 
 def _simulate(model, params=None, quick_compile: bool = False):
     how = "; compiling quickly (--quick-compile)" if quick_compile else "; compiling the first time takes a while"
-    _progress(f"solving '{model.title}' ({model.dae.n} unknowns, t = {model.t0:g} .. {model.tend:g}){how}")
+    note_progress(f"solving '{model.title}' ({model.dae.n} unknowns, t = {model.t0:g} .. {model.tend:g}){how}")
     t = time.perf_counter()
     ds = model.solve(params, **({"optimize": False} if quick_compile else {}))
     code = int(ds["status"].values)
     wall = time.perf_counter() - t
     compile_s = float(ds.attrs.get("compile_seconds", 0.0))
-    _progress(f"finished in {wall:.1f} s ({compile_s:.1f} s compiling, {wall - compile_s:.2f} s solving): "
+    note_progress(f"finished in {wall:.1f} s ({compile_s:.1f} s compiling, {wall - compile_s:.2f} s solving): "
               f"{st.meaning(code)}, {int(ds['steps'].values)} steps")
     return ds
 
@@ -253,7 +253,7 @@ def _model_for_run(ds, model_path: str | None):
     from solver.models.yamlio import load_yaml
 
     if model_path:
-        return load(_model_file(model_path))
+        return load(model_file_arg(model_path))
     text = ds.attrs.get("model_yaml")
     if not text:
         raise InputError("this result does not record its model; pass --model MODEL.yaml")
@@ -304,7 +304,7 @@ def cmd_check(args) -> int:
     from solver.analysis.diagnose import check_jacobian
     from solver.models import load
 
-    model = load(_model_file(args.model))
+    model = load(model_file_arg(args.model))
     dae = model.dae
     s = dae.structure
     print(f"{model.title}  (Kind: {model.kind}, {args.model})")
@@ -343,14 +343,14 @@ def cmd_simulate(args) -> int:
         raise InputError(f"--out {args.out!r}: the result file must end in .zarr or .nc")
     if args.out:
         check_out(args.out, folder=args.out.endswith(".zarr"), what="a Zarr store")
-    model, params = _apply_sets(args.set, load(_model_file(args.model)))
+    model, params = _apply_sets(args.set, load(model_file_arg(args.model)))
     ds = _simulate(model, params, args.quick_compile)
     if args.out:
         write_result(ds, args.out)
-        _progress(f"wrote {args.out}")
+        note_progress(f"wrote {args.out}")
     info = summary(ds, model)
     if args.json:
-        print(json.dumps(_spill_final(info, args, model)))
+        print(json.dumps(spill_final(info, args, model)))
     else:
         print(f"{model.title}: {info['status']} at t = {_figure(info['t_end'])}, {info['steps']} steps, "
               f"max constraint residual {_figure(info['max_constraint_residual'])}"
@@ -373,7 +373,7 @@ def cmd_equilibrium(args) -> int:
     from solver.models.expr import evaluate_constant
     from solver.models import load
 
-    model, params = _apply_sets(args.set, load(_model_file(args.model)))
+    model, params = _apply_sets(args.set, load(model_file_arg(args.model)))
     known = model.all_params(params)
     guess = {}
     for item in args.guess:
@@ -383,7 +383,7 @@ def cmd_equilibrium(args) -> int:
             raise InputError(f"--guess {item!r}: expected NAME=VALUE, e.g. --guess x=0.5 or "
                              f"--guess A=[0.7,0.7]")
         guess[name] = evaluate_constant(text.strip(), known, path=f"--guess {name}")
-    _progress(f"finding an equilibrium of '{model.title}' ({model.dae.n} unknowns)")
+    note_progress(f"finding an equilibrium of '{model.title}' ({model.dae.n} unknowns)")
     result = equilibrium(model, guess=guess, params=params, method=args.method)
     print(json.dumps(result.to_dict()) if args.json else result.summary())
     return EXIT_OK
@@ -394,14 +394,14 @@ def cmd_plot(args) -> int:
     from solver.results.plot import plot_timeseries
 
     check_out(args.out, folder=False)
-    if _is_model(args.source):
+    if is_model_path(args.source):
         from solver.models import load
 
-        ds = _simulate(load(_model_file(args.source)), quick_compile=args.quick_compile)
+        ds = _simulate(load(model_file_arg(args.source)), quick_compile=args.quick_compile)
     else:
         ds = open_result(args.source)
     plot_timeseries(ds, args.out, variables=args.vars)
-    _progress(f"wrote {args.out}")
+    note_progress(f"wrote {args.out}")
     return EXIT_OK
 
 
@@ -411,14 +411,14 @@ def cmd_animate(args) -> int:
 
     check_out(args.out, folder=False)
     check_animation_output(args.out)   # format and ffmpeg before a solve that may take minutes
-    if _is_model(args.source):
+    if is_model_path(args.source):
         from solver.models import load
 
-        model = load(_model_file(args.source))
+        model = load(model_file_arg(args.source))
         ds = _simulate(model, quick_compile=args.quick_compile)
     else:
         ds = open_result(args.source)
         model = _model_for_run(ds, args.model)
     animate(model, ds, args.out, frames=args.frames)
-    _progress(f"wrote {args.out}")
+    note_progress(f"wrote {args.out}")
     return EXIT_OK

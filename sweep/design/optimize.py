@@ -45,9 +45,9 @@ from sweep.design.spec import DesignSpec, load_design
 from sweep.design.record import check_history_out, history_dataset, history_png_path, plot_design, write_history
 # Re-exported: the problem and the starts from a store were defined here
 # before sweep.design.problem and sweep.design.starts.
-from sweep.design.problem import (DesignContext, Evaluation, _model_for, build_problem, evaluate,
+from sweep.design.problem import (DesignContext, Evaluation, model_for, build_problem, evaluate,
                                   load_design_model)
-from sweep.design.starts import _explicit_starts, rank_store
+from sweep.design.starts import explicit_starts, rank_store
 from sweep.log import get_logger
 
 __all__ = ["DesignContext", "Evaluation", "StartResult", "DesignResult", "build_problem",
@@ -201,7 +201,7 @@ def run_start(context: DesignContext, x0, index: int = 0, model=None,
         run).
     """
     t_start = time.perf_counter()
-    model = _model_for(context) if model is None else model
+    model = model_for(context) if model is None else model
     rec = _Recorder(context, model)
     x0 = np.clip(np.asarray(x0, dtype=float), context.lower, context.upper)
     first = rec.get(x0)
@@ -449,7 +449,7 @@ def run_design(design, out: str | None = None, starts=None, from_store: str | No
                                                       zip(context.names, x0))
                  + f" (stored path's objective {err:.4g})")
     elif starts is not None:
-        chosen = _explicit_starts(context, starts)
+        chosen = explicit_starts(context, starts)
     else:
         chosen = [(context.start.copy(), "file", math.nan)]
     for note in notes:

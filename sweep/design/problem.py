@@ -92,7 +92,7 @@ def load_design_model(spec: DesignSpec):
                            pipeline._model_key(spec.model_path, spec.model_text, spec.override))
 
 
-def _model_for(context: DesignContext):
+def model_for(context: DesignContext):
     return pipeline._model(context.model_path, context.override, context.key)
 
 
@@ -343,7 +343,7 @@ def evaluate(context: DesignContext, x, model=None, *, extra: Mapping | None = N
         ``no_assembly`` (no consistent initial point) or the integrator's
         code, a NaN objective and its reason, never an exception.
     """
-    model = _model_for(context) if model is None else model
+    model = model_for(context) if model is None else model
     x = np.asarray(x, dtype=float).copy()
     n, m = len(context.names), len(context.constraints)
     params = {**(extra or {}), **{name: float(v) for name, v in zip(context.names, x)}}

@@ -10,7 +10,7 @@ import numpy as np
 
 from solver import status as st
 from solver.errors import InputError
-from sweep.design.problem import DesignContext, _model_for
+from sweep.design.problem import DesignContext, model_for
 
 __all__ = ["rank_store"]
 
@@ -57,7 +57,7 @@ def rank_store(context: DesignContext, store, k: int) -> tuple[list, list[str]]:
                          f"starts from a plain sweep store")
     if "status" not in ds or "point" not in ds.dims:
         raise InputError(f"{where}: not a sweep store (no status per point)")
-    model = _model_for(context)
+    model = model_for(context)
     for var, _ in context.columns:
         if var not in ds.data_vars:
             kept = [v for v in ds.data_vars if v in model.dae.var_index]
@@ -127,7 +127,7 @@ def rank_store(context: DesignContext, store, k: int) -> tuple[list, list[str]]:
     return starts, notes
 
 
-def _explicit_starts(context: DesignContext, starts) -> list:
+def explicit_starts(context: DesignContext, starts) -> list:
     """Starts given as mappings name -> value (missing names: the file's start)."""
     out = []
     for i, item in enumerate(starts):
