@@ -60,7 +60,8 @@ import numpy as np
 from solver import status as st
 from solver.errors import InputError
 from sweep.location import StoreLocation, is_url
-from sweep.store import ROOT_MARK, _groups_of, _is_store, _place, is_structural_store, open_tree, root_attrs
+from sweep.store.schema import is_store, place
+from sweep.store.tree import ROOT_MARK, groups_of, is_structural_store, open_tree, root_attrs
 
 __all__ = ["ROOT_MARK", "STRUCTURAL_FORMAT", "Group", "FailedGroup", "StructuralSummary",
            "group_label", "plan_groups", "failed_batch", "is_structural_store", "root_attrs",
@@ -357,11 +358,11 @@ def prepare_root(path, spec, names: list[str], groups: list[Group], mode: str) -
     from sweep.store import MODES
 
     where = StoreLocation(path)
-    path = _place(path)
+    path = place(path)
     if mode not in MODES:
         raise InputError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     if where.exists() and mode == "overwrite":
-        if not _is_store(path) and (where.remote or any(path.iterdir())):
+        if not is_store(path) and (where.remote or any(path.iterdir())):
             raise InputError("exists and is not a Zarr store; refusing to delete it even with "
                              "--overwrite. Choose another --out path", file=str(path))
         where.remove()
@@ -370,7 +371,7 @@ def prepare_root(path, spec, names: list[str], groups: list[Group], mode: str) -
     if not where.exists():
         create_root(path, spec, names, groups)
         return True
-    if not _is_store(path):
+    if not is_store(path):
         raise InputError("exists and is not a Zarr store. Choose another --out path",
                          file=str(path))
     attrs = root_attrs(path)
@@ -491,7 +492,7 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
     Raises:
         InputError: see :func:`prepare_root` and :func:`sweep.run.run_sweep`.
     """
-    out = _place(out)
+    out = place(out)
     prepare_root(out, spec, names, groups, mode)
     if workers == 0 or all(g.error for g in groups):
         return _run_groups(spec, names, groups, out, None, mode, progress, note, progress_every, worker_timeout)
@@ -644,13 +645,13 @@ def status_report(path, level: str = "quick") -> tuple[str, bool]:
     from sweep.store import check_store
     from sweep.store import status_report as group_report
 
-    path = _place(path)
-    attrs, labels = _groups_of(path)
+    path = place(path)
+    attrs, labels = groups_of(path)
     points = attrs.get("sweep_group_points") or [None] * len(labels)
     ok, totals, reports = True, {}, []
     for label, n in zip(labels, points):
         gpath = path / label
-        if not _is_store(gpath):
+        if not is_store(gpath):
             ok = False
             reports.append(f"group {label}: MISSING ({n} points): its Zarr group is gone; "
                            f"'mechsweep sweep SWEEP.yaml --out {path} --resume' recomputes it")
@@ -699,11 +700,11 @@ def points_dataset(path):
     """
     import xarray as xr
 
-    path = _place(path)
-    attrs, labels = _groups_of(path)
+    path = place(path)
+    attrs, labels = groups_of(path)
     parts = []
     for label in labels:
-        if not _is_store(path / label):
+        if not is_store(path / label):
             continue
         ds = xr.open_zarr(str(path / label))
         keep = [v for v in ds.data_vars if ds[v].dims == ("point",)]
