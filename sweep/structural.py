@@ -496,7 +496,7 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
     prepare_root(out, spec, names, groups, mode)
     if workers == 0 or all(g.error for g in groups):
         return _run_groups(spec, names, groups, out, None, mode, progress, note, progress_every, worker_timeout)
-    from sweep.run import _say_dashboard, dask_client
+    from sweep.run.cluster import dask_client, say_dashboard
 
     # One cluster for every group, started when the first group has batches
     # to run: starting a LocalCluster's worker processes (and their imports)
@@ -507,7 +507,7 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
         def client():
             if not started:
                 started.append(stack.enter_context(dask_client(workers, scheduler, scheduler_file, cluster)))
-                _say_dashboard(started[0])
+                say_dashboard(started[0])
             return started[0]
 
         return _run_groups(spec, names, groups, out, client, mode, progress, note, progress_every, worker_timeout)
