@@ -54,7 +54,8 @@ import numpy as np
 from solver import status as st
 from solver.errors import InputError
 from sweep.log import PLAIN, get_logger
-from sweep.store import ROOT_MARK, _place, is_structural_store, open_tree, root_attrs
+from sweep.store.schema import place
+from sweep.store.tree import ROOT_MARK, is_structural_store, open_tree, root_attrs
 # Re-exported: the store's root was made and read here before sweep.structural_store.
 from sweep.structural_store import (STRUCTURAL_FORMAT, consolidate_root, create_root, points_dataset, prepare_root,
                                     status_report)
@@ -352,12 +353,12 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
     Raises:
         InputError: see :func:`prepare_root` and :func:`sweep.run.run_sweep`.
     """
-    out = _place(out)
+    out = place(out)
     note = log.info if note is None else note
     prepare_root(out, spec, names, groups, mode)
     if workers == 0 or all(g.error for g in groups):
         return _run_groups(spec, names, groups, out, None, mode, progress, note, progress_every, worker_timeout)
-    from sweep.run import _say_dashboard, dask_client
+    from sweep.run.cluster import dask_client, say_dashboard
 
     # One cluster for every group, started when the first group has batches
     # to run: starting a LocalCluster's worker processes (and their imports)
@@ -368,7 +369,7 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
         def client():
             if not started:
                 started.append(stack.enter_context(dask_client(workers, scheduler, scheduler_file, cluster)))
-                _say_dashboard(started[0])
+                say_dashboard(started[0])
             return started[0]
 
         return _run_groups(spec, names, groups, out, client, mode, progress, note, progress_every, worker_timeout)

@@ -19,7 +19,8 @@ import numpy as np
 from solver import status as st
 from solver.errors import InputError
 from sweep.location import StoreLocation, is_url
-from sweep.store import ROOT_MARK, _groups_of, _is_store, _place, root_attrs
+from sweep.store.schema import is_store, place
+from sweep.store.tree import ROOT_MARK, groups_of, root_attrs
 
 __all__ = ["STRUCTURAL_FORMAT", "create_root", "prepare_root", "status_report", "points_dataset"]
 
@@ -123,11 +124,11 @@ def prepare_root(path, spec, names: list[str], groups: list, mode: str) -> bool:
     from sweep.store import MODES
 
     where = StoreLocation(path)
-    path = _place(path)
+    path = place(path)
     if mode not in MODES:
         raise InputError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     if where.exists() and mode == "overwrite":
-        if not _is_store(path) and (where.remote or any(path.iterdir())):
+        if not is_store(path) and (where.remote or any(path.iterdir())):
             raise InputError("exists and is not a Zarr store; refusing to delete it even with "
                              "--overwrite. Choose another --out path", file=str(path))
         where.remove()
@@ -136,7 +137,7 @@ def prepare_root(path, spec, names: list[str], groups: list, mode: str) -> bool:
     if not where.exists():
         create_root(path, spec, names, groups)
         return True
-    if not _is_store(path):
+    if not is_store(path):
         raise InputError("exists and is not a Zarr store. Choose another --out path",
                          file=str(path))
     attrs = root_attrs(path)
@@ -180,13 +181,13 @@ def status_report(path, level: str = "quick") -> tuple[str, bool]:
     from sweep.store import check_store
     from sweep.store import status_report as group_report
 
-    path = _place(path)
-    attrs, labels = _groups_of(path)
+    path = place(path)
+    attrs, labels = groups_of(path)
     points = attrs.get("sweep_group_points") or [None] * len(labels)
     ok, totals, reports = True, {}, []
     for label, n in zip(labels, points):
         gpath = path / label
-        if not _is_store(gpath):
+        if not is_store(gpath):
             ok = False
             reports.append(f"group {label}: MISSING ({n} points): its Zarr group is gone; "
                            f"'mechsweep sweep SWEEP.yaml --out {path} --resume' recomputes it")
@@ -235,11 +236,11 @@ def points_dataset(path):
     """
     import xarray as xr
 
-    path = _place(path)
-    attrs, labels = _groups_of(path)
+    path = place(path)
+    attrs, labels = groups_of(path)
     parts = []
     for label in labels:
-        if not _is_store(path / label):
+        if not is_store(path / label):
             continue
         ds = xr.open_zarr(str(path / label))
         keep = [v for v in ds.data_vars if ds[v].dims == ("point",)]

@@ -46,7 +46,7 @@ _REWRITTEN = ("status", "steps", "failure_time", "failure_reason", "batch_messag
 
 
 def _rewritten(group: zarr.Group) -> set[str]:
-    # The outputs, status, steps and the failure variables are sweep.store._batch_arrays
+    # The outputs, status, steps and the failure variables are sweep.store.schema.batch_arrays
     # (not imported: no cycle).
     return set(_REWRITTEN) | set(group.attrs.get("sweep_outputs") or [])
 

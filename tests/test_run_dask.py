@@ -157,7 +157,7 @@ def test_sweep_on_scheduler_and_two_workers_equals_a_serial_loop(healthy, tmp_pa
     def driver_writes(*args):
         raise AssertionError("the driver wrote a batch's data; its worker should have")
 
-    monkeypatch.setattr(sweep.run, "write_batch_data", driver_writes)   # in this process only
+    monkeypatch.setattr(sweep.run.driver, "write_batch_data", driver_writes)   # in this process only
     spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5, 1.2], batch=4)
     ctx = ToyContext(sleep=0.1, omega_max=5.5, raise_at=3.0, log=str(tmp_path / "log"))
     path = tmp_path / "s.zarr"

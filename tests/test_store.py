@@ -121,7 +121,7 @@ def test_a_batch_is_complete_only_once_its_status_is_written(tmp_path, monkeypat
     def crash(*args):
         raise KeyboardInterrupt   # the driver dies between data and status
 
-    monkeypatch.setattr(store, "_write_status", crash)
+    monkeypatch.setattr(store.write, "_write_status", crash)
     sl = slice(0, 4)
     with pytest.raises(KeyboardInterrupt):
         store.write_batch(path, sl, toy_batch({k: v[sl] for k, v in spec.points.items()}, ctx))

@@ -140,7 +140,7 @@ def test_a_batch_is_not_done_until_its_commit_record_is_written(tmp_path, monkey
     def crash(*args):
         raise KeyboardInterrupt       # the driver dies between status and commit record
 
-    monkeypatch.setattr(store, "_write_commit", crash)
+    monkeypatch.setattr(store.commit, "write_commit", crash)
     with pytest.raises(KeyboardInterrupt):
         resume_toy(path, log, tag="first")
     monkeypatch.undo()
@@ -241,7 +241,7 @@ def test_a_chunk_undecodable_under_a_matching_checksum_is_found_by_verify(tmp_pa
     # A writer that committed garbage: the checksum matches, decoding fails.
     path = toy_store(tmp_path / "s.zarr")
     (path / "x" / "c" / "1" / "0").write_bytes(b"not zstd at all")
-    store._write_commit(zarr.open_group(str(path), mode="r+"), 1)
+    store.commit.write_commit(zarr.open_group(str(path), mode="r+"), 1)
     assert status_cli(path, capsys)[0] == 0
     code, out, _ = status_cli(path, capsys, "--verify")
     assert code == 1
@@ -397,7 +397,7 @@ def make_format_2(path):
     group = zarr.open_group(str(path), mode="r+")
     for index in range(len(store.batch_slices(SPEC.n_points, SPEC.batch))):
         if str(group["batch_commit"][index]):
-            store._write_commit(group, index)
+            store.commit.write_commit(group, index)
     write_template_record(path)
 
 

@@ -201,7 +201,7 @@ def run_mechsweep(where, schema, n_batches: int, batch: int, s3=None) -> Run:
     group = zarr.open_group(str(where), mode="r+")       # a worker opens the store once
     committer = store.BatchCommitter(str(where))         # the driver, once per run
     readback = []                                        # the worker's read-back + SHA-256, seconds
-    original = store._chunk_table
+    original = store.write.chunk_table
 
     def chunk_table(*a, **kw):
         t = time.perf_counter()
@@ -209,7 +209,7 @@ def run_mechsweep(where, schema, n_batches: int, batch: int, s3=None) -> Run:
             return original(*a, **kw)
         finally:
             readback.append(time.perf_counter() - t)
-    store._chunk_table = chunk_table
+    store.write.chunk_table = chunk_table
     for index, sl in enumerate(store.batch_slices(n_points, batch)):
         result = batch_result(schema, batch, index)
         t0 = time.perf_counter()
@@ -220,7 +220,7 @@ def run_mechsweep(where, schema, n_batches: int, batch: int, s3=None) -> Run:
         t2 = time.perf_counter()
         run.worker_ms.append((t1 - t0) * 1e3)
         run.driver_ms.append((t2 - t1) * 1e3)
-    store._chunk_table = original
+    store.write.chunk_table = original
     run.notes.append(f"worker ms of which reading the chunks back + SHA-256: median "
                      f"{statistics.median(readback) * 1e3:.1f}")
     if s3 is None:
@@ -243,8 +243,8 @@ def run_mechsweep(where, schema, n_batches: int, batch: int, s3=None) -> Run:
 
 def icechunk_template(repo, schema, n_points: int, batch: int) -> None:
     """The same template as mechsweep's (same arrays, chunks, codecs, fill values), one commit."""
-    ds, encoding = store._template("bench", make_points(n_points), schema,
-                                   {"title": "icechunk benchmark"}, batch)
+    ds, encoding = store.template._template("bench", make_points(n_points), schema,
+                                            {"title": "icechunk benchmark"}, batch)
     session = repo.writable_session("main")
     ds.to_zarr(session.store, mode="w-", compute=False, encoding=encoding, consolidated=False,
                zarr_format=3)
@@ -255,10 +255,10 @@ def icechunk_worker(payload: bytes, schema, sl: slice, index: int, result) -> by
     """A Dask task's part: unpickle the fork, write the batch's regions in it, pickle it back."""
     fork = pickle.loads(payload)
     group = zarr.open_group(fork.store, mode="r+")
-    arrays = store._open_arrays(group, batch_arrays(schema))
+    arrays = store.write._open_arrays(group, batch_arrays(schema))
     writes, codes = batch_writes(schema, sl, index, result)
-    store._write_chunks(arrays, writes)                  # data first, then status, as mechsweep
-    store._write_chunks(arrays, [("status", sl, codes)])
+    store.write._write_chunks(arrays, writes)            # data first, then status, as mechsweep
+    store.write._write_chunks(arrays, [("status", sl, codes)])
     return pickle.dumps(fork)
 
 
@@ -364,12 +364,12 @@ def crash_child(kind: str, where: str) -> None:
     result = batch_result(schema, CRASH_BATCH, CRASHED)
     if kind.startswith("mechsweep"):
         if kind == "mechsweep-mid-write":
-            original = store._write_chunks
+            original = store.write._write_chunks
 
             def half_then_die(arrays, writes):
                 original(arrays, writes[: len(writes) // 2])
                 os._exit(9)
-            store._write_chunks = half_then_die
+            store.write._write_chunks = half_then_die
         store.write_batch_data(where, sl, result)
         os._exit(9)          # written, not committed: the driver never got the result
     repo = icechunk.Repository.open(icechunk.local_filesystem_storage(where))
@@ -377,9 +377,9 @@ def crash_child(kind: str, where: str) -> None:
     fork = session.fork()
     if kind == "icechunk-mid-write":
         group = zarr.open_group(fork.store, mode="r+")
-        arrays = store._open_arrays(group, batch_arrays(schema))
+        arrays = store.write._open_arrays(group, batch_arrays(schema))
         writes, _ = batch_writes(schema, sl, CRASHED, result)
-        store._write_chunks(arrays, writes[: len(writes) // 2])
+        store.write._write_chunks(arrays, writes[: len(writes) // 2])
         os._exit(9)
     back = icechunk_worker(pickle.dumps(fork), schema, sl, CRASHED, result)
     session.merge(pickle.loads(back))

@@ -1,0 +1,274 @@
+"""Where a sweep's Dask work runs: cluster files, clusters, clients, and a watch for a cluster without workers."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Mapping
+
+from solver.errors import InputError
+from solver.models.yamlio import Locator, load_yaml
+from sweep.file_schemas import CLUSTER_KEYS, ClusterFile
+from sweep.run.worker import JaxSetup, default_jax_cache_dir
+from sweep.yamlschema import validate
+
+__all__ = [
+    "CLUSTER_KEYS", "local_cores", "load_cluster_config", "make_cluster", "check_dask_target", "start_client",
+    "dask_client", "WORKER_TIMEOUT", "WorkerWatch", "say_dashboard", "worker_threads",
+]
+
+
+
+def local_cores() -> int:
+    """The cores this process may use (the LocalCluster's default worker count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def load_cluster_config(path) -> dict:
+    """Read and check a cluster YAML file.
+
+    The file names a cluster class and how to size it, e.g. ::
+
+        module: dask_jobqueue
+        class: SLURMCluster
+        kwargs: {cores: 8, memory: 16GB, walltime: "01:00:00"}
+        scale: {jobs: 4}
+
+    Args:
+        path: the YAML file.
+
+    Returns:
+        The checked mapping (keys of :data:`CLUSTER_KEYS`).
+
+    Raises:
+        InputError: unreadable file, unknown or missing keys, wrong types.
+    """
+    # The one YAML reader (YAML 1.2 scalars, duplicate keys refused, input limits).
+    config, loc = load_yaml(Path(path))
+    if not isinstance(config, dict):
+        raise InputError(f"expected {ClusterFile.what}", file=loc.file)
+    # Checked against the declared schema; its messages name the file and the key, not the line.
+    validate(ClusterFile, config, Locator(file=loc.file))
+    return config
+
+
+def make_cluster(config: Mapping, path=None, workers: int | None = None):
+    """Start the cluster a checked cluster config describes.
+
+    Args:
+        config: from :func:`load_cluster_config`.
+        path: the file it came from (for messages).
+        workers: worker count used when the config has neither ``scale`` nor
+            ``adapt``.
+
+    Returns:
+        The started ``distributed`` cluster.
+
+    Raises:
+        InputError: the module cannot be imported, or the class is missing or
+            not a ``distributed`` cluster class.
+    """
+    from distributed.deploy import Cluster
+
+    file = None if path is None else str(path)
+    try:
+        module = importlib.import_module(config["module"])
+    except ImportError as exc:
+        hint = " (pip install 'mechsweep[cluster]')" if "jobqueue" in config["module"] else ""
+        raise InputError(f"cannot import module {config['module']!r}: {exc}{hint}",
+                         file=file, path="module") from exc
+    cls = getattr(module, config["class"], None)
+    if not (isinstance(cls, type) and issubclass(cls, Cluster)):
+        raise InputError(f"{config['module']}.{config['class']} is not a Dask cluster class "
+                         f"(a subclass of distributed.deploy.Cluster)", file=file, path="class")
+    cluster = cls(**config.get("kwargs", {}))
+    scale = config.get("scale")
+    if isinstance(scale, dict):
+        cluster.scale(**scale)
+    elif scale is not None:
+        cluster.scale(scale)
+    elif "adapt" not in config and workers:
+        cluster.scale(workers)
+    if "adapt" in config:
+        cluster.adapt(**config["adapt"])
+    return cluster
+
+
+def check_dask_target(scheduler=None, scheduler_file=None, cluster=None):
+    """Check where Dask work would run, before anything is computed or written.
+
+    Returns:
+        ``(cluster config or None, its file or None)``.
+
+    Raises:
+        InputError: more than one of scheduler, scheduler file and cluster;
+            a missing scheduler file; a bad cluster file.
+    """
+    return _check_target(scheduler, scheduler_file, cluster)
+
+
+def _check_target(scheduler, scheduler_file, cluster):
+    """Check the scheduler options before anything is written; (cluster config, its file)."""
+    chosen = [name for name, v in (("scheduler", scheduler), ("scheduler_file", scheduler_file),
+                                   ("cluster", cluster)) if v]
+    if len(chosen) > 1:
+        raise InputError(f"give at most one of --scheduler, --scheduler-file, --cluster "
+                         f"(got {', '.join(chosen)})")
+    if scheduler_file and not Path(scheduler_file).is_file():
+        raise InputError("scheduler file not found", file=str(scheduler_file))
+    if isinstance(cluster, (str, os.PathLike)):
+        return load_cluster_config(cluster), str(cluster)
+    return cluster, None
+
+
+def start_client(workers, scheduler, scheduler_file, cluster, cluster_file):
+    """A Dask client on the given scheduler, scheduler file or cluster, else on a new LocalCluster.
+
+    Args:
+        workers: LocalCluster worker processes (default: the cores this
+            process may use), or the workers to scale a cluster config
+            without ``scale``.
+        scheduler, scheduler_file: as for :func:`sweep.run.driver.run_sweep`.
+        cluster, cluster_file: a checked cluster config and its file
+            (:func:`check_dask_target`), or None.
+
+    Returns:
+        ``(client, cluster)``: the cluster is the one started here (the
+        caller closes it), None for a scheduler it only connects to.
+    """
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        return Client(scheduler), None
+    if scheduler_file:
+        return Client(scheduler_file=str(scheduler_file)), None
+    if cluster:
+        own = make_cluster(cluster, cluster_file, workers)
+        return Client(own), own
+    # The cores this process may use (a batch-system allocation), not the whole node's.
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    n = workers or cores or 1
+    own = LocalCluster(n_workers=n, threads_per_worker=1, processes=True)
+    return Client(own), own
+
+
+@contextlib.contextmanager
+def dask_client(workers=None, scheduler=None, scheduler_file=None, cluster=None,
+                jax_cache_dir: str | None = None):
+    """A Dask client on the same kind of cluster as sweeps, closed on exit.
+
+    Other task-parallel commands (``mechsweep design``'s starts) use it: a
+    LocalCluster of single-threaded worker processes, each pinned to a core,
+    by default; else the given scheduler, scheduler file or cluster file.
+    Every worker gets :class:`JaxSetup` (float64, the persistent
+    compilation cache).
+
+    Args:
+        workers: LocalCluster worker processes (default: the local cores).
+        scheduler, scheduler_file, cluster: as for :func:`sweep.run.driver.run_sweep`.
+        jax_cache_dir: the workers' compilation cache (default
+            :func:`default_jax_cache_dir`).
+
+    Yields:
+        the ``distributed.Client``.
+
+    Raises:
+        InputError: see :func:`check_dask_target`.
+    """
+    from distributed import LocalCluster
+
+    cluster, cluster_file = _check_target(scheduler, scheduler_file, cluster)
+    client, own = start_client(workers, scheduler, scheduler_file, cluster, cluster_file)
+    try:
+        client.register_plugin(JaxSetup(jax_cache_dir or default_jax_cache_dir(),
+                                        pin=isinstance(own, LocalCluster)))
+        yield client
+    finally:
+        client.close()
+        if own is not None:
+            own.close()
+
+
+#: Seconds a sweep waits while its cluster has no worker before it stops (``--worker-timeout``).
+WORKER_TIMEOUT = 60.0
+
+
+class WorkerWatch:
+    """Stop a sweep whose Dask cluster has had no worker for ``timeout`` seconds.
+
+    A thread asks the scheduler for its workers every ``poll`` seconds. With
+    none, it says so on stderr at once; after ``timeout`` seconds without
+    any (with ``after_first``, counted only once a first worker has come:
+    a cluster file's job queue may take long to start them) it cancels the
+    queued batches (they stay pending in the store) and
+    sets :attr:`reason`, so that the run ends as incomplete instead of
+    waiting in silence for workers that may never come.
+
+    Attributes:
+        reason: why it stopped the run, or empty.
+    """
+
+    def __init__(self, client, futures: Callable[[], list], timeout: float, poll: float = 1.0,
+                 after_first: bool = False):
+        self.client, self.futures, self.timeout, self.poll = client, futures, float(timeout or 0), poll
+        self.after_first = after_first
+        self.reason = ""
+        self._stop = threading.Event()
+        self._thread = None
+        if self.timeout > 0:
+            self._thread = threading.Thread(target=self._watch, name="mechsweep-worker-watch", daemon=True)
+            self._thread.start()
+
+    def _workers(self) -> int:
+        try:
+            return len(self.client.scheduler_info()["workers"])
+        except Exception:  # noqa: BLE001 - a scheduler that does not answer has no workers for us
+            return 0
+
+    def _watch(self) -> None:
+        since, seen = None, False
+        while not self._stop.wait(self.poll):
+            if self._workers():
+                since, seen = None, True
+                continue
+            if self.after_first and not seen:
+                # A cluster file's workers come from a job queue: they may
+                # take a long time to start, and the wait starts with the first.
+                continue
+            if since is None:
+                since = time.monotonic()
+                print(f"[mechsweep] the Dask cluster has no workers; waiting up to {self.timeout:g} s "
+                      f"for one (--worker-timeout)", file=sys.stderr, flush=True)
+            elif time.monotonic() - since >= self.timeout:
+                self.reason = (f"the Dask cluster had no workers for {self.timeout:g} s (none started, or "
+                               f"all lost); start workers and resume")
+                self.client.cancel(self.futures())
+                return
+
+    def stop(self) -> None:
+        """End the watch (the run's batches are done or cancelled)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def say_dashboard(client) -> None:
+    """Print where the client's Dask dashboard is, on stderr (nothing when it has none)."""
+    try:
+        print(f"mechsweep: Dask dashboard at {client.dashboard_link}", file=sys.stderr)
+    except Exception:  # noqa: BLE001 - a missing dashboard must not stop a sweep
+        pass
+
+
+def worker_threads(client) -> int:
+    """The worker threads the client's cluster has now (at least 1; 1 when the scheduler does not say)."""
+    try:
+        return max(1, sum(w.get("nthreads", 1)
+                          for w in client.scheduler_info()["workers"].values()))
+    except Exception:  # noqa: BLE001 - only used for the overhead estimate
+        return 1

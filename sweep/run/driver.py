@@ -1,0 +1,437 @@
+"""The driver of a sweep: plan the store, submit one task per batch, commit each batch as it completes.
+
+The driver is the only writer of commit records; a batch's data never pass
+through it (its worker wrote them, :mod:`sweep.run.worker`), except for a
+batch lost with its worker, whose failure the driver writes itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import uuid
+from concurrent.futures import CancelledError
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import zarr
+
+from solver import status as st
+from sweep.run.cluster import (WORKER_TIMEOUT, WorkerWatch, check_dask_target, say_dashboard, start_client,
+                               worker_threads)
+from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
+                              package_version, run_and_write_batch)
+from sweep.store import (BatchCommitter, BatchResult, Schema, WrittenBatch, batch_slices, plan_store, read_status,
+                         write_batch_data)
+
+__all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog"]
+
+
+def format_seconds(s: float) -> str:
+    """A duration for people: seconds, minutes or hours, 3 significant digits."""
+    return f"{s:.3g} s" if s < 120 else f"{s / 60:.3g} min" if s < 7200 else f"{s / 3600:.3g} h"
+
+
+class _Interrupts:
+    """Ctrl-C and SIGTERM held back while a batch is written (see :func:`interrupt`)."""
+
+    writing = False
+    pending: BaseException | None = None
+
+
+def interrupt(exc: BaseException) -> None:
+    """Raise ``exc`` (a signal handler's), or hold it until the batch being written is committed.
+
+    A batch's chunks, status and commit record are written one after another;
+    stopped between them, the batch reads as damaged and runs again. The
+    command line's handlers of SIGINT and SIGTERM call this, so an interrupt
+    lands between batches.
+    """
+    if _Interrupts.writing:
+        _Interrupts.pending = exc
+        return
+    raise exc
+
+
+@contextlib.contextmanager
+def _writing_a_batch():
+    _Interrupts.writing = True
+    try:
+        yield
+    finally:
+        _Interrupts.writing = False
+        held, _Interrupts.pending = _Interrupts.pending, None
+        if held is not None:
+            raise held
+
+
+@dataclass
+class SweepSummary:
+    """What a call of :func:`run_sweep` did.
+
+    Attributes:
+        store: the store path.
+        n_points, n_batches: size of the whole sweep.
+        batches_run: batch indices written by this run, in completion order.
+        batches_left: batch indices this run meant to run but left pending
+            (cancelled because the scheduler went away).
+        batches_damaged: batch -> what was wrong, for the batches of an
+            existing store that failed verification against their commit
+            records and were therefore run again.
+        points_run: points written by this run.
+        by_status: status name -> points of this run.
+        store_by_status: status name -> points in the whole store afterwards.
+        batch_seconds: batch index -> compute time on its worker.
+        wall_seconds: from the first submission to the last write.
+        startup_seconds: store preparation and cluster start.
+        total_seconds: the whole call, start-up included.
+        stopped: why the run stopped before its batches were done (a
+            cluster without workers), or empty.
+        threads: worker threads seen (for the overhead).
+        overhead_fraction: ``1 - sum(batch_seconds) / (wall_seconds * threads)``,
+            the share of the workers' time not spent inside batch functions
+            (scheduling, transfer, writing, idle workers at the end).
+    """
+
+    store: str
+    n_points: int
+    n_batches: int
+    batches_run: list[int] = field(default_factory=list)
+    batches_left: list[int] = field(default_factory=list)
+    batches_damaged: dict[int, list[str]] = field(default_factory=dict)
+    points_run: int = 0
+    by_status: dict[str, int] = field(default_factory=dict)
+    store_by_status: dict[str, int] = field(default_factory=dict)
+    batch_seconds: dict[int, float] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    startup_seconds: float = 0.0
+    threads: int = 1
+    overhead_fraction: float = 0.0
+    total_seconds: float = 0.0
+    stopped: str = ""
+
+    def __str__(self) -> str:
+        counts = ", ".join(f"{k} {v}" for k, v in self.store_by_status.items())
+        per = (f"{np.mean(list(self.batch_seconds.values())):.3g} s/batch"
+               if self.batch_seconds else "no batches run")
+        lines = [f"{self.store}: {self.n_points} points in {self.n_batches} batches; "
+                 f"this run wrote {len(self.batches_run)} batches ({self.points_run} points)",
+                 f"store status: {counts}",
+                 f"wall {format_seconds(max(self.total_seconds, self.wall_seconds + self.startup_seconds))} "
+                 f"({self.startup_seconds:.3g} s store and cluster start-up, {self.wall_seconds:.3g} s "
+                 f"running batches), {per}, {self.threads} worker threads, "
+                 f"overhead {100 * self.overhead_fraction:.0f}%"]
+        if self.batches_damaged:
+            lines.append(f"{len(self.batches_damaged)} batches failed verification against their "
+                         f"commit records and were run again:")
+            lines += [f"  batch {i}: {'; '.join(why)}"
+                      for i, why in sorted(self.batches_damaged.items())]
+        if self.stopped:
+            lines.append(f"stopped early: {self.stopped}")
+        if self.batches_left:
+            lines.append(f"{len(self.batches_left)} batches left pending; run again to resume")
+        return "\n".join(lines)
+
+
+def _spec_fields(spec) -> tuple[dict, int, str, str]:
+    """points, batch, hash, title of a spec-like object."""
+    try:
+        points = {k: np.asarray(v) for k, v in dict(spec.points).items()}
+        return points, int(spec.batch), str(spec.hash), str(getattr(spec, "title", "") or "")
+    except AttributeError as exc:
+        raise TypeError("run_sweep needs a spec with .points, .batch and .hash "
+                        f"(a sweep.spec.SweepSpec): {exc}") from exc
+
+
+def _counts(codes: np.ndarray) -> dict[str, int]:
+    values, counts = np.unique(codes, return_counts=True)
+    return {st.meaning(v): int(c) for v, c in zip(values, counts)}
+
+
+def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: int | None = None,
+              scheduler: str | None = None, scheduler_file=None, cluster=None,
+              mode: str = "resume", progress: bool = True, *, schema: Schema | None = None,
+              attrs: Mapping | None = None, jax_cache_dir: str | None = None,
+              verify: bool = True, client=None, progress_every: float | None = None,
+              worker_timeout: float | None = None) -> SweepSummary:
+    """Run (or resume) a sweep into a Zarr store.
+
+    Args:
+        spec_like: the sweep: ``.points`` (name -> ``(n_points,)`` values),
+            ``.batch``, ``.hash``, optionally ``.title`` (a ``SweepSpec``).
+        batch_fn: picklable module-level ``batch_fn(points, context) -> BatchResult``.
+        context: what stays fixed; sent with every task.
+        store_path: the Zarr store directory.
+        workers: LocalCluster worker processes (default: CPU count), or the
+            workers to scale a cluster file without ``scale``; ``0`` runs the
+            batches serially in this process without Dask (for debugging).
+        scheduler: address of a running Dask scheduler.
+        scheduler_file: a scheduler's JSON file.
+        cluster: a cluster YAML path (see :func:`sweep.run.cluster.load_cluster_config`) or a
+            checked mapping.
+        mode: ``resume`` (default), ``overwrite`` or ``retry-failed``
+            (see :func:`sweep.store.plan_store`).
+        progress: show a progress bar (only when stderr is a terminal).
+        worker_timeout: seconds the run waits while its Dask cluster has no
+            worker (none started, or all lost) before it stops, leaving the
+            rest pending (``summary.stopped`` says why); None:
+            :data:`WORKER_TIMEOUT`; 0: wait for ever.
+        progress_every: when stderr is not a terminal (a batch job's log),
+            print a progress line there at most every this many seconds, at
+            a batch's completion; None or 0: none.
+        schema: the outputs; default ``context.schema``.
+        attrs: dataset attributes (model YAML text, solver settings...);
+            default ``context.attrs`` or none. ``title`` defaults to the spec's.
+        jax_cache_dir: persistent compilation cache for the workers; default
+            :func:`default_jax_cache_dir`.
+        verify: on an existing store, read every committed chunk and compare
+            its checksum with the batch's commit record (default); False
+            checks only that the chunk files are there as committed
+            (``quick``, see :func:`sweep.store.check_store`).
+        client: a running ``distributed.Client`` (:func:`sweep.run.cluster.dask_client`) to
+            submit the batches to, kept open afterwards, or a function
+            returning one, called only when there are batches to run;
+            instead of ``workers``, ``scheduler``, ``scheduler_file`` and
+            ``cluster`` (a structural sweep's groups share one).
+
+    Returns:
+        A :class:`SweepSummary`.
+
+    Raises:
+        InputError: hash mismatch or another unusable store (also one of
+            format 1, without commit records), conflicting scheduler options,
+            a bad cluster file.
+        TypeError: no schema given or found on the context.
+    """
+    from tqdm import tqdm
+
+    t_start = time.perf_counter()
+    points, batch, spec_hash, title = _spec_fields(spec_like)
+    schema = schema if schema is not None else getattr(context, "schema", None)
+    if not isinstance(schema, Schema):
+        raise TypeError("run_sweep needs a sweep.store.Schema (schema= or context.schema)")
+    attrs = dict(attrs if attrs is not None else getattr(context, "attrs", None) or {})
+    attrs.setdefault("title", title)
+    cache_dir = jax_cache_dir or default_jax_cache_dir()
+    store_path = str(store_path)
+    cluster_file = None
+    if client is not None and (workers == 0 or scheduler or scheduler_file or cluster):
+        raise ValueError("run_sweep: give a client or workers/scheduler/scheduler_file/cluster, not both")
+    if workers != 0 and client is None:
+        cluster, cluster_file = check_dask_target(scheduler, scheduler_file, cluster)
+
+    n_points = len(next(iter(points.values())))
+    slices = batch_slices(n_points, batch)
+    if getattr(spec_like, "n_batches", len(slices)) != len(slices):
+        raise ValueError(f"the spec has {spec_like.n_batches} batches, but {n_points} points in "
+                         f"batches of {batch} make {len(slices)}")
+    todo, check = plan_store(store_path, spec_hash, points, schema, attrs, batch, mode, verify)
+    summary = SweepSummary(store_path, n_points, len(slices))
+    if check is not None:
+        summary.batches_damaged = dict(check.damaged)
+    run_codes: list[np.ndarray] = []
+    failed_so_far = [0]
+
+    def finish(index: int, outcome: WrittenBatch | WriteFailed | BatchResult) -> None:
+        # A worker's batch arrives written (commit it here) or not writable (stop the run);
+        # a batch lost with its worker (a result made here) is written here.
+        sl = slices[index]
+        if isinstance(outcome, WriteFailed):
+            raise outcome.error
+        with _writing_a_batch():
+            if isinstance(outcome, BatchResult):
+                outcome = write_batch_data(group, sl, checked_or_failed(outcome, schema,
+                                                                        sl.stop - sl.start))
+            committer.commit(outcome)
+        summary.batches_run.append(index)
+        summary.batch_seconds[index] = float(outcome.seconds)
+        run_codes.append(outcome.status)
+        bar.update(1)
+        failed_so_far[0] += int(st.is_failure(outcome.status).sum())
+        failed = failed_so_far[0]
+        if failed:
+            bar.set_postfix(failed=failed)
+        if log is not None:
+            log.batch_done(len(summary.batches_run), failed)
+
+    group = zarr.open_group(store_path, mode="r+")
+    committer = BatchCommitter(group) if todo else None
+    store_token = f"{group.attrs.get('created')} {group.attrs.get('sweep_hash')}"
+    if "://" not in store_path:
+        store_path = os.path.abspath(store_path)      # workers may run in another directory
+    bar = tqdm(total=len(todo), unit="batch", desc=title or "sweep",
+               disable=not progress or not sys.stderr.isatty())
+    log = (ProgressLog(len(todo), progress_every, title or store_path)
+           if progress_every and todo and not sys.stderr.isatty() else None)
+    try:
+        if not todo:
+            pass
+        elif workers == 0:
+            configure_jax(cache_dir)
+            summary.startup_seconds = time.perf_counter() - t_start
+            t0 = time.perf_counter()
+            for index in todo:
+                sl = slices[index]
+                finish(index, run_and_write_batch(batch_fn, {k: v[sl] for k, v in points.items()},
+                                                  context, cache_dir, group, sl, schema))
+            summary.wall_seconds = time.perf_counter() - t0
+        else:
+            summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
+                todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
+                store_token,
+                workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client,
+                WORKER_TIMEOUT if worker_timeout is None else worker_timeout)
+    finally:
+        bar.close()
+
+    if run_codes:
+        summary.by_status = _counts(np.concatenate(run_codes))
+        summary.points_run = int(sum(len(c) for c in run_codes))
+    summary.store_by_status = _counts(read_status(store_path))
+    busy = sum(summary.batch_seconds.values())
+    if summary.wall_seconds > 0:
+        summary.overhead_fraction = max(0.0, 1.0 - busy / (summary.wall_seconds * summary.threads))
+    summary.total_seconds = time.perf_counter() - t_start
+    return summary
+
+
+class ProgressLog:
+    """Progress lines on stderr for runs without a terminal (batch jobs' logs).
+
+    A line at a batch's completion when ``every`` seconds have passed since
+    the last one (and at the last batch): batches written of those planned,
+    failed points so far, time taken and an estimate of the time left.
+    """
+
+    def __init__(self, total: int, every: float, label: str, stream=None, clock=time.monotonic):
+        self.total, self.every, self.label = int(total), float(every), str(label)
+        self.stream, self.clock = stream, clock
+        self.start = self.last = clock()
+
+    def batch_done(self, done: int, failed: int) -> None:
+        """Say where the run is, if it is time to (``done`` batches of :attr:`total`)."""
+        now = self.clock()
+        if now - self.last < self.every and done < self.total:
+            return
+        self.last = now
+        spent = now - self.start
+        left = spent / done * (self.total - done) if done else float("nan")
+        line = (f"[mechsweep] {self.label}: {done}/{self.total} batches written "
+                f"({100 * done / max(self.total, 1):.0f}%), {failed} failed points, "
+                f"{format_seconds(spent)} so far" + (f", about {format_seconds(left)} left"
+                                                      if done < self.total else ""))
+        print(line, file=self.stream or sys.stderr, flush=True)
+
+
+def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
+              store_token, workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client=None,
+              worker_timeout: float = 0.0):
+    """Submit the batches and commit them as they complete; (startup, wall, threads).
+
+    With a ``client``, the batches go to it and it stays open (its owner
+    registered :class:`JaxSetup`); else a client is made here and closed.
+    """
+    from distributed import KilledWorker, as_completed
+
+    shared = client is not None
+    own = None
+    if callable(client):
+        client = client()
+    if not shared:
+        client, own = start_client(workers, scheduler, scheduler_file, cluster, cluster_file)
+    futures, watch = {}, None
+    try:
+        if not shared:
+            say_dashboard(client)
+            from distributed import LocalCluster
+
+            # The LocalCluster started here has one single-threaded worker per
+            # core: pin each to its own core.
+            client.register_plugin(JaxSetup(cache_dir, pin=isinstance(own, LocalCluster)))
+        startup = time.perf_counter() - t_start
+        t0 = time.perf_counter()
+        run_id = uuid.uuid4().hex[:8]
+        version = package_version()
+        unfit: dict[str, str] = {}
+
+        def submit(index, attempt=0, **where):
+            sl = slices[index]
+            fut = client.submit(run_and_write_batch, batch_fn,
+                                {k: v[sl] for k, v in points.items()}, context, cache_dir,
+                                store_path, sl, schema, store_token, version,
+                                key=f"mechsweep-batch-{index}-{run_id}-{attempt}", pure=False, **where)
+            futures[fut.key] = (index, fut)
+            return fut
+
+        for index in todo:
+            submit(index)
+        threads = worker_threads(client)
+        watch = WorkerWatch(client, lambda: [f for _, f in list(futures.values())], worker_timeout,
+                            after_first=cluster is not None)
+        # Results are fetched by as_completed's own thread as tasks finish, not one by one here.
+        done = as_completed([f for _, f in futures.values()], with_results=True, raise_errors=False)
+        for fut, result in done:
+            index = futures.pop(fut.key)[0]
+            n = slices[index].stop - slices[index].start
+            fut.release()
+            if isinstance(result, tuple) and len(result) == 3 and isinstance(result[1], BaseException):
+                result = result[1]                       # an erred task: (type, exception, traceback)
+            if isinstance(result, CancelledError):
+                summary.batches_left.append(index)
+                continue
+            if isinstance(result, KilledWorker):
+                result = BatchResult.failed(n, st.WORKER_LOST, f"KilledWorker: {result}")
+            elif isinstance(result, BaseException):  # infrastructure errors become data
+                result = BatchResult.failed(n, st.ERROR, f"{type(result).__name__}: {result}")
+            if isinstance(result, Unfit):
+                fit = _use_fit_workers(client, unfit, result)
+                if fit:
+                    attempt = int(fut.key.rsplit("-", 1)[1]) + 1
+                    done.add(submit(index, attempt, workers=fit, allow_other_workers=False))
+                    continue
+                summary.stopped = ("no worker passed its check: " + "; ".join(
+                    f"{w}: {why}" for w, why in unfit.items()))
+                summary.batches_left += [index] + [i for i, _ in futures.values()]
+                client.cancel([f for _, f in futures.values()])
+                futures.clear()
+                break
+            finish(index, result)
+        watch.stop()
+        summary.stopped = summary.stopped or watch.reason
+        wall = time.perf_counter() - t0
+        return startup, wall, max(threads, worker_threads(client))
+    except BaseException:
+        # Interrupted: drop the queued tasks; written batches stay, the rest stay pending.
+        # Closing a cluster in the middle of its work makes its event loop log the
+        # callbacks it abandons, with tracebacks: the run has said why it stopped.
+        _quiet_shutdown()
+        client.cancel([fut for _, fut in futures.values()])
+        raise
+    finally:
+        if watch is not None:
+            watch.stop()
+        if not shared:
+            client.close()
+        if own is not None:
+            own.close()
+
+
+def _quiet_shutdown() -> None:
+    """Silence the logs of Dask's event loop while an interrupted run closes its cluster."""
+    import logging
+
+    for name in ("tornado.application", "tornado.general", "asyncio", "distributed"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _use_fit_workers(client, unfit: dict, result: Unfit) -> list[str]:
+    """Note a worker that failed its check (saying so once); the workers still fit."""
+    if result.worker not in unfit:
+        unfit[result.worker] = result.reason
+        print(f"mechsweep: worker {result.worker} is not used for this sweep: {result.reason}",
+              file=sys.stderr, flush=True)
+    workers = list(client.scheduler_info(n_workers=-1).get("workers", {}))
+    return [w for w in workers if w not in unfit]

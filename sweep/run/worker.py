@@ -1,0 +1,392 @@
+"""The worker side of a sweep: JAX set-up, the Dask task of one batch, and the worker's own checks.
+
+A task (:func:`run_and_write_batch`) computes its batch, checks the result
+against the store's schema, writes the batch's chunks into the store itself
+and returns only the status codes and the chunks' checksums
+(:class:`~sweep.store.WrittenBatch`); the driver commits it
+(:mod:`sweep.run.driver`). Failures of the batch function become data
+(status ``error``), never a dead worker.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from solver import status as st
+from solver.errors import InputError
+from sweep.store import BatchResult, Schema, WrittenBatch, write_batch_data, writer_group
+
+__all__ = [
+    "default_jax_cache_dir", "CACHE_MIN_COMPILE_SECONDS", "configure_jax", "pin_to_core", "JaxSetup",
+    "run_batch_task", "check_result", "checked_or_failed", "WriteFailed", "Unfit", "package_version",
+    "check_worker", "run_and_write_batch",
+]
+
+
+def default_jax_cache_dir() -> str:
+    """The persistent JAX compilation cache used by workers.
+
+    Returns:
+        ``$MECHSWEEP_JAX_CACHE`` if set, else ``~/.cache/mechsweep/jax``.
+    """
+    return os.environ.get("MECHSWEEP_JAX_CACHE",
+                          os.path.join(os.path.expanduser("~"), ".cache", "mechsweep", "jax"))
+
+
+_configured: str | None = None
+
+
+# Programs that compile faster than this (seconds) are not kept in the
+# persistent cache.  JAX's default, 1 s, would compile every small program
+# (initial values, IPOPT's derivatives, the residual and energy series) again
+# in every process, which costs more than reading it from the cache.
+CACHE_MIN_COMPILE_SECONDS = 0.0
+
+
+def configure_jax(cache_dir: str) -> None:
+    """Set float64 and the persistent compilation cache for this process, once.
+
+    Every compiled program goes into the cache (:data:`CACHE_MIN_COMPILE_SECONDS`).
+    Works whether or not JAX is already imported: the environment variables
+    cover a later import (so a worker that never touches JAX never pays for
+    importing it), ``jax.config.update`` covers an earlier one.
+
+    Args:
+        cache_dir: directory of the persistent compilation cache (created).
+
+    Raises:
+        OSError: the directory cannot be created.
+    """
+    global _configured
+    if _configured == cache_dir:
+        return
+    os.makedirs(cache_dir, exist_ok=True)
+    os.environ["JAX_ENABLE_X64"] = "1"
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache_dir
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(CACHE_MIN_COMPILE_SECONDS)
+    if "jax" in sys.modules:
+        jax = sys.modules["jax"]
+        jax.config.update("jax_enable_x64", True)
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", CACHE_MIN_COMPILE_SECONDS)
+    _configured = cache_dir
+
+
+try:
+    from distributed import WorkerPlugin as _WorkerPlugin
+except ImportError:  # pragma: no cover - distributed is a dependency
+    _WorkerPlugin = object
+
+
+def pin_to_core(index: int) -> int | None:
+    """Pin this process to one of the cores it may use, chosen by ``index``.
+
+    Unpinned, the operating system moves single-threaded JAX workers between
+    the cores, and two of them on two cores get little more than the
+    throughput of one; pinned, each keeps its core.
+
+    Args:
+        index: the worker's number; the core is ``allowed[index % len(allowed)]``.
+
+    Returns:
+        the core, or None where affinity cannot be set (then nothing changes).
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0))
+    core = allowed[index % len(allowed)]
+    try:
+        os.sched_setaffinity(0, {core})
+    except OSError:
+        return None
+    return core
+
+
+class JaxSetup(_WorkerPlugin):
+    """Worker plugin: :func:`configure_jax` on every worker, also ones joining later.
+
+    Args:
+        cache_dir: the persistent compilation cache directory.
+        pin: also pin each worker to one core by its name (for the workers of
+            a LocalCluster on this machine, named 0, 1, ...; never for
+            clusters that others share).
+    """
+
+    name = "mechsweep-jax-setup"
+
+    def __init__(self, cache_dir: str, pin: bool = False):
+        self.cache_dir = cache_dir
+        self.pin = pin
+
+    def setup(self, worker) -> None:
+        """Called by Dask when the plugin reaches a worker."""
+        configure_jax(self.cache_dir)
+        if self.pin and isinstance(worker.name, int):
+            pin_to_core(worker.name)
+
+
+def run_batch_task(batch_fn: Callable, points: dict, context: Any, cache_dir: str) -> BatchResult:
+    """The Dask task of one batch: run the batch function, never raise.
+
+    Not to be confused with the solver's ``Integrator.run_batch`` (many
+    integrations in one vmapped call): this one wraps whatever batch function
+    the sweep was given, times it and turns its exceptions into data.
+
+    Args:
+        batch_fn: ``batch_fn(points, context) -> BatchResult``.
+        points: parameter -> values of this batch's points.
+        context: passed through.
+        cache_dir: JAX compilation cache (set up here too, idempotently, in
+            case the worker plugin has not run).
+
+    Returns:
+        The batch function's result with ``seconds`` set, or, if it raised,
+        a result with status ``error`` for every point and the exception in
+        ``message``.
+    """
+    configure_jax(cache_dir)
+    n = len(next(iter(points.values())))
+    start = time.perf_counter()
+    try:
+        result = batch_fn(points, context)
+        if not isinstance(result, BatchResult):
+            raise TypeError(f"batch function returned {type(result).__name__}, "
+                            "expected sweep.store.BatchResult")
+    except Exception as exc:  # noqa: BLE001 - any failure of one batch is data, not a crash
+        tb = traceback.format_exception(exc)
+        result = BatchResult.failed(n, st.ERROR, f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:]))
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def check_result(result: BatchResult, schema: Schema, n: int) -> BatchResult:
+    """Check a batch result against the schema before it is written.
+
+    Args:
+        result: what the batch function returned.
+        schema: the store's schema.
+        n: number of points in the batch.
+
+    Returns:
+        The result with arrays converted (status int8, steps int64, data and
+        failure_time float64, failure_reason a list of str).
+
+    Raises:
+        ValueError: wrong shapes (of the failure columns too), missing
+            outputs of a successful point, or status codes that are unknown
+            or pending.
+    """
+    codes = np.asarray(result.status)
+    if codes.shape != (n,):
+        raise ValueError(f"status has shape {codes.shape}, expected ({n},)")
+    known = np.isin(codes, [c for c in st.CODES.values() if c != st.PENDING])
+    if not known.all():
+        raise ValueError(f"status codes {sorted(set(codes[~known].tolist()))} are not valid "
+                         f"results; valid: {st.MEANINGS}")
+    steps = np.asarray(result.steps)
+    if steps.shape != (n,):
+        raise ValueError(f"steps has shape {steps.shape}, expected ({n},)")
+    data = {}
+    for name in schema.variables:
+        expected = (n,) + schema.shape(name)
+        if name not in result.data:
+            if (~st.is_failure(codes)).any():
+                raise ValueError(f"output {name!r} missing from the batch result")
+            continue
+        value = np.asarray(result.data[name], dtype=np.float64)
+        if value.shape != expected:
+            raise ValueError(f"output {name!r} has shape {value.shape}, expected {expected}")
+        data[name] = value
+    failure_time = result.failure_time
+    if failure_time is not None:
+        failure_time = np.asarray(failure_time, dtype=np.float64)
+        if failure_time.shape != (n,):
+            raise ValueError(f"failure_time has shape {failure_time.shape}, expected ({n},)")
+    failure_reason = result.failure_reason
+    if failure_reason is not None:
+        failure_reason = [str(r) for r in failure_reason]
+        if len(failure_reason) != n:
+            raise ValueError(f"failure_reason has {len(failure_reason)} entries, expected {n}")
+    return BatchResult(codes.astype(np.int8), steps.astype(np.int64), data, result.message,
+                       result.seconds, failure_time, failure_reason)
+
+
+def checked_or_failed(result: BatchResult, schema: Schema, n: int) -> BatchResult:
+    """:func:`check_result`, or a result with status ``error`` for all points saying why not."""
+    try:
+        return check_result(result, schema, n)
+    except ValueError as exc:
+        failed = BatchResult.failed(n, st.ERROR, f"bad batch result: {exc}")
+        failed.seconds = result.seconds
+        return failed
+
+
+@dataclass
+class WriteFailed:
+    """A batch that its worker computed but could not write: the storage error, for the driver.
+
+    The driver raises ``error`` as its own (a full disk or a read-only store
+    stops the run with the resume command, as when the driver writes).
+    """
+
+    error: BaseException
+    seconds: float = math.nan
+
+
+@dataclass
+class Unfit:
+    """A worker that failed its check before a batch (see :func:`check_worker`): nothing was computed.
+
+    The driver stops giving it work and sends the batch to another worker.
+    """
+
+    worker: str
+    reason: str
+
+
+def package_version() -> str:
+    """The installed mechsweep's version (``unknown`` when it is not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mechsweep")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+_WORKER_CHECKS: dict = {}
+
+
+def check_worker(expected_version: str, context: Any = None) -> str:
+    """Why this process cannot run the sweep's batches; empty when it can.
+
+    Checked once per process (and context): JAX computes in 64-bit floats,
+    its platform starts, the installed mechsweep is the driver's version,
+    and whatever the context checks itself (``context.check_on_worker()``:
+    the sweep's model file here is the driver's).
+
+    Args:
+        expected_version: the driver's :func:`package_version`.
+        context: the sweep's context.
+
+    Returns:
+        The reasons, joined by ``; ``, or ``""``.
+    """
+    key = (expected_version, getattr(context, "key", None))
+    if key in _WORKER_CHECKS:
+        return _WORKER_CHECKS[key]
+    import jax
+
+    reasons = []
+    if not jax.config.jax_enable_x64:
+        reasons.append("JAX computes without 64-bit floats here (jax_enable_x64 is off)")
+    try:
+        jax.devices()
+    except Exception as exc:  # noqa: BLE001 - any failure to start the platform
+        first = (str(exc).splitlines() or [""])[0][:200]
+        reasons.append(f"JAX cannot start its platform here ({type(exc).__name__}"
+                       + (f": {first})" if first else ")"))
+    here = package_version()
+    if here != expected_version:
+        reasons.append(f"mechsweep {here} is installed here, {expected_version} on the driver")
+    own = getattr(context, "check_on_worker", None)
+    if own is not None:
+        try:
+            why = own()
+        except Exception as exc:  # noqa: BLE001 - a check that fails is a reason too
+            why = f"{type(exc).__name__}: {exc}"
+        if why:
+            reasons.append(why)
+    _WORKER_CHECKS[key] = "; ".join(reasons)
+    return _WORKER_CHECKS[key]
+
+
+def _this_worker() -> str:
+    try:
+        from distributed import get_worker
+
+        return get_worker().address
+    except (ImportError, ValueError):
+        return f"this process ({socket.gethostname()}, pid {os.getpid()})"
+
+
+def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_dir: str,
+                        store: str, batch_slice: slice, schema: Schema,
+                        store_token: str | None = None,
+                        expected_version: str | None = None) -> WrittenBatch | WriteFailed | Unfit:
+    """The Dask task of one batch: compute it, check it, write its chunks into the store.
+
+    The batch's data never leave the worker: what comes back to the driver is
+    the status codes, the message, the compute time and the table of chunk
+    checksums for the batch's commit record (:func:`sweep.store.commit_batch`,
+    written by the driver alone).
+
+    Args:
+        batch_fn, points, context, cache_dir: as for :func:`run_batch_task`.
+        store: the store's path (or, in the driver's own process, its open group).
+        batch_slice: the batch's points in the store.
+        schema: the store's schema, to check the result against.
+        store_token: what tells this store from another one once at the same
+            path (its creation time and sweep hash): with it, a worker opens
+            the store once for all the batches it writes.
+        expected_version: the driver's mechsweep version: with it, the
+            worker first passes :func:`check_worker` or computes nothing.
+
+    Returns:
+        A :class:`~sweep.store.WrittenBatch`; a :class:`WriteFailed` with
+        the exception that the write raised; an :class:`Unfit` when this
+        worker failed its check.
+    """
+    n = batch_slice.stop - batch_slice.start
+    if isinstance(store, str) and "://" not in store and not os.path.isdir(store):
+        # Checked before computing: a worker on another host without the driver's file system.
+        return WriteFailed(InputError(
+            f"the Dask worker on {socket.gethostname()} cannot see the store: the workers write "
+            f"their batches themselves, so --out must be on a file system they share with the "
+            f"driver, or an object store URL such as s3://bucket/sweep.zarr", file=store))
+    if expected_version is not None:
+        configure_jax(cache_dir)
+        why = check_worker(expected_version, context)
+        if why:
+            return Unfit(_this_worker(), why)
+    result = run_batch_task(batch_fn, points, context, cache_dir)
+    result = checked_or_failed(result, schema, n)
+    try:
+        return write_batch_data(_open_store_once(store, store_token), batch_slice, result)
+    except Exception as exc:  # noqa: BLE001 - the driver decides; a worker must not die of it
+        return WriteFailed(_picklable(exc), result.seconds)
+
+
+_OPEN_STORES: dict = {}
+
+
+def _open_store_once(store: str, token: str | None):
+    """The store's group, opened once per worker process for each (path, token)."""
+    if token is None:
+        return store
+    key = (store, token)
+    if key not in _OPEN_STORES:
+        if len(_OPEN_STORES) >= 8:
+            _OPEN_STORES.clear()
+        _OPEN_STORES[key] = writer_group(store)
+    return _OPEN_STORES[key]
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    """The exception itself when it survives pickling (to reach the driver), else its text."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any unpicklable exception
+        return RuntimeError(f"{type(exc).__name__}: {exc}")

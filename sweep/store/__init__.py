@@ -1,0 +1,48 @@
+"""Zarr store of a sweep: template, per-batch region writes, commit records, checks.
+
+One concern per module:
+
+- :mod:`sweep.store.schema`: the layout, the format versions, the result
+  types (:class:`BatchResult`, :class:`Schema`, :class:`WrittenBatch`) and
+  the chunk files of each batch;
+- :mod:`sweep.store.template`: a new store's template, and an existing one
+  checked and planned for a run (:func:`plan_store`, :data:`MODES`);
+- :mod:`sweep.store.write`: a batch's chunks, written by the worker that
+  computed it (:func:`write_batch_data`);
+- :mod:`sweep.store.commit`: commit records, written by the driver alone
+  (:class:`BatchCommitter`, :func:`commit_batch`);
+- :mod:`sweep.store.check`: every batch against its commit record: done,
+  pending or damaged (:func:`check_store`);
+- :mod:`sweep.store.report`: the text of ``mechsweep status``;
+- :mod:`sweep.store.tree`: opening a store for analysis (:func:`open_store`),
+  a structural sweep's root as an ``xarray.DataTree``.
+
+A batch is written in two places: its worker writes its chunks and sends
+back only their checksums; the driver writes its commit record. A batch
+counts as done only once its commit record is written and its chunks match
+it, so a driver or worker killed at any moment leaves every batch either
+committed with all its chunks, or not committed and run again by a resume.
+
+Every name is importable from ``sweep.store`` as well.
+"""
+
+from sweep.store.check import (CHECK_LEVELS, StoreCheck, check_store, failed_batches, failed_points, pending_batches,
+                               read_status)
+from sweep.store.commit import COMMIT_FORMAT, BatchCommitter, commit_batch, write_batch
+from sweep.store.report import failure_groups, status_report
+from sweep.store.schema import (FAILURE_ARRAYS, RESERVED, STORE_FORMAT, BatchResult, Schema, WrittenBatch,
+                                batch_slices, effective_batch, store_attrs, store_format)
+from sweep.store.template import (MODES, create_template, plan_store, prepare_store, variable_length_text,
+                                  write_dataset, zarr_ready)
+from sweep.store.tree import ROOT_MARK, is_structural_store, open_store, open_tree, root_attrs
+from sweep.store.write import failure_columns, write_batch_data, writer_group
+
+__all__ = [
+    "BatchResult", "Schema", "MODES", "create_template", "prepare_store", "plan_store",
+    "write_batch", "write_batch_data", "commit_batch", "BatchCommitter", "WrittenBatch",
+    "read_status", "pending_batches", "failed_points", "failed_batches", "open_store",
+    "store_attrs", "batch_slices", "effective_batch", "status_report", "check_store", "StoreCheck",
+    "CHECK_LEVELS", "FAILURE_ARRAYS", "failure_columns", "failure_groups",
+    "RESERVED", "STORE_FORMAT", "COMMIT_FORMAT", "variable_length_text", "zarr_ready", "write_dataset",
+    "store_format", "writer_group", "ROOT_MARK", "root_attrs", "is_structural_store", "open_tree",
+]

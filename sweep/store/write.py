@@ -1,0 +1,245 @@
+"""Writing a batch's chunks where it was computed, and the table of what was written.
+
+Writing a batch happens in two places. The worker that computed it writes its
+chunks (:func:`write_batch_data`): data (the outputs, ``failure_time``,
+``failure_reason``), ``steps``, ``batch_message`` and ``batch_seconds``, then
+``status``; it takes each chunk's bytes as written (or reads the file back)
+for its size, stamp and SHA-256, and sends only that table (and the status
+codes) to the driver. The driver alone writes the batch's commit record
+(:mod:`sweep.store.commit`). Every chunk of a batch is written, even an
+all-NaN one (Zarr would otherwise skip chunks equal to the fill value), and a
+local Zarr store writes each chunk atomically (temporary file + rename). So a
+driver or worker killed at any moment leaves a store in which every batch is
+either committed with all its chunks, or not committed and run again by a
+resume. Batches are chunk-aligned, so workers never write the same file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Mapping
+
+import numpy as np
+import zarr
+
+from solver import status as st
+from solver.results.solution import samples_after_failure
+from sweep.store.schema import (FAILURE_ARRAYS, BatchResult, WrittenBatch, batch_arrays, batch_chunks, batch_index,
+                                chunk_layout, chunk_table, digest, store_root)
+
+__all__ = [
+    "writer_group", "writable_group", "write_batch_data", "failure_columns",
+]
+
+
+def _full_chunks(array):
+    """The array with Zarr's skipping of chunks equal to the fill value turned off.
+
+    An all-NaN batch (every point failed) must still leave its chunk files, so
+    that a missing file always means a lost chunk.
+    """
+    return array.with_config({"write_empty_chunks": True})
+
+
+class _RecordingStore(zarr.storage.WrapperStore):
+    """A Zarr store that keeps the bytes of every value written through it, until taken.
+
+    A batch's writer takes its chunks' bytes from here for their checksums
+    instead of reading the files back (on an object store, one request per
+    chunk saved).
+    """
+
+    def __init__(self, store):
+        super().__init__(store)
+        self.written: dict[str, bytes] = {}
+
+    async def set(self, key, value) -> None:
+        await self._store.set(key, value)
+        self.written[key] = value.to_bytes()
+
+    def _with_store(self, store):
+        return type(self)(store)
+
+
+def writer_group(path) -> zarr.Group:
+    """The store at ``path`` opened for writing batches (see :func:`write_batch_data`).
+
+    Args:
+        path: a local path or an object-store URL.
+
+    Returns:
+        The root group, over a store that records what is written through it.
+    """
+    group = zarr.open_group(str(path), mode="r+")
+    return zarr.open_group(store=_RecordingStore(group.store), path=group.path, mode="r+")
+
+
+def writable_group(path) -> zarr.Group:
+    """``path`` itself if it is an open ``zarr.Group``, else :func:`writer_group` of it."""
+    return path if isinstance(path, zarr.Group) else writer_group(path)
+
+
+def _written_table(group: zarr.Group, keys: list[str]) -> dict[str, list] | None:
+    """The chunk table of ``keys`` from the bytes just written through ``group``; None if not all were.
+
+    The stamp is the file's modification time (one ``stat``), or on S3 the
+    object's ETag, which for an object written in one request is the MD5 of
+    its bytes: no request at all. (Were an ETag ever not that, the quick
+    check would read the chunk and compare its SHA-256: slower, as sure.)
+    """
+    written = getattr(group.store, "written", None)
+    if written is None:
+        return None
+    prefix = f"{group.path}/" if group.path else ""
+    if not all(prefix + key in written for key in keys):
+        return None
+    root = store_root(group)
+    s3 = root.remote and str(root).startswith("s3://")
+    stats = {} if s3 else root.stats(keys)
+    table = {}
+    for key in keys:
+        data = written.pop(prefix + key)
+        stamp = f'"{hashlib.md5(data).hexdigest()}"' if s3 else (stats[key] or (None, None))[1]
+        if stamp is None:
+            return None
+        table[key] = [len(data), stamp, digest(data)]
+    return table
+
+
+def write_batch_data(path, batch_slice: slice, result: BatchResult) -> WrittenBatch:
+    """Write one batch's chunks (all but its commit record); what :func:`sweep.store.commit.commit_batch` needs.
+
+    Run where the batch was computed (a Dask worker): the data never travel
+    to the driver, only the returned table of chunk checksums does. The
+    order of the writes (data, ``steps``, message and time, then ``status``)
+    means that a status that is not pending always has its data beside it;
+    the batch counts as done only once :func:`sweep.store.commit.commit_batch` has run.
+
+    A failed point's series are written up to its failure time and NaN
+    after it (all NaN where the time is unknown), its metrics NaN, whatever
+    data the result holds for them; outputs missing from ``result.data``
+    are NaN. A store of format 3 also gets ``failure_time`` and
+    ``failure_reason`` (:func:`failure_columns`).
+
+    Args:
+        path: the store (or an open ``zarr.Group`` of it, to save re-opening).
+        batch_slice: the points of the batch, ``slice(start, stop)`` aligned
+            with the store's batches.
+        result: the batch's result, already checked against the schema (see
+            :func:`sweep.run.check_result`).
+
+    Returns:
+        A :class:`WrittenBatch`.
+
+    Raises:
+        ValueError: the slice is not a batch of the store, or the store has
+            no commit records (format 1: resume refuses such stores earlier).
+        OSError: the store cannot be written (disk full, read-only).
+    """
+    group = writable_group(path)
+    if "batch_commit" not in group:
+        raise ValueError(f"{store_root(group)}: store format 1 has no commit records; "
+                         "batches can only be written into a store of format 2 or later")
+    index = batch_index(group, batch_slice)
+    n = batch_slice.stop - batch_slice.start
+    codes = np.asarray(result.status, dtype=np.int8).reshape(n)
+    bad = st.is_failure(codes)
+    arrays = _open_arrays(group, batch_arrays(group))
+    times, reasons = failure_columns(result, codes)
+    after = _after_failure(group, codes, times)
+    writes = []
+    for name in group.attrs["sweep_outputs"]:
+        value = result.data.get(name)
+        shape = (n,) + arrays[name].shape[1:]
+        if value is None:
+            value = np.full(shape, np.nan)
+        else:
+            value = np.array(value, dtype=np.float64).reshape(shape)
+            series = arrays[name].metadata.dimension_names[1:2] == ("time",) and after.size
+            value[after if series else bad] = np.nan
+        writes.append((name, batch_slice, value))
+    for name, column in zip(FAILURE_ARRAYS, (times, reasons)):
+        if name in arrays:
+            writes.append((name, batch_slice, column))
+    writes.append(("steps", batch_slice, np.asarray(result.steps, dtype=np.int64).reshape(n)))
+    message, seconds = str(result.message or ""), float(result.seconds)
+    if "batch_message" in arrays:
+        writes += [("batch_message", slice(index, index + 1), np.array([message], dtype=object)),
+                   ("batch_seconds", slice(index, index + 1), np.array([seconds]))]
+    # All data chunks at once (their writes overlap), then status: a status that is not
+    # pending always has its data beside it.
+    _write_chunks(arrays, writes)
+    _write_status(arrays, batch_slice, codes)
+    keys = batch_chunks(group, index, chunk_layout(group, arrays))
+    table = _written_table(group, keys) or chunk_table(store_root(group), keys)
+    return WrittenBatch(index, codes, message, seconds, table)
+
+
+def _open_arrays(group: zarr.Group, names: list[str]) -> dict[str, zarr.Array]:
+    """The group's arrays ``names``, looked up together (each lookup alone waits on Zarr's loop)."""
+    from zarr.core.sync import sync
+
+    async def lookup():
+        return await asyncio.gather(*(group._async_group.getitem(name) for name in names))
+
+    return {name: zarr.Array(found) for name, found in zip(names, sync(lookup()))}
+
+
+def _write_chunks(arrays: Mapping[str, zarr.Array], writes: list) -> None:
+    """``arrays[name][selection] = value`` for each ``(name, selection, value)``, concurrently.
+
+    Every chunk is written, even one equal to the fill value (see :func:`_full_chunks`).
+    """
+    from zarr.core.sync import sync
+
+    async def write_all():
+        await asyncio.gather(*(_full_chunks(arrays[name]).async_array.setitem(selection, value)
+                               for name, selection, value in writes))
+
+    sync(write_all())
+
+
+def failure_columns(result: BatchResult, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A batch's ``failure_time`` and ``failure_reason`` columns, as the store keeps them.
+
+    Args:
+        result: the batch's result.
+        codes: its ``(B,)`` status codes.
+
+    Returns:
+        ``(times, reasons)``: float64 ``(B,)``, NaN where a point did not
+        fail (or its time is unknown: a batch that failed as a whole), and
+        object ``(B,)`` texts, empty where a point did not fail; a failed
+        point without a reason of its own gets the first line of the
+        batch's message, or without one its status's description.
+    """
+    n = codes.shape[0]
+    bad = st.is_failure(codes)
+    times = np.full(n, np.nan)
+    if result.failure_time is not None:
+        times = np.array(result.failure_time, dtype=np.float64).reshape(n)
+        times[~bad] = np.nan
+    given = result.failure_reason if result.failure_reason is not None else [""] * n
+    lines = str(result.message or "").strip().splitlines()
+    reasons = np.array([(str(r) or (lines[0] if lines else st.DESCRIPTIONS.get(int(c), st.meaning(c))))
+                        if b else "" for r, b, c in zip(given, bad, codes)], dtype=object)
+    return times, reasons
+
+
+def _after_failure(group: zarr.Group, codes: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """``(B, T)`` mask of the samples a batch writes as NaN: those of failed points after their failure time.
+
+    A failed point with no known failure time is NaN throughout
+    (:func:`solver.results.solution.samples_after_failure`). Without a
+    failed point the mask is empty and the time coordinate is not read.
+    """
+    if not st.is_failure(codes).any():
+        return np.zeros((codes.shape[0], 0), dtype=bool)
+    return samples_after_failure(group["time"][:], codes, times)
+
+
+def _write_status(arrays: Mapping[str, zarr.Array], batch_slice: slice, codes: np.ndarray) -> None:
+    # Written after the data: status alone never says done (the commit record
+    # does), but a status that is not pending always has its data beside it.
+    _write_chunks(arrays, [("status", batch_slice, codes)])
