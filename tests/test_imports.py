@@ -71,6 +71,24 @@ def test_the_declared_import_contracts_are_kept():
     assert "broken" in run.stdout and " 0 broken" in run.stdout
 
 
+def layered_names() -> set[str]:
+    """Every module or package named in a layer of the layers contracts of ``pyproject.toml``."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return {part.strip() for c in contracts if c["type"] == "layers" for layer in c["layers"]
+            for part in layer.replace(":", "|").split("|")}
+
+
+def test_every_module_sits_in_a_layer():
+    # A module outside every layer would escape the layers contracts: a new module must be placed.
+    layered = layered_names()
+    packages = {"solver", "sweep", "solver.analysis"}   # containers whose children are placed one by one
+    loose = sorted(m for m in MODULES if m not in packages and not any(m == n or m.startswith(n + ".")
+                                                                          for n in layered))
+    assert loose == [], f"place these modules in a layer of [tool.importlinter] in pyproject.toml: {loose}"
+
+
 @pytest.fixture
 def copy_of_the_packages(tmp_path):
     """solver/, sweep/ and pyproject.toml copied, for planting violations."""
