@@ -225,3 +225,16 @@ def test_sweep_uses_only_the_solver_public_api(module):
     bad = solver_uses(ast.parse(path.read_text(), str(path)))
     assert bad == [], (f"{module} reaches solver internals; export what it needs from solver "
                        f"(solver/__init__.py) or use a public module:\n" + "\n".join(bad))
+
+
+# ------------------------------------------------------------- module size and purpose
+MAX_MODULE_LINES = 700
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_module_is_small_and_says_what_it_is_for(module):
+    text = MODULES[module].read_text()
+    lines = len(text.splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines: split it at a seam (at most {MAX_MODULE_LINES})"
+    doc = ast.get_docstring(ast.parse(text))
+    assert doc and doc.splitlines()[0].strip(), f"{module} has no docstring whose first line states its concern"
