@@ -92,7 +92,7 @@ class SweepContext:
         if self.key in _WORKER_MODELS:
             return ""
         model = solver.load(self.model_path, overrides=self.override or None)
-        if _model_key(self.model_path, model.text, self.override) != self.key:
+        if model_key(self.model_path, model.text, self.override) != self.key:
             return (f"the model file {self.model_path} here differs from the one the sweep was "
                     f"started with (its hash differs): make the workers see the same file")
         MODEL_BUILDS[self.key] += 1
@@ -115,7 +115,7 @@ _WORKER_MODELS_MAX = 4
 MODEL_BUILDS: Counter = Counter()
 
 
-def _model_key(path, text: str, override) -> str:
+def model_key(path, text: str, override) -> str:
     """The model's hash: the worker's cache key (file, text and override)."""
     return hashlib.sha256(json.dumps([str(path), text, override], sort_keys=True,
                                      default=str).encode()).hexdigest()
@@ -133,7 +133,7 @@ def remember_model(key: str, model) -> None:
         _WORKER_MODELS.popitem(last=False)
 
 
-def _model(path, override, key):
+def cached_model(path, override, key):
     """The loaded model of a sweep on this worker (cached by model hash)."""
     if key in _WORKER_MODELS:
         _WORKER_MODELS.move_to_end(key)
@@ -151,7 +151,7 @@ def load_model(spec):
         InputError: the model cannot be built (located in its file).
     """
     model = solver.load(spec.model_path, overrides=spec.override or None)
-    MODEL_BUILDS[_model_key(spec.model_path, model.text, spec.override)] += 1
+    MODEL_BUILDS[model_key(spec.model_path, model.text, spec.override)] += 1
     return model
 
 
@@ -276,7 +276,7 @@ def group_context(spec, base, sizes: Mapping[str, int]):
     return model, context
 
 
-def _times(spec, model) -> np.ndarray:
+def sweep_times(spec, model) -> np.ndarray:
     """The sweep's output times: ``Outputs.samples``/``dt``, else the model's."""
     if spec.outputs.samples is not None:
         return np.linspace(model.t0, model.tend, int(spec.outputs.samples))
@@ -331,7 +331,7 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
         raise InputError(f"metric {bad[0][0]!r} reduces {bad[0][1]}, which has no sensitivity (only variables "
                          "and their components have); remove Outputs.sensitivities or that metric",
                          file=str(spec.path), path="Outputs.sensitivities")
-    t = _times(spec, model)
+    t = sweep_times(spec, model)
     layout, coords = output_layout(dae, wanted)
     layout.update(sensitivity_layout(dae, wanted, sens))
     if event_names:
@@ -369,7 +369,7 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
         "dof": int(structure.dof),
         **_sweep_attrs(spec, dae, override, constants),
     }
-    key = _model_key(spec.model_path, model.text, override)
+    key = model_key(spec.model_path, model.text, override)
     return SweepContext(model_path=str(spec.model_path), override=override,
                         constants={k: float(v) for k, v in constants.items()}, variables=wanted,
                         metrics=metrics, time=schema.time, schema=schema, attrs=ds_attrs, key=key,
@@ -572,7 +572,7 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     """
     from sweep.store import BatchResult
 
-    model = _model(context.model_path, context.override, context.key)
+    model = cached_model(context.model_path, context.override, context.key)
     B = len(next(iter(points.values()))) if points else 1
     # A structure group's structural names are constant coordinates of its
     # points, fixed in its model: not run parameters.

@@ -188,7 +188,7 @@ def plan_groups(spec, base, names: list[str], keep_models: bool = False) -> list
             model, context = pipeline.group_context(gspec, base, sizes)
         except Exception as err:  # noqa: BLE001 - one impossible structure must not stop the sweep
             group.error = f"structure {label} cannot be built: {_error_text(err)}"
-            schema = Schema(time=np.asarray(pipeline._times(spec, base), dtype=float),
+            schema = Schema(time=np.asarray(pipeline.sweep_times(spec, base), dtype=float),
                             variables={m: () for m in spec.outputs.metrics})
             group.context = FailedGroup(group.error, schema, {
                 "title": spec.title, "model_yaml": base.text, "model_path": str(spec.model_path),

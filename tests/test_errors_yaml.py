@@ -110,11 +110,11 @@ EXPECTED = {
     'unknown_top_key': (
         "MODEL:13: Equation: unknown key 'Equation'; valid keys: Title, Kind, P"
         'hysicalParams, Variables, Let, Equations, Energy, ProblemData, SolverP'
-        "arams, Animation, Events, Stops, MaxEvents; did you mean 'Equations'?"),
+        "arams, Animation, Events, Stops, MaxEvents, Units; did you mean 'Equations'?"),
     'missing_equations': (
         "MODEL: missing required key 'Equations'; valid keys: Title, Kind, Phys"
         'icalParams, Variables, Let, Equations, Energy, ProblemData, SolverPara'
-        'ms, Animation, Events, Stops, MaxEvents'),
+        'ms, Animation, Events, Stops, MaxEvents, Units'),
     'bad_variable_name': (
         "MODEL:4: Variables[2]: variable '2lam' is not a name (letters, digits "
         'and _, not starting with a digit)'),

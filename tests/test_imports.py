@@ -114,15 +114,32 @@ def test_a_planted_violation_breaks_its_contract(copy_of_the_packages, module, p
 
 
 # ------------------------------------------------------ private names stay at home
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
 def private_imports(tree: ast.AST) -> list[str]:
-    """Every ``from solver.x import _name`` / ``from sweep.x import _name`` in ``tree``, as ``"line N: x._name"``."""
-    bad = []
+    """Every private name of another module ``tree`` takes, as ``"line N: module._name"``.
+
+    ``from solver.x import _name`` and ``from sweep.x import _name``, and
+    ``module._name`` where ``module`` is a module of the packages imported
+    by name (``from sweep import pipeline``, ``import sweep.pipeline as pipeline``).
+    """
+    bad, modules = [], {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and not node.level and node.module \
                 and node.module.split(".")[0] in PACKAGES:
-            bad.extend(f"line {node.lineno}: {node.module}.{a.name}" for a in node.names
-                       if a.name.startswith("_") and not a.name.startswith("__"))
-    return bad
+            bad.extend(f"line {node.lineno}: {node.module}.{a.name}" for a in node.names if _private(a.name))
+            modules.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names
+                            if f"{node.module}.{a.name}" in MODULES})
+        elif isinstance(node, ast.Import):
+            modules.update({a.asname: a.name for a in node.names
+                            if a.asname and a.name.split(".")[0] in PACKAGES})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in modules and _private(node.attr):
+            bad.append(f"line {node.lineno}: {modules[node.value.id]}.{node.attr}")
+    return sorted(set(bad), key=lambda b: (int(b.split(":")[0].split()[1]), b))
 
 
 def test_the_private_import_scan_finds_planted_ones():
@@ -130,8 +147,12 @@ def test_the_private_import_scan_finds_planted_ones():
                      "from solver import module_aliases as _aliases\n"
                      "def f():\n"
                      "    from sweep.store import _place\n"
-                     "from numpy import _core\n")
-    assert private_imports(tree) == ["line 1: solver.taylor.program._LINEAR", "line 4: sweep.store._place"]
+                     "from numpy import _core\n"
+                     "from sweep import pipeline\n"
+                     "import sweep.metrics as m\n"
+                     "x = pipeline._model(1) + m._fold + pipeline.public + zarr_store._store\n")
+    assert private_imports(tree) == ["line 1: solver.taylor.program._LINEAR", "line 4: sweep.store._place",
+                                     "line 8: sweep.metrics._fold", "line 8: sweep.pipeline._model"]
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

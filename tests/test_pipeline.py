@@ -32,7 +32,7 @@ def test_short_batches_are_padded_so_each_function_compiles_once(spec):
     points = spec.points                    # L = 1.0: x0 = 0.5, 0.8, 1.5; then L = 1.2
     full = pipeline.batch_fn({k: v[0:3] for k, v in points.items()}, context)
     short = pipeline.batch_fn({k: v[1:2] for k, v in points.items()}, context)
-    model = pipeline._model(context.model_path, context.override, context.key)
+    model = pipeline.cached_model(context.model_path, context.override, context.key)
     comp = solver.compiled_model(model.dae, order_for_tol(model.tol))
     assert comp.integrator._run_batch_jit._cache_size() == 1
     assert comp._residual_series._cache_size() == 1     # residuals of the padded batch, then cut
@@ -99,7 +99,7 @@ def test_a_batch_builds_and_sends_back_only_what_the_store_keeps(tmp_path, monke
     payload = sum(a.nbytes for a in (result.status, result.steps, *result.data.values()))
     assert len(pickle.dumps(result, protocol=5)) < payload + len(result.message) + 2048
 
-    model = pipeline._model(context.model_path, context.override, context.key)
+    model = pipeline.cached_model(context.model_path, context.override, context.key)
     full = real(model, points, t_eval=context.time)
     for name in asked:
         np.testing.assert_array_equal(result.data[name], full[name].values)
@@ -184,7 +184,7 @@ def test_a_store_records_the_constants_override_and_sweep_file(moon_store):
     assert "g: 9.81" in attrs["model_yaml"]          # the model file as written, unchanged
     # the same JSON text solve_batch writes for the same points (the worker's model: no compile)
     context = pipeline.build_context(spec)
-    model = pipeline._model(context.model_path, context.override, context.key)
+    model = pipeline.cached_model(context.model_path, context.override, context.key)
     same = solver.solve_batch(model, spec.points, params={"g": 1.6})
     assert same.attrs["parameters"] == attrs["parameters"]
     # the stored model is rebuilt with its Override (as `animate STORE` does)

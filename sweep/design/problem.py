@@ -29,7 +29,7 @@ from solver import status as st
 from solver.errors import InputError
 from solver.models.expr import evaluate_constant, parse
 from solver.integrate.sensitivity import metric_tangent, sensitivity_name
-from sweep import pipeline
+from sweep import metrics, pipeline
 from sweep.design.spec import DesignSpec
 
 __all__ = ["DesignContext", "Evaluation", "build_problem", "evaluate", "load_design_model"]
@@ -88,12 +88,12 @@ def load_design_model(spec: DesignSpec):
         InputError: the model cannot be built (located in its file).
     """
     # The sweep pipeline's per-process model cache: one build (and compile) per model.
-    return pipeline._model(spec.model_path, spec.override,
-                           pipeline._model_key(spec.model_path, spec.model_text, spec.override))
+    return pipeline.cached_model(spec.model_path, spec.override,
+                           pipeline.model_key(spec.model_path, spec.model_text, spec.override))
 
 
 def model_for(context: DesignContext):
-    return pipeline._model(context.model_path, context.override, context.key)
+    return pipeline.cached_model(context.model_path, context.override, context.key)
 
 
 def _variables_text(dae) -> str:
@@ -139,7 +139,7 @@ def build_problem(spec: DesignSpec, model=None) -> DesignContext:
     times = np.linspace(model.t0, model.tend, spec.samples)
     constraints = []
     for cname, c in spec.constraints.items():
-        target = pipeline._component_index(dae, c.of)
+        target = metrics.component_index(dae, c.of)
         if target is None:
             raise spec.error(f"unknown variable '{c.of}'; the model's variables are "
                              f"{_variables_text(dae)} (a whole vector means its norm)",
@@ -148,7 +148,7 @@ def build_problem(spec: DesignSpec, model=None) -> DesignContext:
     names = spec.names
     context = DesignContext(
         title=spec.title, model_path=str(spec.model_path), override=spec.override,
-        key=pipeline._model_key(spec.model_path, spec.model_text, spec.override), names=names,
+        key=pipeline.model_key(spec.model_path, spec.model_text, spec.override), names=names,
         start=np.array([spec.parameters[n].start for n in names], dtype=float),
         lower=np.array([spec.parameters[n].lo for n in names], dtype=float),
         upper=np.array([spec.parameters[n].hi for n in names], dtype=float),
@@ -181,7 +181,7 @@ def _path_columns(spec: DesignSpec, dae) -> tuple[list, list]:
         # a list's item has its own line; a single name is the key itself
         listed = spec.loc is not None and spec.loc.line(("Objective", "path", 0)) is not None
         where = ("Objective", "path", i) if listed else ("Objective", "path")
-        found = pipeline._component_index(dae, name)
+        found = metrics.component_index(dae, name)
         if found is None:
             vec = next((v.name for v in dae.variables if v.shape != ()), None)
             example = f" such as {vec}[0]" if vec else ""
