@@ -25,6 +25,7 @@ from solver import status as st
 from solver.errors import InputError
 import sweep.run
 from sweep import store
+from sweep.log import cli_logging
 from sweep.run import load_cluster_config, make_cluster, run_sweep
 from toybatch import ToyContext, grid_spec, read_log, serial_reference, toy_batch
 
@@ -406,8 +407,9 @@ def test_a_worker_that_fails_its_check_gets_no_work_and_its_batches_go_elsewhere
             client.wait_for_workers(2, timeout=60)
         spec = grid_spec([1, 2, 3, 4], [0.1, 0.5], batch=1)               # 8 batches
         ctx = ToyContext(log=str(tmp_path / "log"))
-        summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", scheduler=procs.address,
-                            progress=False)
+        with cli_logging():   # the worker is named in a warning of the mechsweep logger, as the CLI shows it
+            summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", scheduler=procs.address,
+                                progress=False)
         assert sorted(summary.batches_run) == list(range(8)) and not summary.stopped
         assert_store_equals(tmp_path / "s.zarr", serial_reference(spec, ctx))
         assert {pid for _, _, pid in read_log(ctx.log, spec)} == {procs.workers[0].pid}

@@ -61,9 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="structure of a model (variables, Σ offsets, index, DOF) and "
                        "the condition of its system Jacobian at the consistent initial point "
                        "(exit 2 when singular)")
-    c.add_argument("model")
+    c.add_argument("model", help="the model file (MODEL.yaml)")
     s = sub.add_parser("simulate", help="solve a model once")
-    s.add_argument("model")
+    s.add_argument("model", help="the model file (MODEL.yaml)")
     s.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="override a parameter (repeatable); a structural one (a size, such as "
                         "the number of repeated parts) builds the model again")
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     eq = sub.add_parser("equilibrium", help="a stationary equilibrium of a model: configuration, "
                         "multipliers, stiffness eigenvalues, frequencies and stability (exit 2 "
                         "when none is found)")
-    eq.add_argument("model")
+    eq.add_argument("model", help="the model file (MODEL.yaml)")
     eq.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="override a parameter (repeatable)")
     eq.add_argument("--guess", action="append", default=[], metavar="NAME=VALUE",
@@ -87,27 +87,38 @@ def build_parser() -> argparse.ArgumentParser:
     pl = sub.add_parser("plot", help="time series of a run or model as a PNG")
     pl.add_argument("source", help="RUN.zarr, RUN.nc or MODEL.yaml (simulated first)")
     pl.add_argument("--vars", nargs="+", help="variables to plot (default: all unknowns)")
-    pl.add_argument("--out", required=True)
+    pl.add_argument("--out", required=True, help="the picture to write (PNG)")
     add_quick_compile(pl)
     an = sub.add_parser("animate", help="animation of a run or model (GIF, MP4 or HTML)")
     an.add_argument("source", help="MODEL.yaml, or a run written by simulate --out")
     an.add_argument("--model", help="model file for a run (default: the one the run records)")
-    an.add_argument("--out", required=True)
+    an.add_argument("--out", required=True, help="the animation to write: .gif, .mp4 or .html")
     an.add_argument("--frames", type=positive_int,
                     help="number of frames (default: Animation.frames)")
     add_quick_compile(an)
     sw = sub.add_parser("sweep", help="run a design sweep into a Zarr store")
-    sw.add_argument("sweep", metavar="SWEEP.yaml")
-    sw.add_argument("--out")
+    sw.add_argument("sweep", metavar="SWEEP.yaml", help="the sweep file")
+    sw.add_argument("--out", metavar="STORE.zarr",
+                    help="the sweep store: a local folder or s3://bucket/prefix.zarr (required unless "
+                         "--dry-run); it must be new unless --resume, --overwrite or --retry-failed")
     sw.add_argument("--workers", type=positive_int, help="local worker processes (>= 1)")
     group = sw.add_mutually_exclusive_group()
-    group.add_argument("--scheduler")
-    group.add_argument("--scheduler-file")
-    group.add_argument("--cluster")
+    group.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run on a running Dask scheduler (tcp://host:8786) instead of local workers")
+    group.add_argument("--scheduler-file", metavar="FILE",
+                       help="run on the Dask scheduler that this scheduler file names (dask scheduler "
+                            "--scheduler-file FILE)")
+    group.add_argument("--cluster", metavar="CLUSTER.yaml",
+                       help="start the Dask cluster this cluster file describes (module, class, kwargs, "
+                            "scale, adapt), e.g. SLURM through dask-jobqueue")
     mode = sw.add_mutually_exclusive_group()
-    mode.add_argument("--resume", action="store_true")
-    mode.add_argument("--overwrite", action="store_true")
-    mode.add_argument("--retry-failed", action="store_true")
+    mode.add_argument("--resume", action="store_true",
+                      help="continue the sweep in an existing store: run only its batches not yet "
+                           "committed or found damaged")
+    mode.add_argument("--overwrite", action="store_true",
+                      help="delete an existing sweep store at --out and start again")
+    mode.add_argument("--retry-failed", action="store_true",
+                      help="resume, and also run again the batches whose points failed")
     sw.add_argument("--dry-run", action="store_true",
                     help="check the sweep against its model (parameter and output names, store "
                          "size) and print points, batches and axes; runs nothing")
@@ -122,13 +133,13 @@ def build_parser() -> argparse.ArgumentParser:
                          "for SECONDS (default 60; 0 waits for ever)")
     stat = sub.add_parser("status", help="progress, status counts and integrity of a sweep store "
                           "(exit 1 when a batch is damaged)")
-    stat.add_argument("store")
+    stat.add_argument("store", help="the sweep store (a folder or s3://bucket/prefix.zarr)")
     stat.add_argument("--verify", action="store_true",
                       help="read, checksum and decode every chunk (default: a quick check of "
                            "commit records and chunk files)")
     de = sub.add_parser("design", help="kinematic design: fit design parameters so that a "
                         "point's path follows a target curve (gradients from sensitivities)")
-    de.add_argument("design", metavar="DESIGN.yaml")
+    de.add_argument("design", metavar="DESIGN.yaml", help="the design file")
     de.add_argument("--out", help="write the optimisation history (a .zarr store) and its "
                     "picture (OUT.png)")
     de.add_argument("--from", dest="from_store", metavar="STORE.zarr",
@@ -140,9 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
                          "start; a single start runs in this process); 0 runs the starts one "
                          "after another in this process")
     target = de.add_mutually_exclusive_group()
-    target.add_argument("--scheduler")
-    target.add_argument("--scheduler-file")
-    target.add_argument("--cluster")
+    target.add_argument("--scheduler", metavar="ADDRESS",
+                        help="run the starts on a running Dask scheduler (tcp://host:8786)")
+    target.add_argument("--scheduler-file", metavar="FILE",
+                        help="run the starts on the Dask scheduler that this scheduler file names")
+    target.add_argument("--cluster", metavar="CLUSTER.yaml",
+                        help="start the Dask cluster this cluster file describes and run the starts there")
     de.add_argument("--overwrite", action="store_true", help="replace an existing history store")
     de.add_argument("--no-plot", action="store_true", help="do not write OUT.png")
     sub.add_parser("run-default", help="the default RSCR sweep into out/rscr.zarr (make run)")

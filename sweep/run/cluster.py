@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -15,12 +14,15 @@ from solver.errors import InputError
 from solver.models.yamlio import Locator, load_yaml
 from sweep.file_schemas import CLUSTER_KEYS, ClusterFile
 from sweep.run.worker import JaxSetup, default_jax_cache_dir
+from sweep.log import get_logger
 from sweep.yamlschema import validate
 
 __all__ = [
     "CLUSTER_KEYS", "local_cores", "load_cluster_config", "make_cluster", "check_dask_target", "start_client",
     "dask_client", "WORKER_TIMEOUT", "WorkerWatch", "say_dashboard", "worker_threads",
 ]
+
+log = get_logger("sweep")
 
 
 
@@ -242,8 +244,8 @@ class WorkerWatch:
                 continue
             if since is None:
                 since = time.monotonic()
-                print(f"[mechsweep] the Dask cluster has no workers; waiting up to {self.timeout:g} s "
-                      f"for one (--worker-timeout)", file=sys.stderr, flush=True)
+                log.warning(f"the Dask cluster has no workers; waiting up to {self.timeout:g} s "
+                            f"for one (--worker-timeout)")
             elif time.monotonic() - since >= self.timeout:
                 self.reason = (f"the Dask cluster had no workers for {self.timeout:g} s (none started, or "
                                f"all lost); start workers and resume")
@@ -258,9 +260,9 @@ class WorkerWatch:
 
 
 def say_dashboard(client) -> None:
-    """Print where the client's Dask dashboard is, on stderr (nothing when it has none)."""
+    """Note where the client's Dask dashboard is (an ``INFO`` record; nothing when it has none)."""
     try:
-        print(f"mechsweep: Dask dashboard at {client.dashboard_link}", file=sys.stderr)
+        log.info(f"Dask dashboard at {client.dashboard_link}")
     except Exception:  # noqa: BLE001 - a missing dashboard must not stop a sweep
         pass
 

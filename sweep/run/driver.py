@@ -20,6 +20,7 @@ import numpy as np
 import zarr
 
 from solver import status as st
+from sweep.log import get_logger
 from sweep.run.cluster import (WORKER_TIMEOUT, WorkerWatch, check_dask_target, say_dashboard, start_client,
                                worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
@@ -28,6 +29,8 @@ from sweep.store import (BatchCommitter, BatchResult, Schema, WrittenBatch, batc
                          write_batch_data)
 
 __all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog"]
+
+log = get_logger("sweep")
 
 
 def format_seconds(s: float) -> str:
@@ -299,11 +302,14 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
 
 
 class ProgressLog:
-    """Progress lines on stderr for runs without a terminal (batch jobs' logs).
+    """Progress lines for runs without a terminal (batch jobs' logs).
 
     A line at a batch's completion when ``every`` seconds have passed since
     the last one (and at the last batch): batches written of those planned,
-    failed points so far, time taken and an estimate of the time left.
+    failed points so far, time taken and an estimate of the time left.  The
+    lines are ``INFO`` records of the ``mechsweep.sweep`` logger (the command
+    line shows them on stderr), or ``[mechsweep] ...`` lines written to
+    ``stream`` when one is given.
     """
 
     def __init__(self, total: int, every: float, label: str, stream=None, clock=time.monotonic):
@@ -319,11 +325,14 @@ class ProgressLog:
         self.last = now
         spent = now - self.start
         left = spent / done * (self.total - done) if done else float("nan")
-        line = (f"[mechsweep] {self.label}: {done}/{self.total} batches written "
+        line = (f"{self.label}: {done}/{self.total} batches written "
                 f"({100 * done / max(self.total, 1):.0f}%), {failed} failed points, "
                 f"{format_seconds(spent)} so far" + (f", about {format_seconds(left)} left"
                                                       if done < self.total else ""))
-        print(line, file=self.stream or sys.stderr, flush=True)
+        if self.stream is not None:
+            print(f"[mechsweep] {line}", file=self.stream, flush=True)
+        else:
+            log.info(line)
 
 
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
@@ -431,7 +440,6 @@ def _use_fit_workers(client, unfit: dict, result: Unfit) -> list[str]:
     """Note a worker that failed its check (saying so once); the workers still fit."""
     if result.worker not in unfit:
         unfit[result.worker] = result.reason
-        print(f"mechsweep: worker {result.worker} is not used for this sweep: {result.reason}",
-              file=sys.stderr, flush=True)
+        log.warning(f"worker {result.worker} is not used for this sweep: {result.reason}")
     workers = list(client.scheduler_info(n_workers=-1).get("workers", {}))
     return [w for w in workers if w not in unfit]
