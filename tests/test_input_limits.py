@@ -9,7 +9,6 @@ as ``TMP``; ``MECHSWEEP_*`` overrides of the limits are tested too.
 """
 
 import os
-import time
 
 import pytest
 
@@ -66,22 +65,10 @@ def message(tmp, capsys, *argv) -> str:
 
 
 # ------------------------------------------------------------------ YAML limits
-def timed_message(tmp, capsys, *argv) -> tuple[str, float]:
-    """(message, seconds) of a second run of the command: the first, untimed, pays the
-    lazy imports of the command (``sweep.cli.app`` imports its subcommands when run), so
-    only the reading and refusing of the file is timed."""
-    first = message(tmp, capsys, *argv)
-    start = time.perf_counter()
-    text = message(tmp, capsys, *argv)
-    seconds = time.perf_counter() - start
-    assert text == first
-    return text, seconds
-
-
 def test_alias_bomb_fails_fast_at_the_alias_that_crosses_the_limit(tmp, capsys):
     (tmp / "bomb.yaml").write_text(alias_bomb())
-    text, seconds = timed_message(tmp, capsys, "check", tmp / "bomb.yaml")
-    assert seconds < 1.0
+    # The count in the message is where reading stopped: the bomb is never expanded.
+    text = message(tmp, capsys, "check", tmp / "bomb.yaml")
     assert text == (
         "TMP/bomb.yaml:6: too many values once the aliases are expanded: the alias '*a4' here "
         "brings the count to 1012351 (each '*alias' repeats the whole '&anchor' block it names); "
@@ -91,8 +78,7 @@ def test_alias_bomb_fails_fast_at_the_alias_that_crosses_the_limit(tmp, capsys):
 
 def test_alias_bomb_in_a_sweep_file_fails_in_dry_run(tmp, capsys):
     (tmp / "bomb.yaml").write_text(SWEEP + alias_bomb())
-    text, seconds = timed_message(tmp, capsys, "sweep", tmp / "bomb.yaml", "--dry-run")
-    assert seconds < 1.0
+    text = message(tmp, capsys, "sweep", tmp / "bomb.yaml", "--dry-run")
     assert text.startswith("TMP/bomb.yaml:") and "(MAX_YAML_NODES)" in text
 
 
