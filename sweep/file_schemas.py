@@ -129,6 +129,10 @@ class MetricSpec(Section):
         except InputError as err:
             raise problem(err.message, ("reduce",)) from None
         if "event" not in data:
+            try:   # a plain metric reads a variable: 'of' may not be null
+                require_str(data["of"])
+            except InputError as err:
+                raise problem(err.message, ("of",)) from None
             return
         if reduce == "value":
             for key in ("of", "n"):

@@ -387,11 +387,18 @@ def regression_cases() -> list:
     """
     huge_steps = _short(_base_data("pendulum"))
     huge_steps["SolverParams"]["Integration"]["max_steps"] = 1e300
+    null_metric = copy.deepcopy(BASES["pendulum"].sweeps[0])
+    first = next(iter(null_metric["Outputs"]["metrics"]))
+    null_metric["Outputs"]["metrics"][first]["of"] = None
     return [
         # Found 2026-11-23: a whole number >= 2**63 passes the reader and
         # overflows the jitted run (OverflowError, exit 1 with a traceback).
         Case("simulate", "pendulum", _dump(huge_steps), options=["--json"],
              ops=["regression: number SolverParams.Integration.max_steps = 1e300"]),
+        # Found 2026-11-28 (seed 202): a plain metric with 'of: null' passed the sweep file's
+        # schema and died in the pipeline (TypeError, a traceback).
+        Case("sweep", "pendulum", _dump(_base_data("pendulum")), _dump(null_metric),
+             ops=["regression: sweep Outputs.metrics.<first>.of = null"]),
     ]
 
 
