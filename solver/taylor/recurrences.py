@@ -175,22 +175,6 @@ def conv(A, B, m, lo, top, weight_a=None):
     return order_sum(jnp.where(mask, A_ * B_, 0.0))
 
 
-def _aux_tags(e):
-    name = e.prim.name
-    if name in ("sin", "cos"):
-        return ("comp",)
-    if name in ("sinh", "cosh", "tan", "tanh", "logistic"):
-        return ("comp",)
-    if name in ("asin", "acos", "atan", "atan2", "asinh", "acosh", "atanh"):
-        return ("q",)
-    if name == "integer_pow":
-        n = abs(int(e.params["y"]))
-        return tuple(f"p{i}" for i in range(2, n + 1))
-    if name == "pow":
-        return ("log", "prod")
-    return ()
-
-
 def nonlinear_coef(name, e, ops, m, mc, nodes, aux, idx_e, K):
     """Order-m coefficient of a nonlinear elementwise primitive.
 

@@ -51,6 +51,24 @@ from sweep.cli.sweep_command import cmd_run_default, cmd_sweep, main_default, ma
 __all__ = ["main", "build_parser", "summary"]
 
 
+def add_dask_target(parser: argparse.ArgumentParser, what: str) -> None:
+    """Where a command's Dask work runs: ``--scheduler``, ``--scheduler-file`` or ``--cluster`` (one of them).
+
+    Args:
+        parser: the command's parser.
+        what: the verb phrase of the help texts (``"run"``, ``"run the starts"``).
+    """
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--scheduler", metavar="ADDRESS",
+                        help=f"{what} on a running Dask scheduler (tcp://host:8786) instead of local workers")
+    target.add_argument("--scheduler-file", metavar="FILE",
+                        help=f"{what} on the Dask scheduler that this scheduler file names (dask scheduler "
+                             f"--scheduler-file FILE)")
+    target.add_argument("--cluster", metavar="CLUSTER.yaml",
+                        help=f"start the Dask cluster this cluster file describes (module, class, kwargs, "
+                             f"scale, adapt), e.g. SLURM through dask-jobqueue, and {what} there")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     p = CommandParser(prog="mechsweep", description="Mechanism simulation and design sweeps "
@@ -102,15 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the sweep store: a local folder or s3://bucket/prefix.zarr (required unless "
                          "--dry-run); it must be new unless --resume, --overwrite or --retry-failed")
     sw.add_argument("--workers", type=positive_int, help="local worker processes (>= 1)")
-    group = sw.add_mutually_exclusive_group()
-    group.add_argument("--scheduler", metavar="ADDRESS",
-                       help="run on a running Dask scheduler (tcp://host:8786) instead of local workers")
-    group.add_argument("--scheduler-file", metavar="FILE",
-                       help="run on the Dask scheduler that this scheduler file names (dask scheduler "
-                            "--scheduler-file FILE)")
-    group.add_argument("--cluster", metavar="CLUSTER.yaml",
-                       help="start the Dask cluster this cluster file describes (module, class, kwargs, "
-                            "scale, adapt), e.g. SLURM through dask-jobqueue")
+    add_dask_target(sw, "run")
     mode = sw.add_mutually_exclusive_group()
     mode.add_argument("--resume", action="store_true",
                       help="continue the sweep in an existing store: run only its batches not yet "
@@ -150,13 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="LocalCluster worker processes (default: one per core, at most one per "
                          "start; a single start runs in this process); 0 runs the starts one "
                          "after another in this process")
-    target = de.add_mutually_exclusive_group()
-    target.add_argument("--scheduler", metavar="ADDRESS",
-                        help="run the starts on a running Dask scheduler (tcp://host:8786)")
-    target.add_argument("--scheduler-file", metavar="FILE",
-                        help="run the starts on the Dask scheduler that this scheduler file names")
-    target.add_argument("--cluster", metavar="CLUSTER.yaml",
-                        help="start the Dask cluster this cluster file describes and run the starts there")
+    add_dask_target(de, "run the starts")
     de.add_argument("--overwrite", action="store_true", help="replace an existing history store")
     de.add_argument("--no-plot", action="store_true", help="do not write OUT.png")
     sub.add_parser("run-default", help="the default RSCR sweep into out/rscr.zarr (make run)")
