@@ -223,7 +223,7 @@ def test_a_small_models_run_keeps_its_set_up_in_its_loop_with_the_unwrapped_runs
     # it, only the loop and the initial values of its results (one kernel
     # per result) and of its flag remain.  Same numbers as the unwrapped run.
     from solver.integrate import xla_setup
-    from solver.integrate.integrator import _device_number
+    from solver.integrate.run_args import device_number
 
     assert xla_setup.loops_compiled_whole()
     theta0, t1 = 1.2, 3.0
@@ -232,8 +232,8 @@ def test_a_small_models_run_keeps_its_set_up_in_its_loop_with_the_unwrapped_runs
     params = {"g": jnp.asarray(9.81), "L": jnp.asarray(1.0)}
     integ = integrator_for(PEND, 12)
     assert integ.mode == "unrolled"
-    args = (params, z0, jnp.zeros(3), *map(_device_number, (0.0, t1)), t_eval,
-            *map(_device_number, (1e-10, 100_000, jnp.inf, 0.0)))
+    args = (params, z0, jnp.zeros(3), *map(device_number, (0.0, t1)), t_eval,
+            *map(device_number, (1e-10, 100_000, jnp.inf, 0.0)))
     wrapped = integ._run_jit.lower(*args).compile()
     plain = jax.jit(integ._run).lower(*args).compile()
     a, b = wrapped(*args), plain(*args)
@@ -252,15 +252,15 @@ def test_output_times_are_copied_to_the_device_once_per_content():
     # same content (a new array each call, as solve() pads it) is not copied
     # again, a different content is, and what is not a 1-D float64 numpy
     # array (lists, device arrays, tracers, very long arrays) passes as given.
-    from solver.integrate.integrator import CACHED_TIMES_MAX, _device_times
+    from solver.integrate.run_args import CACHED_TIMES_MAX, device_times
 
-    a = _device_times(np.linspace(0.0, 1.0, 11))
-    assert isinstance(a, jax.Array) and _device_times(np.linspace(0.0, 1.0, 11)) is a
+    a = device_times(np.linspace(0.0, 1.0, 11))
+    assert isinstance(a, jax.Array) and device_times(np.linspace(0.0, 1.0, 11)) is a
     np.testing.assert_array_equal(np.asarray(a), np.linspace(0.0, 1.0, 11))
-    other = _device_times(np.linspace(0.0, 2.0, 11))
+    other = device_times(np.linspace(0.0, 2.0, 11))
     assert other is not a and float(other[-1]) == 2.0
     for given in ([0.0, 1.0], jnp.linspace(0.0, 1.0, 3), np.arange(3), np.zeros(CACHED_TIMES_MAX + 1)):
-        assert _device_times(given) is given
+        assert device_times(given) is given
     # The same numbers whichever way the times are given.
     theta0, t1 = 0.5, 1.0
     z0 = jnp.asarray([math.sin(theta0), 0.0, math.cos(theta0), 0.0])

@@ -112,9 +112,6 @@ def parse_variables(variables) -> list[Variable]:
     return out
 
 
-_parse_variables = parse_variables  # its name before it was public
-
-
 class _Derivatives:
     """``v[name]``: indexable by derivative order."""
 

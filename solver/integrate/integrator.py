@@ -35,7 +35,7 @@ import jax.numpy as jnp
 
 from solver.errors import InputError
 from solver.integrate.choices import (BATCH_CPU_OPTIONS, DEFAULT_SLOTS, KKT_MIN_SIZE, MODES, QUICK_COMPILE,
-                                      ROUND_FINISHED, UNROLL_MAX_OPS, UNROLL_MAX_OPS_SINGLE,
+                                      UNROLL_MAX_OPS, UNROLL_MAX_OPS_SINGLE,
                                       WHOLE_ROUND_CPU_OPTIONS, WHOLE_ROUND_SLOTS, choose_mode, order_for_tol,
                                       tape_ops)
 from solver.integrate.layout import StateLayout, take_static
@@ -45,7 +45,7 @@ from solver.integrate.single_run import SingleRun, in_one_trip_loop
 from solver.integrate.stages import SeriesStages
 from solver.integrate.step import Stepper, step_loop_condition
 from solver.integrate.step_events import DEFAULT_MAX_EVENTS, EventStepper
-from solver.integrate.tangents import TangentRuns, seeded, tangent_seed, tangent_seeds
+from solver.integrate.tangents import TangentRuns, tangent_seeds
 from solver.numerics.kkt import KKTBlocks
 from solver.taylor.compact import CompactProgram, CompactUnsupportedError
 from solver.taylor.degree import stage0_is_affine
@@ -58,10 +58,6 @@ __all__ = ["Integrator", "order_for_tol", "BATCH_CPU_OPTIONS", "WHOLE_ROUND_CPU_
            "CACHED_TIMES_MAX", "DEFAULT_SLOTS", "WHOLE_ROUND_SLOTS", "SlotPool", "device_number", "device_times",
            "in_one_trip_loop", "output_rows", "pad_output_times", "step_loop_condition", "take_static",
            "tangent_seeds"]
-
-# The names these were imported by before the integrator was split.
-_device_number, _device_times = device_number, device_times
-_tangent_seed, _seeded, _ROUND_FINISHED = tangent_seed, seeded, ROUND_FINISHED
 
 
 class Integrator(StateLayout, SeriesStages, Stepper, SingleRun, BatchPool, TangentRuns):
