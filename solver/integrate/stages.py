@@ -324,6 +324,16 @@ class SeriesStages:
         u, _ = self._newton(lambda uu: (solve(g0(uu)), ()), u_guess, (), newton_iters)
         return u, solve, fact.singular
 
+    def _jacobian_levels(self) -> dict:
+        """Variable name → the derivative levels ``d_j - c_i`` the system Jacobian reads, ascending."""
+        prog = self.prog
+        out = {}
+        for var in self.dae.variables:
+            cols = np.arange(var.offset, var.offset + var.size)
+            offs = prog.d[None, cols] - prog.c[:, None]
+            out[var.name] = sorted({int(o) for o in np.unique(offs) if o >= 0})
+        return out
+
     def stage0_jacobian(self, X, u, t0, consts):
         """A_0 = ∂F_i[c_i]/∂X[j, d_j] = J_ij d_j!/c_i!, J the system Jacobian.
 
@@ -333,7 +343,20 @@ class SeriesStages:
         """
         dae, prog = self.dae, self.prog
         levels = levels_from_coefficients(prog, self.set_stage(X, 0, u))
-        jac = jacfwd(lambda lv: residual_at(prog, t0, consts, lv))(levels)
+        # Only the levels d_j - c_i enter J: differentiating by the others
+        # (for a second-order model, by q and q' besides q'') would push
+        # three times the tangents through the residual, Hessians included.
+        wanted = self._jacobian_levels()
+        free = {name: [lv[l] for l in wanted[name]] for name, lv in levels.items()}
+
+        def residual_of(sub):
+            full = {name: list(lv) for name, lv in levels.items()}
+            for name, ls in wanted.items():
+                for l, val in zip(ls, sub[name]):
+                    full[name][l] = val
+            return residual_at(prog, t0, consts, full)
+
+        jac = jacfwd(residual_of)(free)
         n = dae.n
         # Column blocks joined, not scattered into zeros: XLA expands a
         # scatter into a loop whose index arithmetic it hoists out of ours.
@@ -341,10 +364,9 @@ class SeriesStages:
         for var in sorted(dae.variables, key=lambda v: v.offset):
             cols = np.arange(var.offset, var.offset + var.size)
             block = jnp.zeros((n, var.size))
-            for l, Jl in enumerate(jac[var.name]):
+            for l, Jl in zip(wanted[var.name], jac[var.name]):
                 mask = (prog.d[None, cols] - prog.c[:, None]) == l
-                if mask.any():
-                    block = block + jnp.where(mask, Jl.reshape(n, var.size), 0.0)
+                block = block + jnp.where(mask, Jl.reshape(n, var.size), 0.0)
             blocks.append(block)
         A = jnp.concatenate(blocks, axis=1) if blocks else jnp.zeros((n, n))
         cf = np.array([math.factorial(int(c)) for c in prog.c], dtype=float)
