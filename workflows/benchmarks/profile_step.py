@@ -10,10 +10,22 @@ many calls) are printed, for the ``looped`` engine (lax loop over stages,
 dynamic order indexing) and the ``unrolled`` one (straight-line code,
 :mod:`solver.taylor.tape`), plus the whole run.
 
+Stage 0 (its residual, Jacobian, Newton and the inverse) and the p stage
+solves are timed too: the solves as stage 0 plus p products with the
+inverse, minus stage 0.
+
+For mid-size models on the compact engine, XLA:CPU compiling a part's
+timing loop as one function can exhaust memory (the Pleiades' state
+advance took over 20 GB), although the run's own loop compiles in seconds.
+Run those with ``XLA_FLAGS=--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=0``:
+every loop then runs kernel by kernel, the whole run included, so the
+figures are shares of a slower program, not the run's (the Pleiades: 355
+against 112 us a step).
+
 Usage::
 
-    .venv/bin/python workflows/benchmarks/profile_step.py [--model pendulum|chain5|rscr|...]
-                                                          [--out results/profile_step.txt]
+    .venv/bin/python workflows/benchmarks/profile_step.py [--model pendulum|chain5|rscr|...] [--set N=10]
+                                                          [--modes looped,unrolled] [--out results/profile_step.txt]
 """
 
 from __future__ import annotations
@@ -21,10 +33,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 import jax
 import jax.numpy as jnp
@@ -57,8 +71,14 @@ def andrews_problem():
     return dae, bp.andrews_values(), bp.ANDREWS_FIXED, 1e-10, (0.0, bp.ANDREWS_T1)
 
 
-def model_problem(name):
-    model = solver.load(ROOT / "configs" / "mechanisms" / f"{name}.yaml")
+def model_problem(name, overrides=None):
+    path = ROOT / "configs" / "mechanisms" / f"{name}.yaml"
+    if overrides:  # a structural parameter is set in a copy of the file
+        doc = yaml.safe_load(path.read_text())
+        doc.setdefault("PhysicalParams", {}).update({k: int(float(v)) if float(v).is_integer() else float(v) for k, v in overrides.items()})
+        path = Path(tempfile.mkdtemp()) / path.name
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    model = solver.load(path)
     return model.dae, model.initial_values(), model.fixed, model.tol, (model.t0, model.tend)
 
 
@@ -111,7 +131,7 @@ def as_in_run(fn):
 def profile(dae, values, fixed, tol, span, mode, rep: Report):
     s = dae.structure
     p = order_for_tol(tol)
-    integ = Integrator(TaylorProgram(dae, s.c, s.d, p), mode=mode)
+    integ = Integrator(TaylorProgram(dae, s.c, s.d, p), mode=mode, batch=False)
     comp = solver.compiled_model(dae, p)
     spec = parse_values(integ, values, fixed)
     params = {k: jnp.asarray(v) for k, v in dae.params.items()}
@@ -122,6 +142,25 @@ def profile(dae, values, fixed, tol, span, mode, rep: Report):
 
     series = as_in_run(lambda z, p_, u, t: integ.series(z, u, t, consts_of(p_))[:3])
     (X, u, status), c_series, r_series = timed(series, z0, params, u0, t0)
+
+    def stage0_and_solve(z, p_, u, t):
+        c = consts_of(p_)
+        g0, X0, _ = integ._stage0_residual(z, t, c)
+        uu, solve, _, _ = integ._stage0(g0, X0, u, t, c, 8)
+        return uu, solve
+
+    stage0 = as_in_run(lambda z, p_, u, t: stage0_and_solve(z, p_, u, t)[0])
+    _, c_s0, r_s0 = timed(stage0, z0, params, u0, t0)
+
+    def stage_solves(r, z, p_, u, t):
+        # One solve per order, each on the last one's result (as the stages chain them).
+        _, solve = stage0_and_solve(z, p_, u, t)
+        for _ in range(p):
+            r = solve(r)
+        return r
+
+    _, c_sol, r_both = timed(as_in_run(stage_solves), u0, z0, params, u0, t0)
+    r_sol = max(r_both - r_s0, 0.0)
     h = integ.step_size(X, tol)
     advance = as_in_run(lambda h_, X_: integ.advance_state(X_, h_))
     (zp, _), c_adv, r_adv = timed(advance, h, X)
@@ -153,9 +192,10 @@ def profile(dae, values, fixed, tol, span, mode, rep: Report):
     rep.say(f"  mode {mode}: order {p}, {steps} steps over [{span[0]}, {span[1]}] at tol {tol:g}, "
              f"status {int(res['status'])}")
     rep.say(f"    {'part':<12}{'run us':>10}{'compile s':>11}{'HLO lines':>11}")
-    for part, r_, c_ in (("series", r_series, c_series), ("projection", r_proj, c_proj),
+    for part, r_, c_ in (("series", r_series, c_series), ("  stage 0", r_s0, c_s0),
+                         (f"  {p} solves", r_sol, c_sol), ("projection", r_proj, c_proj),
                          ("advance", r_adv, c_adv), ("step size", r_h, c_h), ("dense", r_dense, c_dense)):
-        key = {"step size": None}.get(part, part)
+        key = None if part in ("step size", "  stage 0", f"  {p} solves") else part
         rep.say(f"    {part:<12}{r_ * 1e6:>10.1f}{c_:>11.2f}{lines.get(key, 0) if key else '':>11}")
     rep.say(f"    {'whole run':<12}{best * 1e6:>10.0f}{first - best:>11.2f}{lines['run']:>11}"
              f"   ({best / max(steps, 1) * 1e6:.1f} us per step)")
@@ -166,11 +206,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="pendulum", help="pendulum, andrews (bench_peers), or a file stem in configs/mechanisms/")
     ap.add_argument("--modes", default="looped,unrolled")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a structural parameter of a model file (e.g. N=10 for pendulum_chain3d)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     rep = Report()
     problems = {"pendulum": pendulum_problem, "andrews": andrews_problem}
-    dae, values, fixed, tol, span = problems.get(args.model, lambda: model_problem(args.model))()
+    overrides = dict(kv.split("=", 1) for kv in args.set)
+    dae, values, fixed, tol, span = problems.get(args.model, lambda: model_problem(args.model, overrides))()
     rep.say(f"profile of one step: {args.model} ({dae.n} unknowns), jax {jax.__version__}, "
              f"{jax.default_backend()}")
     for mode in args.modes.split(","):
