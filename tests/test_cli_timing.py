@@ -25,8 +25,8 @@ from sweep.cli.app import main
 ROOT = Path(__file__).resolve().parents[1]
 PENDULUM = ROOT / "configs" / "mechanisms" / "pendulum.yaml"
 
-#: The figures are printed rounded (0.1 s, 0.01 s): their sum may pass the wall by that much.
-ROUNDING = 0.06
+#: The figures are printed rounded (wall and compiling to 0.1 s, solving to 0.01 s): their sum may pass the wall by this.
+ROUNDING = 0.11
 
 SPLIT = re.compile(r"finished in (\d+\.\d) s \((\d+\.\d) s compiling, (\d+\.\d\d) s solving\)")
 
@@ -98,12 +98,13 @@ def test_sweep_reports_the_workers_compiling_and_solving(tmp_path, capsys):
 
 def test_sweep_estimate_reports_compiling_and_solving(tmp_path, capsys):
     sweep = write_pendulum_sweep(tmp_path)
-    assert main(["sweep", str(sweep), "--estimate", "--workers", "1"]) == 0
+    code = main(["sweep", str(sweep), "--estimate", "--workers", "1"])
     captured = capsys.readouterr()
-    assert "[mechsweep] batch 0 finished in" in captured.err
+    assert code == 0, captured
+    assert "[mechsweep] batch 0 finished in" in captured.err, captured
     _, compile_s, _ = _split(captured.err)
     shown = float(re.search(r"^  compile:   (\S+) s", captured.out, re.M).group(1))
-    assert compile_s == pytest.approx(shown, abs=0.051)
+    assert compile_s == pytest.approx(shown, abs=0.1), captured   # 0.1 s and 3 digits
 
 
 def test_design_reports_compiling_and_solving(tmp_path, capsys):

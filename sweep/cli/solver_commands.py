@@ -328,10 +328,11 @@ def cmd_check(args) -> int:
     t = time.perf_counter()
     with compile_clock() as clock:
         jac = check_jacobian(model)
-    note_progress(split_text(time.perf_counter() - t, clock.seconds))
+    wall = time.perf_counter() - t
     print(jac.summary())
-    if jac.singular:
+    if jac.singular:   # the error alone on stderr, as for every bad input
         raise InputError(jac.problem(), file=str(args.model))
+    note_progress(split_text(wall, clock.seconds))
     return EXIT_OK
 
 
