@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import weakref
 from typing import Mapping
 
@@ -70,9 +71,14 @@ _clocks: list = []
 
 
 def _on_duration(event: str, seconds: float, **_):
+    # JAX reports these in the thread that traces and compiles: a clock
+    # counts its own thread's compiles, not those of a Dask worker's other
+    # threads running other batches at the same time.
     if event in _COMPILE_EVENTS:
+        me = threading.get_ident()
         for clock in _clocks:
-            clock[0] += seconds
+            if clock[1] == me:
+                clock[0] += seconds
 
 
 _listening = False
@@ -82,8 +88,9 @@ class compile_clock:
     """Context manager: seconds JAX spent tracing and compiling inside it.
 
     ``with compile_clock() as c: ...`` then ``c.seconds`` (a persistent
-    cache hit counts only its lookup).  Used by ``solve`` to report compile
-    time apart from run time.
+    cache hit counts only its lookup).  Only the compiles of the thread that
+    entered it count.  Used by ``solve``, the sweep's batches and the design's
+    starts to report compile time apart from run time.
     """
 
     def __enter__(self):
@@ -91,7 +98,7 @@ class compile_clock:
         if not _listening:
             jax.monitoring.register_event_duration_secs_listener(_on_duration)
             _listening = True
-        self._acc = [0.0]
+        self._acc = [0.0, threading.get_ident()]
         _clocks.append(self._acc)
         return self
 

@@ -537,7 +537,8 @@ def estimate_run(spec, context: SweepContext, workers: int) -> dict:
         dict with ``compile_seconds`` (JAX tracing and compiling, once per
         worker, near 0 with a warm persistent cache), ``seconds_per_point``
         (the rest of the batch's time over its padded size),
-        ``batch_points``, ``failed`` (points of the batch that failed) and
+        ``batch_points``, ``failed`` (points of the batch that failed),
+        ``wall_seconds`` (the batch's whole time) and
         ``total_seconds``: compile + batches x batch seconds / workers
         (batches are spread evenly; a worker runs one at a time).
     """
@@ -553,7 +554,7 @@ def estimate_run(spec, context: SweepContext, workers: int) -> dict:
     rounds = math.ceil(spec.n_batches / max(int(workers), 1))
     return {"compile_seconds": compile_s, "seconds_per_point": per_point, "batch_points": size,
             "failed": int(np.sum(codes.is_failure(np.asarray(result.status)))),
-            "total_seconds": compile_s + rounds * size * per_point}
+            "wall_seconds": wall, "total_seconds": compile_s + rounds * size * per_point}
 
 
 # ----------------------------------------------------------------- the batch

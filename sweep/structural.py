@@ -297,6 +297,21 @@ class StructuralSummary:
         """Status name -> points written by this run (all groups), in code order."""
         return _add(s.by_status for s in self.groups.values())
 
+    @property
+    def compile_seconds(self) -> float:
+        """The workers' seconds spent compiling, summed over every group's batches."""
+        return sum(s.compile_seconds for s in self.groups.values())
+
+    @property
+    def solve_seconds(self) -> float:
+        """The rest of the workers' batch time, summed over every group's batches."""
+        return sum(s.solve_seconds for s in self.groups.values())
+
+    @property
+    def batches_run(self) -> list:
+        """(group label, batch) pairs this run wrote."""
+        return [(label, i) for label, s in self.groups.items() for i in s.batches_run]
+
     def __str__(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in self.store_by_status.items())
         lines = [f"{self.store}: {self.n_points} points in {len(self.groups)} structure groups "

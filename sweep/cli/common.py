@@ -103,6 +103,28 @@ def note_progress(message: str) -> None:
     log.info(message)
 
 
+def split_text(wall: float, compile_seconds: float, solve_seconds: float | None = None) -> str:
+    """``finished in W s (C s compiling, R s solving)``: a command's time, compiling apart from solving.
+
+    Args:
+        wall: the seconds the work took.
+        compile_seconds: the part JAX spent tracing and compiling
+            (:class:`solver.compile_clock`); more than ``wall`` counts as all
+            of it unless ``solve_seconds`` is given.
+        solve_seconds: the solving seconds where they are not the rest of
+            ``wall`` (work summed over parallel workers); default
+            ``wall - compile_seconds``.
+
+    Returns:
+        The text, as ``simulate`` has always written it.
+    """
+    compile_seconds = max(float(compile_seconds), 0.0)
+    if solve_seconds is None:
+        compile_seconds = min(compile_seconds, wall)
+        solve_seconds = wall - compile_seconds
+    return f"finished in {wall:.1f} s ({compile_seconds:.1f} s compiling, {solve_seconds:.2f} s solving)"
+
+
 def is_model_path(path: str) -> bool:
     return path.endswith((".yaml", ".yml"))
 

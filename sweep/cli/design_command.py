@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from solver.errors import InputError
-from sweep.cli.common import EXIT_FAILED, EXIT_OK, model_file_arg, note_progress, check_out
+from sweep.cli.common import EXIT_FAILED, EXIT_OK, model_file_arg, note_progress, check_out, split_text
 
 __all__ = ["cmd_design"]
 
@@ -34,5 +34,8 @@ def cmd_design(args) -> int:
                         from_store=args.from_store, workers=args.workers,
                         scheduler=args.scheduler, scheduler_file=args.scheduler_file,
                         cluster=args.cluster, overwrite=args.overwrite, plot=not args.no_plot)
+    parallel = sum(r is not None for r in result.starts) > 1 and args.workers != 0
+    note_progress(split_text(result.wall_seconds, result.compile_seconds, result.solve_seconds)
+                  + ("; compiling and solving summed over the workers" if parallel else ""))
     print(result)
     return EXIT_OK if result.best is not None else EXIT_FAILED

@@ -12,7 +12,8 @@ import numpy as np
 
 from solver import status as st
 from solver.errors import InputError
-from sweep.cli.common import EXIT_FAILED, EXIT_OK, is_model_path, model_file_arg, note_progress, check_out
+from sweep.cli.common import (EXIT_FAILED, EXIT_OK, is_model_path, model_file_arg, note_progress, check_out,
+                              split_text)
 from sweep.cli.results import open_result, write_result
 
 __all__ = ["cmd_check", "cmd_simulate", "cmd_equilibrium", "cmd_plot", "cmd_animate", "summary", "FINAL_MAX"]
@@ -242,8 +243,7 @@ def _simulate(model, params=None, quick_compile: bool = False):
     code = int(ds["status"].values)
     wall = time.perf_counter() - t
     compile_s = float(ds.attrs.get("compile_seconds", 0.0))
-    note_progress(f"finished in {wall:.1f} s ({compile_s:.1f} s compiling, {wall - compile_s:.2f} s solving): "
-              f"{st.meaning(code)}, {int(ds['steps'].values)} steps")
+    note_progress(f"{split_text(wall, compile_s)}: {st.meaning(code)}, {int(ds['steps'].values)} steps")
     return ds
 
 
@@ -323,10 +323,16 @@ def cmd_check(args) -> int:
     print(f"index: {s.index}")
     print(f"initial values (positions and velocities; the DAE's DOF): {s.dof}")
     print(f"mechanical DOF (coordinates - constraints): {_mechanical_dof(dae)}", flush=True)
-    jac = check_jacobian(model)
+    from solver import compile_clock
+
+    t = time.perf_counter()
+    with compile_clock() as clock:
+        jac = check_jacobian(model)
+    wall = time.perf_counter() - t
     print(jac.summary())
-    if jac.singular:
+    if jac.singular:   # the error alone on stderr, as for every bad input
         raise InputError(jac.problem(), file=str(args.model))
+    note_progress(split_text(wall, clock.seconds))
     return EXIT_OK
 
 
@@ -384,7 +390,12 @@ def cmd_equilibrium(args) -> int:
                              f"--guess A=[0.7,0.7]")
         guess[name] = evaluate_constant(text.strip(), known, path=f"--guess {name}")
     note_progress(f"finding an equilibrium of '{model.title}' ({model.dae.n} unknowns)")
-    result = equilibrium(model, guess=guess, params=params, method=args.method)
+    from solver import compile_clock
+
+    t = time.perf_counter()
+    with compile_clock() as clock:
+        result = equilibrium(model, guess=guess, params=params, method=args.method)
+    note_progress(split_text(time.perf_counter() - t, clock.seconds))
     print(json.dumps(result.to_dict()) if args.json else result.summary())
     return EXIT_OK
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from solver import status as st
 from solver.errors import InputError
-from sweep.cli.common import check_out
+from sweep.cli.common import check_out, split_text
 from sweep.location import StoreLocation, is_url
 from sweep.log import PLAIN, get_logger
 
@@ -157,6 +157,7 @@ def dry_run_estimate(spec, context, workers=None, remote=None) -> str:
     n_workers = workers or local_cores()
     log.info(f"  estimate:  compiling and running batch 0 ({context.batch} points) ...", extra=PLAIN)
     e = estimate_run(spec, context, n_workers)
+    log.info(f"batch 0 {split_text(e['wall_seconds'], e['compile_seconds'])}")
     basis = (f"{n_workers} workers" + ("" if workers else " (the local cores; set --workers)")
              + (" (assumed for the given scheduler or cluster)" if remote else ""))
     lines = [f"  compile:   {e['compile_seconds']:.3g} s (once per worker; the persistent "
@@ -448,6 +449,7 @@ def main_sweep(args) -> int:
     if summary is None:
         return 0
     log.info(f"the command took {time.perf_counter() - t0:.3g} s in all", extra=PLAIN)
+    note_batch_split(summary)
     pending = summary.store_by_status.get("pending", 0)
     if pending or summary.batches_left:
         stopped = getattr(summary, "stopped", "")
@@ -462,16 +464,31 @@ def main_sweep(args) -> int:
     return 1 if failed else 0
 
 
+def note_batch_split(summary) -> None:
+    """Log the workers' compile and solve seconds, summed over the batches this run computed.
+
+    Args:
+        summary: a :class:`sweep.run.SweepSummary` or
+            :class:`sweep.structural.StructuralSummary`.
+    """
+    n = len(summary.batches_run)
+    if n:
+        log.info(f"the workers' batches: {summary.compile_seconds:.1f} s compiling, "
+                 f"{summary.solve_seconds:.2f} s solving (summed over {n} batch{'es' if n > 1 else ''})",
+                 extra=PLAIN)
+
+
 def main_default() -> int:
     """``make run``: the embedded default RSCR sweep into ``out/rscr.zarr``."""
     out = ROOT / "out" / "rscr.zarr"
     out.parent.mkdir(exist_ok=True)
     try:
-        run_sweep_file(DEFAULT_SWEEP, str(out), workers=os.cpu_count() or 1, mode="resume",
-                       progress=sys.stderr.isatty(), echo=print)
+        summary = run_sweep_file(DEFAULT_SWEEP, str(out), workers=os.cpu_count() or 1, mode="resume",
+                                 progress=sys.stderr.isatty(), echo=print)
     except InputError as err:
         print(f"mechsweep: {err}", file=sys.stderr)
         return 2
+    note_batch_split(summary)
     return 0
 
 

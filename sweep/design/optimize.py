@@ -39,7 +39,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from solver import status as st
+from solver import compile_clock, status as st
 from solver.errors import InputError
 from sweep.design.spec import DesignSpec, load_design
 from sweep.design.record import check_history_out, history_dataset, history_png_path, plot_design, write_history
@@ -83,6 +83,8 @@ class StartResult:
             (R,) (solver status of each row's point).
         path: (T, k) the path at ``x``; ``constraints``: (m,) there.
         start_path: (T, k) the path at ``x0``.
+        compile_seconds: the part of ``seconds`` JAX spent tracing and
+            compiling (NaN: not measured, a start that raised).
     """
 
     index: int
@@ -99,6 +101,7 @@ class StartResult:
     constraints: np.ndarray = field(repr=False, default=None)
     origin: str = "file"
     start_path: np.ndarray = field(repr=False, default=None)
+    compile_seconds: float = math.nan
 
     def line(self, names: Sequence[str]) -> str:
         """One line for progress output."""
@@ -198,8 +201,16 @@ def run_start(context: DesignContext, x0, index: int = 0, model=None,
         :class:`StartResult`. A start whose initial point fails to solve, or
         that meets :data:`MAX_CONSECUTIVE_FAILURES` failed points in a row,
         has status ``failed`` (never an exception for a design that cannot
-        run).
+        run); its ``compile_seconds`` is measured here.
     """
+    with compile_clock() as clock:
+        result = _run_start(context, x0, index, model, origin)
+    result.compile_seconds = min(clock.seconds, result.seconds)
+    return result
+
+
+def _run_start(context: DesignContext, x0, index: int, model, origin: str) -> StartResult:
+    """:func:`run_start` without its compile clock."""
     t_start = time.perf_counter()
     model = model_for(context) if model is None else model
     rec = _Recorder(context, model)
@@ -339,6 +350,11 @@ class DesignResult:
             ended on a design that solves, feasible ones first), or None.
         wall_seconds: the whole run; ``notes``: remarks (store ranking).
         out: the history store written, or None; ``png``: its picture.
+        compile_seconds, solve_seconds: the seconds JAX spent tracing and
+            compiling, and the rest of the time spent on the reference
+            design and the starts, this process's and the workers' summed
+            (with starts in parallel they may add up to more than
+            ``wall_seconds``).
     """
 
     context: DesignContext
@@ -349,6 +365,8 @@ class DesignResult:
     notes: list = field(default_factory=list)
     out: str | None = None
     png: str | None = None
+    compile_seconds: float = 0.0
+    solve_seconds: float = 0.0
 
     @property
     def best_parameters(self) -> dict:
@@ -440,7 +458,10 @@ def run_design(design, out: str | None = None, starts=None, from_store: str | No
     if spec.target.kind == "design":
         echo(f"solving the reference design for the target curve (the first solve compiles the "
              f"model with sensitivities: {model.dae.n} unknowns)")
-    context = build_problem(spec, model)
+    t_problem = time.perf_counter()
+    with compile_clock() as clock:
+        context = build_problem(spec, model)
+    problem_seconds = time.perf_counter() - t_problem
     notes: list[str] = []
     if from_store is not None:
         chosen, notes = rank_store(context, from_store, int(starts or 1))
@@ -492,12 +513,26 @@ def run_design(design, out: str | None = None, starts=None, from_store: str | No
                 done(res)
     result = DesignResult(context, spec, list(results), _best(context, results),
                           time.perf_counter() - t0, notes)
+    result.compile_seconds, result.solve_seconds = _split(problem_seconds, clock.seconds, results)
     if out is not None:
         write_history(result, out, overwrite=overwrite)
         result.out = str(out)
         if plot:
             result.png = plot_design(result, history_png_path(out))
     return result
+
+
+def _split(problem_seconds: float, problem_compile: float, results) -> tuple[float, float]:
+    """(compile, solve) seconds of the reference design's problem and of every start, summed."""
+    compile_s = min(problem_compile, problem_seconds)
+    solve_s = problem_seconds - compile_s
+    for r in results:
+        if r is None or not math.isfinite(r.seconds):
+            continue
+        c = r.compile_seconds if math.isfinite(r.compile_seconds) else 0.0
+        compile_s += c
+        solve_s += max(0.0, r.seconds - c)
+    return compile_s, solve_s
 
 
 def _best(context: DesignContext, results) -> int | None:

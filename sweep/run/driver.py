@@ -8,6 +8,7 @@ batch lost with its worker, whose failure the driver writes itself.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import time
@@ -88,6 +89,9 @@ class SweepSummary:
         by_status: status name -> points of this run.
         store_by_status: status name -> points in the whole store afterwards.
         batch_seconds: batch index -> compute time on its worker.
+        batch_compile_seconds: batch index -> the part of it spent tracing
+            and compiling (NaN where not measured: a batch lost with its
+            worker).
         wall_seconds: from the first submission to the last write.
         startup_seconds: store preparation and cluster start.
         total_seconds: the whole call, start-up included.
@@ -109,12 +113,24 @@ class SweepSummary:
     by_status: dict[str, int] = field(default_factory=dict)
     store_by_status: dict[str, int] = field(default_factory=dict)
     batch_seconds: dict[int, float] = field(default_factory=dict)
+    batch_compile_seconds: dict[int, float] = field(default_factory=dict)
     wall_seconds: float = 0.0
     startup_seconds: float = 0.0
     threads: int = 1
     overhead_fraction: float = 0.0
     total_seconds: float = 0.0
     stopped: str = ""
+
+    @property
+    def compile_seconds(self) -> float:
+        """The workers' seconds spent tracing and compiling, summed over this run's batches."""
+        return float(sum(s for s in self.batch_compile_seconds.values() if math.isfinite(s)))
+
+    @property
+    def solve_seconds(self) -> float:
+        """The rest of the workers' batch time, summed over this run's batches."""
+        busy = sum(s for s in self.batch_seconds.values() if math.isfinite(s))
+        return max(0.0, float(busy) - self.compile_seconds)
 
     def __str__(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in self.store_by_status.items())
@@ -251,6 +267,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             committer.commit(outcome)
         summary.batches_run.append(index)
         summary.batch_seconds[index] = float(outcome.seconds)
+        summary.batch_compile_seconds[index] = float(getattr(outcome, "compile_seconds", math.nan))
         run_codes.append(outcome.status)
         bar.update(1)
         failed_so_far[0] += int(st.is_failure(outcome.status).sum())

@@ -149,22 +149,27 @@ def run_batch_task(batch_fn: Callable, points: dict, context: Any, cache_dir: st
             case the worker plugin has not run).
 
     Returns:
-        The batch function's result with ``seconds`` set, or, if it raised,
-        a result with status ``error`` for every point and the exception in
-        ``message``.
+        The batch function's result with ``seconds`` and ``compile_seconds``
+        (the part of it JAX spent tracing and compiling) set, or, if it
+        raised, a result with status ``error`` for every point and the
+        exception in ``message``.
     """
+    from solver import compile_clock
+
     configure_jax(cache_dir)
     n = len(next(iter(points.values())))
     start = time.perf_counter()
-    try:
-        result = batch_fn(points, context)
-        if not isinstance(result, BatchResult):
-            raise TypeError(f"batch function returned {type(result).__name__}, "
-                            "expected sweep.store.BatchResult")
-    except Exception as exc:  # noqa: BLE001 - any failure of one batch is data, not a crash
-        tb = traceback.format_exception(exc)
-        result = BatchResult.failed(n, st.ERROR, f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:]))
+    with compile_clock() as clock:
+        try:
+            result = batch_fn(points, context)
+            if not isinstance(result, BatchResult):
+                raise TypeError(f"batch function returned {type(result).__name__}, "
+                                "expected sweep.store.BatchResult")
+        except Exception as exc:  # noqa: BLE001 - any failure of one batch is data, not a crash
+            tb = traceback.format_exception(exc)
+            result = BatchResult.failed(n, st.ERROR, f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:]))
     result.seconds = time.perf_counter() - start
+    result.compile_seconds = min(clock.seconds, result.seconds)
     return result
 
 
@@ -217,7 +222,7 @@ def check_result(result: BatchResult, schema: Schema, n: int) -> BatchResult:
         if len(failure_reason) != n:
             raise ValueError(f"failure_reason has {len(failure_reason)} entries, expected {n}")
     return BatchResult(codes.astype(np.int8), steps.astype(np.int64), data, result.message,
-                       result.seconds, failure_time, failure_reason)
+                       result.seconds, failure_time, failure_reason, result.compile_seconds)
 
 
 def checked_or_failed(result: BatchResult, schema: Schema, n: int) -> BatchResult:
@@ -226,7 +231,7 @@ def checked_or_failed(result: BatchResult, schema: Schema, n: int) -> BatchResul
         return check_result(result, schema, n)
     except ValueError as exc:
         failed = BatchResult.failed(n, st.ERROR, f"bad batch result: {exc}")
-        failed.seconds = result.seconds
+        failed.seconds, failed.compile_seconds = result.seconds, result.compile_seconds
         return failed
 
 

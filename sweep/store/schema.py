@@ -95,6 +95,8 @@ class BatchResult:
         failure_reason: ``B`` texts, why each failed point stopped (empty
             for the others), or None: the first line of ``message`` (or
             the status's description) for every failed point.
+        compile_seconds: the part of ``seconds`` that JAX spent tracing and
+            compiling, filled in by the runtime (NaN: not measured).
     """
 
     status: np.ndarray
@@ -104,6 +106,7 @@ class BatchResult:
     seconds: float = math.nan
     failure_time: np.ndarray | None = None
     failure_reason: list[str] | None = None
+    compile_seconds: float = math.nan
 
     @classmethod
     def failed(cls, n: int, code: int, message: str) -> "BatchResult":
@@ -184,6 +187,8 @@ class WrittenBatch:
         chunks: chunk path (relative to the store) -> ``[size, stamp, sha256 hex]`` of
             every chunk of the batch as written (stamp: modification time in ns, or
             the ETag on an object store): the commit record's table.
+        compile_seconds: the part of ``seconds`` spent compiling (NaN:
+            not measured); reported, not written into the store.
     """
 
     index: int
@@ -191,6 +196,7 @@ class WrittenBatch:
     message: str
     seconds: float
     chunks: dict[str, list]
+    compile_seconds: float = math.nan
 
 
 def effective_batch(batch: int, n_points: int) -> int:

@@ -173,7 +173,7 @@ def write_batch_data(path, batch_slice: slice, result: BatchResult) -> WrittenBa
     _write_status(arrays, batch_slice, codes)
     keys = batch_chunks(group, index, chunk_layout(group, arrays))
     table = _written_table(group, keys) or chunk_table(store_root(group), keys)
-    return WrittenBatch(index, codes, message, seconds, table)
+    return WrittenBatch(index, codes, message, seconds, table, float(result.compile_seconds))
 
 
 def _open_arrays(group: zarr.Group, names: list[str]) -> dict[str, zarr.Array]:

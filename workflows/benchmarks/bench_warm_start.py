@@ -1,0 +1,126 @@
+"""The start of a ``mechsweep simulate`` from an empty and from a warm persistent compilation cache.
+
+Each model is simulated twice, each time by ``mechsweep simulate MODEL`` in a
+fresh process, with a new empty cache directory (``MECHSWEEP_JAX_CACHE``)
+for the pair: the first run compiles and fills the cache (cold), the second
+loads its programs from it (warm).  For each run:
+
+- **process**: the whole process, start to exit;
+- **import**: importing the command line (JAX, xarray, the solver);
+- **wall / compiling / solving**: the command's own line, ``finished in W s
+  (C s compiling, R s solving)``;
+- **before solving**: everything before the integration starts: the
+  process's start-up to the end of compiling;
+- where the compiling goes, from JAX's monitoring events: tracing to a
+  jaxpr, lowering to StableHLO, XLA compiling or loading from the cache
+  (of which the cache's read and deserialisation), and the cache's hits and
+  misses.
+
+Usage::
+
+    .venv/bin/python workflows/benchmarks/bench_warm_start.py [MODEL.yaml ...] [--out FILE]
+
+(default models: configs/mechanisms/rscr.yaml and pendulum.yaml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = [ROOT / "configs" / "mechanisms" / "rscr.yaml", ROOT / "configs" / "mechanisms" / "pendulum.yaml"]
+
+# The command line with JAX's monitoring listeners around it; what they saw goes to argv[1].
+_CHILD = """
+import collections, json, sys, time
+t = time.perf_counter()
+import jax
+from jax import monitoring
+from sweep.cli.app import main
+imported = time.perf_counter() - t
+seconds, counts = collections.defaultdict(float), collections.Counter()
+def on_duration(event, secs, **_):
+    seconds[event] += secs
+    counts[event] += 1
+monitoring.register_event_duration_secs_listener(on_duration)
+monitoring.register_event_listener(lambda event, **_: counts.update([event]))
+code = main(sys.argv[2:])
+with open(sys.argv[1], "w") as f:
+    json.dump({"code": code, "import": imported, "seconds": seconds, "counts": counts}, f)
+"""
+
+_EVENTS = {"trace": "/jax/core/compile/jaxpr_trace_duration",
+           "lower": "/jax/core/compile/jaxpr_to_mlir_module_duration",
+           "compile_or_load": "/jax/core/compile/backend_compile_duration",
+           "cache_read": "/jax/compilation_cache/cache_retrieval_time_sec"}
+
+_SPLIT = re.compile(r"finished in (\S+) s \((\S+) s compiling, (\S+) s solving\)")
+
+
+def run_once(model: Path, cache: str) -> dict:
+    """One ``mechsweep simulate MODEL`` in a fresh process with the cache at ``cache``."""
+    env = dict(os.environ, MECHSWEEP_JAX_CACHE=cache)
+    with tempfile.NamedTemporaryFile(suffix=".json") as events:
+        t = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", _CHILD, events.name, "simulate", str(model)],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
+        process = time.perf_counter() - t
+        if proc.returncode != 0:
+            raise RuntimeError(f"{model.name}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
+        seen = json.loads(Path(events.name).read_text())
+    found = _SPLIT.search(proc.stderr)
+    if not found:
+        raise RuntimeError(f"{model.name}: no 'finished in' line on stderr:\n{proc.stderr[-2000:]}")
+    wall, compiling, solving = map(float, found.groups())
+    out = {"process": process, "import": seen["import"], "wall": wall, "compiling": compiling,
+           "solving": solving, "before_solving": process - solving,
+           "hits": seen["counts"].get("/jax/compilation_cache/cache_hits", 0),
+           "misses": seen["counts"].get("/jax/compilation_cache/cache_misses", 0)}
+    out.update({k: seen["seconds"].get(event, 0.0) for k, event in _EVENTS.items()})
+    return out
+
+
+def line(name: str, label: str, r: dict) -> str:
+    """One run's figures."""
+    return (f"{name:<14} {label:<5} process {r['process']:6.2f} s  import {r['import']:5.2f} s  "
+            f"simulate {r['wall']:6.1f} s = {r['compiling']:6.1f} s compiling + {r['solving']:5.2f} s solving  "
+            f"before solving {r['before_solving']:6.2f} s\n"
+            f"{'':<20} compiling: trace {r['trace']:5.2f} s, lower {r['lower']:5.2f} s, "
+            f"XLA compile or load {r['compile_or_load']:6.2f} s (cache read {r['cache_read']:4.2f} s); "
+            f"cache hits {r['hits']}, misses {r['misses']}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("models", nargs="*", type=Path, default=MODELS)
+    p.add_argument("--out", type=Path, help="also write the report here")
+    args = p.parse_args(argv)
+    when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
+    lines = [f"$ .venv/bin/python workflows/benchmarks/bench_warm_start.py "
+             + " ".join(os.path.relpath(m, ROOT) for m in args.models),
+             f"# {when}, {os.cpu_count()} cores; each model: mechsweep simulate MODEL twice, each in a fresh "
+             f"process, with a new empty MECHSWEEP_JAX_CACHE for the pair (cold: empty, warm: filled by "
+             f"the cold run)"]
+    print("\n".join(lines), flush=True)
+    for model in args.models:
+        with tempfile.TemporaryDirectory(prefix="mechsweep-warm-") as cache:
+            for label in ("cold", "warm"):
+                text = line(model.name, label, run_once(model, cache))
+                print(text, flush=True)
+                lines.append(text)
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
