@@ -208,6 +208,65 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+# A driver that handles SIGTERM as the command line does (sweep.run.interrupt).
+INTERRUPTED_DRIVER = textwrap.dedent("""
+    import signal, sys
+    from sweep.run import interrupt, run_sweep
+    from toybatch import ToyContext, grid_spec, toy_batch
+    signal.signal(signal.SIGTERM, lambda signum, frame: interrupt(KeyboardInterrupt()))
+    store, address, log = sys.argv[1:]
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)
+    try:
+        run_sweep(spec, toy_batch, ToyContext(sleep=3.0, log=log), store, scheduler=address, progress=False)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(3)
+""")
+
+
+def sweep_tasks(address) -> list:
+    """The keys of the sweep's tasks the scheduler holds, and those its workers hold."""
+    def on_scheduler(dask_scheduler):
+        return [str(k) for k in dask_scheduler.tasks if str(k).startswith("mechsweep-batch-")]
+
+    def on_worker(dask_worker):
+        return [str(k) for k, ts in dask_worker.state.tasks.items()
+                if str(k).startswith("mechsweep-batch-") and ts.state not in ("cancelled", "released")]
+
+    with Client(address) as client:
+        return client.run_on_scheduler(on_scheduler) + sum(client.run(on_worker).values(), [])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_driver_leaves_no_task_of_its_sweep_on_the_cluster(fresh, tmp_path, sig):
+    procs = fresh()
+    path, log = tmp_path / "s.zarr", str(tmp_path / "log")
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)       # 12 batches of 3 s, 2 workers
+    driver = subprocess.Popen([sys.executable, "-c", INTERRUPTED_DRIVER, str(path), procs.address, log],
+                              env=child_env(), stdout=subprocess.PIPE, text=True,
+                              stderr=open(tmp_path / "driver.log", "w"))
+    try:
+        deadline = time.monotonic() + 60
+        while len(read_log(log, spec)) < 2:                 # both workers are running a batch
+            assert time.monotonic() < deadline and driver.poll() is None, (tmp_path / "driver.log").read_text()
+            time.sleep(0.02)
+        assert len(sweep_tasks(procs.address)) >= 10        # queued and running
+        driver.send_signal(sig)
+        assert driver.wait(timeout=30) == 3 and driver.stdout.read() == "interrupted\n"
+        t = time.monotonic()
+        while sweep_tasks(procs.address):
+            assert time.monotonic() - t < 3.0, sweep_tasks(procs.address)
+            time.sleep(0.05)
+    finally:
+        driver.kill()
+        driver.wait()
+    # No batch started after the interrupt, and the two running then stopped before writing
+    # (their 3 s are over): every batch is pending.
+    time.sleep(3.5)
+    assert len(read_log(log, spec)) == 2
+    assert (store.read_status(path) < 0).all()
+
+
 def store_in(kind, tmp_path, s3, name="s.zarr"):
     """Where a test's store goes: a local folder, or a prefix on the test S3 server."""
     return tmp_path / name if kind == "local" else s3.url(f"{tmp_path.name}/{name}")
