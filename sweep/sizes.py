@@ -1,4 +1,4 @@
-"""Sizes checked before a sweep runs: its store, the free disk space and one batch's memory.
+"""Sizes checked before a sweep runs: its store, the free disk space and a worker's memory for one batch.
 
 Each check gives the dry run's line or raises an :class:`InputError` with the
 figures and what to change; none builds or runs anything beyond what the
@@ -7,11 +7,15 @@ sweep's context already holds.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 
-from solver.errors import InputError
+from solver.errors import InputError, format_bytes
 
-__all__ = ["store_bytes", "check_store_size", "check_free_space", "check_batch_memory", "FREE_SPACE_MARGIN"]
+__all__ = ["store_bytes", "check_store_size", "check_free_space", "check_batch_memory", "FREE_SPACE_MARGIN",
+           "MemoryEstimate", "batch_memory_estimate", "MAX_WORKER_BYTES", "WORKER_START_BYTES"]
 
 
 def store_bytes(spec, context) -> tuple[float, int]:
@@ -42,7 +46,7 @@ def check_store_size(spec, context) -> str:
         InputError: over :data:`solver.errors.MAX_STORE_BYTES`, with the
             limit and how to raise it.
     """
-    from solver.errors import MAX_STORE_BYTES, format_bytes, size_limit_message
+    from solver.errors import MAX_STORE_BYTES, size_limit_message
 
     need, per = store_bytes(spec, context)
     what = (f"the store of {spec.n_points} points x {per} values a point "
@@ -96,8 +100,6 @@ def check_free_space(out, spec, context) -> str:
     import shutil
     from pathlib import Path
 
-    from solver.errors import format_bytes
-
     need, _ = store_bytes(spec, context)
     if "://" in str(out):
         return (f"  storage:   {format_bytes(need)} at most (uncompressed), on an object store "
@@ -118,33 +120,126 @@ def check_free_space(out, spec, context) -> str:
     return f"  disk:      {format_bytes(need)} needed, {format_bytes(free)} free where the store goes"
 
 
-def check_batch_memory(spec, context) -> str:
-    """The dry run's batch line, after checking one batch's outputs against ``MAX_OUTPUT_BYTES``.
+#: The estimate of a sweep worker's peak resident memory (:func:`batch_memory_estimate`):
+#: start + compile + working set. The coefficients are fitted to the peaks measured by
+#: workflows/benchmarks/bench_batch_memory.py, recorded in
+#: workflows/benchmarks/results/batch_memory.txt (one-worker LocalCluster, ru_maxrss,
+#: a new compilation cache per case so that the worker compiles: the peak it can reach).
+#: A worker process with distributed, JAX and the solver imported (measured 250-320 MiB).
+WORKER_START_BYTES = 300 * 2**20
+#: Compiling grows with the program: about 22 MiB x sqrt(equations of the residual's
+#: jaxpr x (1 + the DAE's index)), 160 MiB for the pendulum to 1 GiB for RSCR; an
+#: index-0 model (an ODE) compiles no differentiated constraints.
+COMPILE_BYTES_PER_SQRT_SIZE = 22 * 2**20
+#: The batch's working set: about 5 (pendulum) to 6 (RSCR) live copies of the engine's
+#: whole output (8 bytes x batch x output times x values per time) ...
+WORKING_COPIES = 6
+#: ... plus the Taylor arrays of each point, about 13 KiB a point for the pendulum
+#: (3 unknowns), counted here as proportional to the unknowns.
+TAYLOR_BYTES_PER_UNKNOWN = 4.5 * 2**10
+#: Most estimated peak memory of a sweep worker running one batch.
+MAX_WORKER_BYTES = 4 * 2**30
 
-    A batch runs :attr:`SweepContext.batch` points (the sweep's ``Batch``, or
-    its number of points where that is fewer), padded to that size; this
-    counts the values the store keeps of them (the solver holds a few more
-    while it runs: every variable, not only the chosen outputs).
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A sweep worker's estimated peak resident memory while it runs one batch, in bytes.
+
+    Attributes:
+        start: the worker process before any work (:data:`WORKER_START_BYTES`).
+        compile: compiling the model's programs.
+        working: the batch's arrays while it runs.
+    """
+
+    start: float
+    compile: float
+    working: float
+
+    @property
+    def total(self) -> float:
+        """The estimated peak: start + compile + working set."""
+        return self.start + self.compile + self.working
+
+    def parts(self) -> str:
+        """``"300 MiB at start, 170 MiB compiling, 4.5 MiB working set"``."""
+        return (f"{format_bytes(self.start)} at start, {format_bytes(self.compile)} compiling, "
+                f"{format_bytes(self.working)} working set")
+
+
+def batch_memory_estimate(model, batch: int, n_times: int, n_sensitivities: int = 0) -> MemoryEstimate:
+    """Estimate a sweep worker's peak resident memory for one batch of ``model``.
+
+    Start + compile + working set, with the coefficients above (fitted to
+    measured peaks, see workflows/benchmarks/results/batch_memory.txt).
+    Monotone in ``batch`` and ``n_times``. A worker that loads its programs
+    from a warm compilation cache peaks lower.
+
+    Args:
+        model: the built :class:`solver.models.model.Model`.
+        batch: points per batch (the padded size every batch runs at).
+        n_times: output times of each point.
+        n_sensitivities: parameters the outputs are differentiated by; each
+            is counted as one more copy of the working set (not measured).
 
     Returns:
-        ``"  batch:     4 points per task (...): about 1.1 KiB of outputs ..."``.
+        A :class:`MemoryEstimate`.
+    """
+    from solver.models.model import values_per_time
+
+    dae = model.dae
+    try:
+        equations = len(dae.jaxpr.jaxpr.eqns)
+    except AttributeError:      # a DAE without a traced residual: count its unknowns
+        equations = int(dae.n)
+    index = int(getattr(dae.structure, "index", 0) or 0)
+    compile_bytes = COMPILE_BYTES_PER_SQRT_SIZE * math.sqrt(max(1, equations) * (1 + index))
+    per_point = (WORKING_COPIES * 8.0 * n_times * values_per_time(dae)
+                 + TAYLOR_BYTES_PER_UNKNOWN * int(dae.n))
+    working = float(batch) * per_point * (1 + int(n_sensitivities))
+    return MemoryEstimate(float(WORKER_START_BYTES), float(compile_bytes), working)
+
+
+def check_batch_memory(spec, context, model=None) -> str:
+    """The dry run's batch line, after checking a worker's estimated peak memory against ``MAX_WORKER_BYTES``.
+
+    A batch runs :attr:`SweepContext.batch` points (the sweep's ``Batch``, or
+    its number of points where that is fewer), padded to that size. The line
+    gives the outputs the store keeps of one batch and the estimate of the
+    peak resident memory of the worker that runs it
+    (:func:`batch_memory_estimate`), which is what must fit in a worker.
+
+    Args:
+        spec, context: the sweep and its context.
+        model: the sweep's built model (default: built again from the context).
+
+    Returns:
+        ``"  batch:     4 points per task: about 1.1 KiB of outputs per batch; ..."``.
 
     Raises:
-        InputError: over :data:`solver.errors.MAX_OUTPUT_BYTES`, located at
-            ``Batch``, with the limit and how to raise it.
+        InputError: the estimate over :data:`MAX_WORKER_BYTES` (environment
+            variable ``MECHSWEEP_MAX_WORKER_BYTES``), located at ``Batch``,
+            with the estimate, the limit and how to lower it.
     """
-    from solver.errors import MAX_OUTPUT_BYTES, format_bytes, size_limit_message
+    import solver
+    from solver.errors import size_limit_message
 
+    if model is None:
+        model = solver.load(context.model_path, overrides=context.override or None)
     _, per = store_bytes(spec, context)
     size = int(context.batch)
-    need = 8.0 * size * per
-    message = size_limit_message("MAX_OUTPUT_BYTES", MAX_OUTPUT_BYTES, need,
-                                 f"one batch of {size} points x {per} values a point in memory",
-                                 "lower Batch or the output times")
+    n_times = len(context.time)
+    estimate = batch_memory_estimate(model, size, n_times, len(getattr(context, "sensitivities", ()) or ()))
+    smaller = f"; try Batch: {max(1, size // 2)}" if size > 1 else ""
+    message = size_limit_message(
+        "MAX_WORKER_BYTES", MAX_WORKER_BYTES, estimate.total,
+        f"a worker running one batch of {size} point{'' if size == 1 else 's'} x {n_times} output "
+        f"times (estimated peak memory: {estimate.parts()})",
+        f"lower Batch (now {size}{smaller}) or the output times")
     if message:
         raise InputError(message, file=str(spec.path), path="Batch")
     requested = int(getattr(spec, "requested_batch", size))
     note = (f" (Batch {requested} is more than the {spec.n_points} points, so one batch of "
             f"{size})" if requested > size else "")
     return (f"  batch:     {size} point{'' if size == 1 else 's'} per task{note}: about "
-            f"{format_bytes(need)} of outputs in memory per batch")
+            f"{format_bytes(8.0 * size * per)} of outputs per batch; estimated peak memory of a "
+            f"worker: about {format_bytes(estimate.total)} ({estimate.parts()})")

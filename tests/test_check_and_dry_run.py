@@ -11,6 +11,7 @@
   one batch of the tiny pendulum sweep and prints positive numbers.
 """
 
+import math
 import re
 
 import numpy as np
@@ -195,7 +196,7 @@ def test_an_out_path_too_long_for_the_file_system_is_a_clear_error(tmp_path, cap
 
 def test_dry_run_counts_a_batch_of_the_sweeps_points_not_of_a_larger_batch(tmp_path, capsys):
     # 10 points with Batch: 5000: one batch of 10 (its outputs ~92 MiB), never 5000 points
-    # padded (~45 GiB, over MAX_OUTPUT_BYTES).
+    # padded (~45 GiB, over every limit).
     path = _sweep(tmp_path, "Sweep: {product: {L: {linspace: [1, 2, 10]}}}\n"
                             "Outputs: {samples: 200000}\nBatch: 5000\n")
     code, out, err = run(capsys, "sweep", path, "--dry-run")
@@ -204,17 +205,71 @@ def test_dry_run_counts_a_batch_of_the_sweeps_points_not_of_a_larger_batch(tmp_p
     line = next(x for x in out.splitlines() if x.startswith("  batch:"))
     assert line.startswith("  batch:     10 points per task (Batch 5000 is more than the 10 "
                            "points, so one batch of 10): about ")
-    assert line.endswith(" MiB of outputs in memory per batch")
+    assert re.search(r" MiB of outputs per batch; estimated peak memory of a worker: about [0-9.]+ GiB "
+                     r"\(300 MiB at start, [0-9.]+ MiB compiling, [0-9.]+ MiB working set\)$", line), line
 
 
-def test_dry_run_refuses_a_batch_whose_outputs_do_not_fit(tmp_path, capsys, monkeypatch):
-    # The sweep reader's lower bound (2 values a time: 1.5 MiB) fits; every stored value
-    # (x, x', y, y', lam, residual: 4.6 MiB) does not.
-    monkeypatch.setenv("MECHSWEEP_MAX_OUTPUT_BYTES", "3MiB")
+def test_dry_run_refuses_a_batch_whose_worker_would_not_fit(tmp_path, capsys, monkeypatch):
+    # The stored outputs of a batch (4.6 MiB) are far below the limit; the worker's estimated
+    # peak (start, compiling, 6 copies of the engine's output) is not.
+    monkeypatch.setenv("MECHSWEEP_MAX_WORKER_BYTES", "400MiB")
     path = _sweep(tmp_path, "Sweep: {product: {L: {linspace: [1, 2, 100]}}}\n"
                             "Outputs: {samples: 2001}\nBatch: 50\n")
     code, out, err = run(capsys, "sweep", path, "--dry-run")
     assert code == 2 and out == ""
-    assert err.startswith(f"{ERR}{path}: Batch: one batch of 50 points x 12006 values a point "
-                          f"in memory would need 4.58 MiB; the limit is 3 MiB (MAX_OUTPUT_BYTES); "
-                          f"lower Batch or the output times"), err
+    assert re.fullmatch(
+        re.escape(f"{ERR}{path}: Batch: a worker running one batch of 50 points x 2001 output times "
+                  f"(estimated peak memory: 300 MiB at start, ") + r"[0-9.]+ MiB compiling, [0-9.]+ MiB "
+        + re.escape("working set) would need ") + r"[0-9.]+ MiB" + re.escape(
+            "; the limit is 400 MiB (MAX_WORKER_BYTES); lower Batch (now 50; try Batch: 25) or the "
+            "output times, or set the environment variable MECHSWEEP_MAX_WORKER_BYTES to raise it\n"),
+        err), err
+
+
+# ------------------------------------------------------------------ the memory estimate
+@pytest.fixture(scope="module")
+def pendulum_model(tmp_path_factory):
+    import solver
+
+    path = tmp_path_factory.mktemp("model") / "model.yaml"
+    path.write_text(PENDULUM)
+    return solver.load(str(path))
+
+
+def test_the_memory_estimate_includes_the_worker_start_and_grows_with_batch_and_times(pendulum_model):
+    from sweep.sizes import WORKER_START_BYTES, batch_memory_estimate
+
+    one = batch_memory_estimate(pendulum_model, 1, 11)
+    assert one.start == WORKER_START_BYTES and one.compile > 0 and one.working > 0
+    assert one.total == one.start + one.compile + one.working > WORKER_START_BYTES
+    totals = [batch_memory_estimate(pendulum_model, b, t).total
+              for b in (1, 10, 1000) for t in (11, 101, 1001)]
+    by_batch = [totals[i::3] for i in range(3)]          # fixed times, growing batch
+    by_times = [totals[3 * i:3 * i + 3] for i in range(3)]   # fixed batch, growing times
+    for row in by_batch + by_times:
+        assert row == sorted(row) and len(set(row)) == 3
+    # The compile share and the start do not depend on the batch.
+    big = batch_memory_estimate(pendulum_model, 1000, 1001)
+    assert (big.start, big.compile) == (one.start, one.compile)
+    assert batch_memory_estimate(pendulum_model, 10, 101, n_sensitivities=2).working == \
+        3 * batch_memory_estimate(pendulum_model, 10, 101).working
+
+
+def test_the_memory_check_refuses_a_batch_whose_estimate_is_over_the_limit(tmp_path, monkeypatch,
+                                                                            pendulum_model):
+    from solver.errors import InputError
+    from sweep.pipeline import build_context
+    from sweep.sizes import batch_memory_estimate, check_batch_memory
+    from sweep.spec import load_sweep
+
+    path = _sweep(tmp_path, "Sweep: {product: {L: {linspace: [1, 2, 8]}}}\n"
+                            "Outputs: {samples: 101}\nBatch: 4\n")
+    spec = load_sweep(path)
+    context = build_context(spec)
+    need = math.ceil(batch_memory_estimate(pendulum_model, 4, 101).total)
+    monkeypatch.setenv("MECHSWEEP_MAX_WORKER_BYTES", str(need))
+    assert "estimated peak memory of a worker" in check_batch_memory(spec, context)
+    monkeypatch.setenv("MECHSWEEP_MAX_WORKER_BYTES", str(need - 1))
+    with pytest.raises(InputError, match=r"lower Batch \(now 4; try Batch: 2\)") as caught:
+        check_batch_memory(spec, context, pendulum_model)
+    assert caught.value.path == "Batch"

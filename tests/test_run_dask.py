@@ -208,6 +208,65 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+# A driver that handles SIGTERM as the command line does (sweep.run.interrupt).
+INTERRUPTED_DRIVER = textwrap.dedent("""
+    import signal, sys
+    from sweep.run import interrupt, run_sweep
+    from toybatch import ToyContext, grid_spec, toy_batch
+    signal.signal(signal.SIGTERM, lambda signum, frame: interrupt(KeyboardInterrupt()))
+    store, address, log = sys.argv[1:]
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)
+    try:
+        run_sweep(spec, toy_batch, ToyContext(sleep=3.0, log=log), store, scheduler=address, progress=False)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(3)
+""")
+
+
+def sweep_tasks(address) -> list:
+    """The keys of the sweep's tasks the scheduler holds, and those its workers hold."""
+    def on_scheduler(dask_scheduler):
+        return [str(k) for k in dask_scheduler.tasks if str(k).startswith("mechsweep-batch-")]
+
+    def on_worker(dask_worker):
+        return [str(k) for k, ts in dask_worker.state.tasks.items()
+                if str(k).startswith("mechsweep-batch-") and ts.state not in ("cancelled", "released")]
+
+    with Client(address) as client:
+        return client.run_on_scheduler(on_scheduler) + sum(client.run(on_worker).values(), [])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_driver_leaves_no_task_of_its_sweep_on_the_cluster(fresh, tmp_path, sig):
+    procs = fresh()
+    path, log = tmp_path / "s.zarr", str(tmp_path / "log")
+    spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)       # 12 batches of 3 s, 2 workers
+    driver = subprocess.Popen([sys.executable, "-c", INTERRUPTED_DRIVER, str(path), procs.address, log],
+                              env=child_env(), stdout=subprocess.PIPE, text=True,
+                              stderr=open(tmp_path / "driver.log", "w"))
+    try:
+        deadline = time.monotonic() + 60
+        while len(read_log(log, spec)) < 2:                 # both workers are running a batch
+            assert time.monotonic() < deadline and driver.poll() is None, (tmp_path / "driver.log").read_text()
+            time.sleep(0.02)
+        assert len(sweep_tasks(procs.address)) >= 10        # queued and running
+        driver.send_signal(sig)
+        assert driver.wait(timeout=30) == 3 and driver.stdout.read() == "interrupted\n"
+        t = time.monotonic()
+        while sweep_tasks(procs.address):
+            assert time.monotonic() - t < 3.0, sweep_tasks(procs.address)
+            time.sleep(0.05)
+    finally:
+        driver.kill()
+        driver.wait()
+    # No batch started after the interrupt, and the two running then stopped before writing
+    # (their 3 s are over): every batch is pending.
+    time.sleep(3.5)
+    assert len(read_log(log, spec)) == 2
+    assert (store.read_status(path) < 0).all()
+
+
 def store_in(kind, tmp_path, s3, name="s.zarr"):
     """Where a test's store goes: a local folder, or a prefix on the test S3 server."""
     return tmp_path / name if kind == "local" else s3.url(f"{tmp_path.name}/{name}")
@@ -298,6 +357,49 @@ def test_a_task_whose_worker_dies_is_worker_lost_then_retried(fresh, tmp_path):
               mode="retry-failed")
     assert sorted(b for tag, b, _ in read_log(ctx.log, spec) if tag == "retry") == lost
     assert_store_equals(path, serial_reference(spec, ctx))
+
+
+def test_a_worker_killed_for_memory_is_reported_with_the_batch_to_try(tmp_path):
+    # A worker of a 700 MiB limit given a batch that holds 1.5 GiB: its nanny stops it (at
+    # 95% of the limit) and says so in a scheduler event; with no allowed failures the
+    # task is KilledWorker at once, and its message names memory and Batch.
+    import dask
+    from distributed import LocalCluster
+
+    spec = grid_spec([1, 2], [0.1, 0.5], batch=4)                   # one batch of 4 points
+    ctx = ToyContext(sleep=5.0, hog_bytes=1536 * 2**20)
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), \
+            LocalCluster(n_workers=1, threads_per_worker=1, processes=True, memory_limit="700MiB",
+                         dashboard_address=":0") as cluster:
+        summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", scheduler=cluster.scheduler_address,
+                            progress=False)
+    assert summary.by_status == {"worker_lost": 4}
+    ds = store.open_store(tmp_path / "s.zarr")
+    assert (ds.status.values == st.WORKER_LOST).all()
+    message = str(ds.batch_message.values[0])
+    assert message.startswith("KilledWorker: killed for memory: worker tcp://127.0.0.1:"), message
+    assert "of its 700 MiB memory limit running this batch" in message
+    assert "lower Batch (now 4; try Batch: 2)" in message and message.endswith("--retry-failed")
+
+
+def test_a_lost_worker_without_a_memory_event_keeps_dasks_text_and_names_batch():
+    from distributed import KilledWorker
+    from distributed.core import Status
+    from distributed.scheduler import WorkerState
+
+    from sweep.run import worker_lost_message
+
+    last = WorkerState(address="tcp://10.0.0.5:4000", memory_limit=2**30, status=Status.running, pid=1, name="w0",
+                       local_directory="/tmp", nanny="tcp://10.0.0.5:4001", server_id="w0")
+    exc = KilledWorker("mechsweep-batch-3-ab-0", last, 3)   # as the scheduler makes it (with a copy of ``last``)
+    plain = worker_lost_message(exc, {}, 64)
+    assert plain.startswith("KilledWorker: Attempted to run task 'mechsweep-batch-3-ab-0' on 4 different workers")
+    assert "(the operating system kills such a process with signal 9), lower Batch (now 64; try Batch: 32)" in plain
+    memory = worker_lost_message(exc, {"tcp://10.0.0.5:4000": 1.5 * 2**30}, 64)
+    assert memory.startswith("KilledWorker: killed for memory: worker tcp://10.0.0.5:4000 held 1.5 GiB of its "
+                             "1 GiB memory limit running this batch and was restarted by its nanny; lower "
+                             "Batch (now 64; try Batch: 32)")
+    assert "lower Batch (now 1)," in worker_lost_message(exc, {"tcp://10.0.0.6:4000": 1.0}, 1)
 
 
 @pytest.mark.filterwarnings("ignore:Port 8787 is already in use")   # another cluster has it

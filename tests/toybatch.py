@@ -8,7 +8,8 @@ Damped oscillator ``x'' + 2 zeta omega x' + omega**2 x = 0``, ``x(0) = 1``,
 
 Points "fail" on purpose: ``zeta >= 1`` (no underdamped solution) gives
 ``no_assembly``, ``omega > omega_max`` gives ``max_steps``, and a batch
-containing ``omega == raise_at`` raises. A batch can sleep (so tests can kill
+containing ``omega == raise_at`` raises. A batch can hold ``hog_bytes`` of
+memory (so tests can exceed a worker's memory limit), sleep (so tests can kill
 processes while tasks run) and append a line to a log file (so tests can see
 which batches ran, and in which run).
 """
@@ -36,6 +37,7 @@ class ToyContext:
     tag: str = "run"
     omega_max: float = np.inf
     raise_at: float | None = None
+    hog_bytes: int = 0
 
     @property
     def schema(self) -> Schema:
@@ -64,8 +66,10 @@ def toy_batch(points: dict, context: ToyContext) -> BatchResult:
     if context.log:
         with open(context.log, "a") as f:
             f.write(f"{context.tag} {float(omega[0])!r} {float(zeta[0])!r} {os.getpid()}\n")
+    held = np.ones(context.hog_bytes // 8) if context.hog_bytes else None   # touched: resident
     if context.sleep:
         time.sleep(context.sleep)
+    del held
     if context.raise_at is not None and np.any(omega == context.raise_at):
         raise RuntimeError(f"toy failure at omega={context.raise_at}")
     n, t = len(omega), context.time

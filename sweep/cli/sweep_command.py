@@ -112,7 +112,7 @@ def run_sweep_file(sweep_path, out, workers=None, scheduler=None, scheduler_file
                                        progress_every=progress_every, worker_timeout=worker_timeout)
     context = build_context(spec, model)
     store_line = check_store_size(spec, context)
-    batch_line = check_batch_memory(spec, context)
+    batch_line = check_batch_memory(spec, context, model)
     if not dry_run:
         check_free_space(out, spec, context)
     if dry_run:

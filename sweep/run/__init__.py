@@ -25,7 +25,8 @@ they share with the driver, or object storage.
 Failures never end a sweep (status codes from :mod:`solver.status`): an
 exception in the batch function becomes status ``error`` for its points with
 the message kept in ``batch_message``; a task whose workers died too often
-(``KilledWorker``) becomes ``worker_lost``; a result that does not match the
+(``KilledWorker``) becomes ``worker_lost``, its message saying when a nanny
+stopped the worker for memory and which ``Batch`` to try; a result that does not match the
 schema becomes ``error``. Tasks cancelled because the scheduler went away are
 left pending for a later resume.
 
@@ -42,9 +43,9 @@ One concern per module:
 Every name is importable from ``sweep.run`` as well.
 """
 
-from sweep.run.cluster import (CLUSTER_KEYS, WORKER_TIMEOUT, WorkerWatch, check_dask_target, dask_client,
-                               load_cluster_config, local_cores, make_cluster, say_dashboard, start_client,
-                               worker_threads)
+from sweep.run.cluster import (CLUSTER_KEYS, MEMORY_RESTART_EVENT, WORKER_TIMEOUT, WorkerWatch, check_dask_target,
+                               dask_client, load_cluster_config, local_cores, make_cluster, memory_kills,
+                               say_dashboard, start_client, worker_lost_message, worker_threads)
 from sweep.run.driver import ProgressLog, SweepSummary, format_seconds, interrupt, run_sweep
 from sweep.run.worker import (CACHE_MIN_COMPILE_SECONDS, JaxSetup, Unfit, WriteFailed, check_result, check_worker,
                               checked_or_failed, configure_jax, default_jax_cache_dir, package_version, pin_to_core,
@@ -58,4 +59,5 @@ __all__ = [
     "CLUSTER_KEYS", "WORKER_TIMEOUT", "WorkerWatch", "local_cores", "say_dashboard", "start_client",
     "worker_threads", "ProgressLog", "format_seconds", "interrupt", "CACHE_MIN_COMPILE_SECONDS", "Unfit",
     "WriteFailed", "check_worker", "checked_or_failed", "package_version", "pin_to_core", "run_and_write_batch",
+    "MEMORY_RESTART_EVENT", "memory_kills", "worker_lost_message",
 ]

@@ -1,4 +1,4 @@
-"""Where a sweep's Dask work runs: cluster files, clusters, clients, and a watch for a cluster without workers."""
+"""Where a sweep's Dask work runs: cluster files, clusters, clients, a watch for a cluster without workers, and why a worker was lost."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping
 
-from solver.errors import InputError
+from solver.errors import InputError, format_bytes
 from solver.models.yamlio import Locator, load_yaml
 from sweep.file_schemas import CLUSTER_KEYS, ClusterFile
 from sweep.run.worker import JaxSetup, default_jax_cache_dir
@@ -20,6 +20,7 @@ from sweep.yamlschema import validate
 __all__ = [
     "CLUSTER_KEYS", "local_cores", "load_cluster_config", "make_cluster", "check_dask_target", "start_client",
     "dask_client", "WORKER_TIMEOUT", "WorkerWatch", "say_dashboard", "worker_threads",
+    "MEMORY_RESTART_EVENT", "memory_kills", "worker_lost_message",
 ]
 
 log = get_logger("sweep")
@@ -274,3 +275,69 @@ def worker_threads(client) -> int:
                           for w in client.scheduler_info()["workers"].values()))
     except Exception:  # noqa: BLE001 - only used for the overhead estimate
         return 1
+
+
+#: The topic of the event a Dask nanny logs on the scheduler when it restarts its worker
+#: for passing the terminate fraction of its memory limit (distributed.worker_memory:
+#: ``{"worker": address, "pid": ..., "rss": bytes}``); the ``KilledWorker`` that follows
+#: does not say why its workers died.
+MEMORY_RESTART_EVENT = "worker-restart-memory"
+
+
+def memory_kills(client, since: float, wait: float = 0.0, worker: str | None = None) -> dict[str, float]:
+    """The workers that nannies restarted for memory since ``since``: address -> resident bytes then.
+
+    Args:
+        client: the sweep's Dask client.
+        since: a ``time.time()``; older events (an earlier sweep's) are left out.
+        wait: seconds to keep asking until ``worker`` is among them: a nanny
+            sends its event and stops its worker at once, so the event can
+            reach the scheduler after the worker's loss.
+        worker: the worker to wait for.
+
+    Returns:
+        Address -> resident memory when it was stopped; empty where the
+        scheduler has no such event (or cannot be asked).
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            events = client.get_events(MEMORY_RESTART_EVENT)
+        except Exception:  # noqa: BLE001 - only used to explain a lost worker
+            return {}
+        kills = {e["worker"]: float(e.get("rss", 0) or 0) for t, e in events
+                 if t >= since and isinstance(e, dict) and "worker" in e}
+        if worker is None or worker in kills or time.monotonic() >= deadline:
+            return kills
+        time.sleep(0.1)
+
+
+def worker_lost_message(exc: BaseException, kills: Mapping[str, float], batch: int) -> str:
+    """The message of a batch lost with its workers (a ``KilledWorker``), naming memory when that killed them.
+
+    Args:
+        exc: the ``KilledWorker`` (its ``last_worker`` is the last worker
+            that died running the task).
+        kills: :func:`memory_kills`.
+        batch: the sweep's points per batch (``Batch``).
+
+    Returns:
+        ``"KilledWorker: killed for memory: ..."`` with the worker, its
+        memory and limit and the smaller ``Batch`` to try, when a nanny
+        stopped the last worker for memory; else ``"KilledWorker: <Dask's
+        text>"`` and what to do if memory was the cause after all (a
+        process killed by the operating system, signal 9, leaves no reason).
+    """
+    last = getattr(exc, "last_worker", None)
+    address = getattr(last, "address", None)
+    half = f"; try Batch: {max(1, batch // 2)}" if batch > 1 else ""
+    lower = f"lower Batch (now {batch}{half})"
+    if address in kills:
+        limit = getattr(last, "memory_limit", 0) or 0
+        of_limit = f" of its {format_bytes(limit)} memory limit" if limit else ""
+        return (f"KilledWorker: killed for memory: worker {address} held {format_bytes(kills[address])}"
+                f"{of_limit} running this batch and was restarted by its nanny; {lower}, or give the "
+                f"workers more memory; then run again with --retry-failed")
+    return (f"KilledWorker: {exc} If the worker ran out of memory (the operating system kills such a "
+            f"process with signal 9), {lower}, or give the workers more memory; then run again with "
+            f"--retry-failed")

@@ -22,8 +22,8 @@ import zarr
 
 from solver import status as st
 from sweep.log import get_logger
-from sweep.run.cluster import (WORKER_TIMEOUT, WorkerWatch, check_dask_target, say_dashboard, start_client,
-                               worker_threads)
+from sweep.run.cluster import (WORKER_TIMEOUT, WorkerWatch, check_dask_target, memory_kills, say_dashboard,
+                               start_client, worker_lost_message, worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch)
 from sweep.store import (BatchCommitter, BatchResult, Schema, WrittenBatch, batch_slices, plan_store, read_status,
@@ -378,7 +378,9 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             # core: pin each to its own core.
             client.register_plugin(JaxSetup(cache_dir, pin=isinstance(own, LocalCluster)))
         startup = time.perf_counter() - t_start
-        t0 = time.perf_counter()
+        t0, since = time.perf_counter(), time.time()
+        batch_size = max(sl.stop - sl.start for sl in slices) if len(slices) else 1
+        waited: set = set()     # lost workers whose nanny's memory event was waited for
         run_id = uuid.uuid4().hex[:8]
         version = package_version()
         unfit: dict[str, str] = {}
@@ -409,7 +411,7 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
                 summary.batches_left.append(index)
                 continue
             if isinstance(result, KilledWorker):
-                result = BatchResult.failed(n, st.WORKER_LOST, f"KilledWorker: {result}")
+                result = _lost_batch(client, result, n, batch_size, since, index, waited)
             elif isinstance(result, BaseException):  # infrastructure errors become data
                 result = BatchResult.failed(n, st.ERROR, f"{type(result).__name__}: {result}")
             if isinstance(result, Unfit):
@@ -443,6 +445,22 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             client.close()
         if own is not None:
             own.close()
+
+
+def _lost_batch(client, exc, n: int, batch: int, since: float, index: int, waited: set) -> BatchResult:
+    """The failed result of a batch whose workers died (``KilledWorker``), saying whether memory killed them.
+
+    The nanny's event may come a moment after the loss: it is waited for
+    (2 s at most) once per lost worker, not once per batch it held.
+    """
+    worker = getattr(getattr(exc, "last_worker", None), "address", None)
+    wait = 0.0 if worker in waited else 2.0
+    waited.add(worker)
+    # ``since`` less a minute: the scheduler's clock may be another host's.
+    message = worker_lost_message(exc, memory_kills(client, since - 60.0, wait=wait, worker=worker), batch)
+    if "killed for memory" in message:
+        log.warning(f"batch {index}: {message}")
+    return BatchResult.failed(n, st.WORKER_LOST, message)
 
 
 def _quiet_shutdown() -> None:

@@ -16,6 +16,7 @@ import socket
 import sys
 import time
 import traceback
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -327,7 +328,7 @@ def _this_worker() -> str:
 def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_dir: str,
                         store: str, batch_slice: slice, schema: Schema,
                         store_token: str | None = None,
-                        expected_version: str | None = None) -> WrittenBatch | WriteFailed | Unfit:
+                        expected_version: str | None = None) -> WrittenBatch | WriteFailed | Unfit | CancelledError:
     """The Dask task of one batch: compute it, check it, write its chunks into the store.
 
     The batch's data never leave the worker: what comes back to the driver is
@@ -349,7 +350,8 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
     Returns:
         A :class:`~sweep.store.WrittenBatch`; a :class:`WriteFailed` with
         the exception that the write raised; an :class:`Unfit` when this
-        worker failed its check.
+        worker failed its check; a ``CancelledError`` (returned, not raised)
+        when the task was cancelled before it computed or wrote.
     """
     n = batch_slice.stop - batch_slice.start
     if isinstance(store, str) and "://" not in store and not os.path.isdir(store):
@@ -363,12 +365,31 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
         why = check_worker(expected_version, context)
         if why:
             return Unfit(_this_worker(), why)
+    # A task cancelled while it runs (its driver interrupted or gone) cannot be
+    # stopped by Dask; it stops itself at the next step instead: no compute, no
+    # write. Should its value reach a driver after all, the batch stays pending.
+    if _cancelled():
+        return CancelledError("cancelled before it computed")
     result = run_batch_task(batch_fn, points, context, cache_dir)
     result = checked_or_failed(result, schema, n)
+    if _cancelled():
+        return CancelledError("cancelled before it wrote its batch")
     try:
         return write_batch_data(_open_store_once(store, store_token), batch_slice, result)
     except Exception as exc:  # noqa: BLE001 - the driver decides; a worker must not die of it
         return WriteFailed(_picklable(exc), result.seconds)
+
+
+def _cancelled() -> bool:
+    """Whether the Dask task running in this thread has been cancelled (False outside a Dask worker)."""
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+        task = worker.state.tasks.get(worker.get_current_task())
+    except Exception:  # noqa: BLE001 - not in a worker's task: the driver's own process
+        return False
+    return task is not None and task.state == "cancelled"
 
 
 _OPEN_STORES: dict = {}
