@@ -116,6 +116,8 @@ class Group:
         error: why it cannot be built (empty when it can).
         unknowns: the size of its model's DAE (None when not built).
         model: its built model, kept for a run in this process.
+        batch_line: the dry run's line on a batch's outputs and a worker's
+            estimated peak memory (:func:`sweep.pipeline.check_batch_memory`).
     """
 
     label: str
@@ -126,6 +128,7 @@ class Group:
     error: str = ""
     unknowns: int | None = None
     model: Any = field(default=None, repr=False)
+    batch_line: str = ""
 
     @property
     def n_points(self) -> int:
@@ -200,6 +203,12 @@ def plan_groups(spec, base, names: list[str], keep_models: bool = False) -> list
             context.attrs["model_overrides"] = json.dumps(context.override, sort_keys=True,
                                                           default=str)
             group.context, group.unknowns = context, int(model.dae.n)
+            # A batch of this structure must fit a worker (its model sets the
+            # estimate): refused before anything runs, as for a plain sweep.
+            try:
+                group.batch_line = pipeline.check_batch_memory(gspec, context, model)
+            except InputError as err:
+                raise InputError(f"structure {label}: {err.message}", file=err.file, path=err.path) from None
             group.model = model if keep_models else None
         groups.append(group)
     return groups
@@ -250,6 +259,8 @@ def describe_groups(spec, names: list[str], groups: list[Group], need: float) ->
                          f"status error): {first}")
         else:
             lines.append(f"{head}  {g.unknowns} unknowns, about {format_bytes(_store_bytes(g))}")
+            if g.batch_line:
+                lines.append("      " + g.batch_line.strip())
     lines.append(f"  store:     about {format_bytes(need)} uncompressed in all ({spec.n_points} "
                  f"points in {len(groups)} groups)")
     return "\n".join(lines)

@@ -26,6 +26,8 @@ import time
 import warnings
 from pathlib import Path
 
+import re
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -306,6 +308,11 @@ def test_dry_run_prints_the_groups_and_their_points(tmp_path, capsys):
                      "    N=2       3 points in 2 batches  8 unknowns, about 27.6 KiB",
                      "    N=3       3 points in 2 batches  12 unknowns, about 36 KiB"]
     assert "  store:     about 82.8 KiB uncompressed in all (9 points in 3 groups)" in out
+    # Each group's batch and its worker's estimated peak memory (its own model's size).
+    batch = [line for line in out.splitlines() if line.startswith("      batch:")]
+    assert len(batch) == 3 and all("estimated peak memory of a worker: about " in b for b in batch)
+    compiling = [float(re.search(r"([0-9.]+) MiB compiling", b).group(1)) for b in batch]
+    assert compiling[0] < compiling[1] < compiling[2]
 
     # A structural constant is one group; an impossible structure is marked.
     path = _sweep_file(tmp_path, "  product:\n    th: [0.3, 0.6]\n  constants: {N: 0}")
@@ -316,6 +323,19 @@ def test_dry_run_prints_the_groups_and_their_points(tmp_path, capsys):
     assert line.startswith("    N=0       2 points in 1 batch  CANNOT BE BUILT (its points will be "
                            "recorded as failed, status error): structure N=0 cannot be built: ")
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_structure_whose_batch_would_not_fit_a_worker_is_refused_before_anything_runs(tmp_path, capsys,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("MECHSWEEP_MAX_WORKER_BYTES", "100MiB")
+    out = tmp_path / "s.zarr"
+    for argv in (["--dry-run"], ["--out", str(out)]):
+        code = main(["sweep", str(SHIPPED), *argv])
+        captured = capsys.readouterr()
+        assert code == 2 and captured.out == ""
+        assert f"{SHIPPED}: Batch: structure N=1: a worker running one batch of 2 points x " in captured.err
+        assert "lower Batch (now 2; try Batch: 1)" in captured.err
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("sweep, key, located, value, fix", [
