@@ -213,7 +213,9 @@ INTERRUPTED_DRIVER = textwrap.dedent("""
     import signal, sys
     from sweep.run import interrupt, run_sweep
     from toybatch import ToyContext, grid_spec, toy_batch
-    signal.signal(signal.SIGTERM, lambda signum, frame: interrupt(KeyboardInterrupt()))
+    # As the command line does (sweep/cli/sweep_command.py): both signals through interrupt().
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: interrupt(KeyboardInterrupt()))
     store, address, log = sys.argv[1:]
     spec = grid_spec([1, 2, 3, 4, 5, 6], [0.1, 0.5], batch=1)
     try:
