@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
+import time
 import weakref
 from typing import Mapping
 
@@ -88,8 +89,9 @@ class compile_clock:
     """Context manager: seconds JAX spent tracing and compiling inside it.
 
     ``with compile_clock() as c: ...`` then ``c.seconds`` (a persistent
-    cache hit counts only its lookup).  Only the compiles of the thread that
-    entered it count.  Used by ``solve``, the sweep's batches and the design's
+    cache hit counts only its lookup) and ``c.wall_seconds`` (the block's
+    whole time).  Only the compiles of the thread that entered it count.
+    Used by ``solve``, the commands, the sweep's batches and the design's
     starts to report compile time apart from run time.
     """
 
@@ -100,11 +102,18 @@ class compile_clock:
             _listening = True
         self._acc = [0.0, threading.get_ident()]
         _clocks.append(self._acc)
+        self._start, self._end = time.perf_counter(), None
         return self
 
     def __exit__(self, *exc):
         _clocks.remove(self._acc)
+        self._end = time.perf_counter()
         return False
+
+    @property
+    def wall_seconds(self) -> float:
+        """Seconds since the block was entered, up to its end once it has ended."""
+        return (time.perf_counter() if self._end is None else self._end) - self._start
 
     @property
     def seconds(self) -> float:

@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import time
 import warnings
 from collections import Counter, OrderedDict
 from typing import Any, Callable, Mapping
@@ -544,10 +543,9 @@ def estimate_run(spec, context: SweepContext, workers: int) -> dict:
     """
     first = spec.batches()[0] if spec.n_points else slice(0, 0)
     points = {k: v[first] for k, v in spec.points.items()}
-    t = time.perf_counter()
     with solver.compile_clock() as clock:
         result = batch_fn(points, context)
-    wall = time.perf_counter() - t
+    wall = clock.wall_seconds
     compile_s = min(clock.seconds, wall)
     size = max(int(context.batch), 1)
     per_point = max(wall - compile_s, 1e-9) / size

@@ -325,13 +325,13 @@ class SeriesStages:
         return u, solve, fact.singular
 
     def _jacobian_levels(self) -> dict:
-        """Variable name → the derivative levels ``d_j - c_i`` the system Jacobian reads, ascending."""
+        """Variable name → (its columns' offsets ``d_j - c_i``, (n, size); the levels ≥ 0 among them)."""
         prog = self.prog
         out = {}
         for var in self.dae.variables:
             cols = np.arange(var.offset, var.offset + var.size)
             offs = prog.d[None, cols] - prog.c[:, None]
-            out[var.name] = sorted({int(o) for o in np.unique(offs) if o >= 0})
+            out[var.name] = (offs, [int(o) for o in np.unique(offs) if o >= 0])
         return out
 
     def stage0_jacobian(self, X, u, t0, consts):
@@ -347,11 +347,11 @@ class SeriesStages:
         # (for a second-order model, by q and q' besides q'') would push
         # three times the tangents through the residual, Hessians included.
         wanted = self._jacobian_levels()
-        free = {name: [lv[l] for l in wanted[name]] for name, lv in levels.items()}
+        free = {name: [lv[l] for l in wanted[name][1]] for name, lv in levels.items()}
 
         def residual_of(sub):
             full = {name: list(lv) for name, lv in levels.items()}
-            for name, ls in wanted.items():
+            for name, (_, ls) in wanted.items():
                 for l, val in zip(ls, sub[name]):
                     full[name][l] = val
             return residual_at(prog, t0, consts, full)
@@ -362,11 +362,10 @@ class SeriesStages:
         # scatter into a loop whose index arithmetic it hoists out of ours.
         blocks = []
         for var in sorted(dae.variables, key=lambda v: v.offset):
-            cols = np.arange(var.offset, var.offset + var.size)
+            offs, ls = wanted[var.name]
             block = jnp.zeros((n, var.size))
-            for l, Jl in zip(wanted[var.name], jac[var.name]):
-                mask = (prog.d[None, cols] - prog.c[:, None]) == l
-                block = block + jnp.where(mask, Jl.reshape(n, var.size), 0.0)
+            for l, Jl in zip(ls, jac[var.name]):
+                block = block + jnp.where(offs == l, Jl.reshape(n, var.size), 0.0)
             blocks.append(block)
         A = jnp.concatenate(blocks, axis=1) if blocks else jnp.zeros((n, n))
         cf = np.array([math.factorial(int(c)) for c in prog.c], dtype=float)

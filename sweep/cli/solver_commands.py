@@ -325,14 +325,12 @@ def cmd_check(args) -> int:
     print(f"mechanical DOF (coordinates - constraints): {_mechanical_dof(dae)}", flush=True)
     from solver import compile_clock
 
-    t = time.perf_counter()
     with compile_clock() as clock:
         jac = check_jacobian(model)
-    wall = time.perf_counter() - t
     print(jac.summary())
     if jac.singular:   # the error alone on stderr, as for every bad input
         raise InputError(jac.problem(), file=str(args.model))
-    note_progress(split_text(wall, clock.seconds))
+    note_progress(split_text(clock.wall_seconds, clock.seconds))
     return EXIT_OK
 
 
@@ -392,10 +390,9 @@ def cmd_equilibrium(args) -> int:
     note_progress(f"finding an equilibrium of '{model.title}' ({model.dae.n} unknowns)")
     from solver import compile_clock
 
-    t = time.perf_counter()
     with compile_clock() as clock:
         result = equilibrium(model, guess=guess, params=params, method=args.method)
-    note_progress(split_text(time.perf_counter() - t, clock.seconds))
+    note_progress(split_text(clock.wall_seconds, clock.seconds))
     print(json.dumps(result.to_dict()) if args.json else result.summary())
     return EXIT_OK
 

@@ -458,10 +458,8 @@ def run_design(design, out: str | None = None, starts=None, from_store: str | No
     if spec.target.kind == "design":
         echo(f"solving the reference design for the target curve (the first solve compiles the "
              f"model with sensitivities: {model.dae.n} unknowns)")
-    t_problem = time.perf_counter()
     with compile_clock() as clock:
         context = build_problem(spec, model)
-    problem_seconds = time.perf_counter() - t_problem
     notes: list[str] = []
     if from_store is not None:
         chosen, notes = rank_store(context, from_store, int(starts or 1))
@@ -513,7 +511,7 @@ def run_design(design, out: str | None = None, starts=None, from_store: str | No
                 done(res)
     result = DesignResult(context, spec, list(results), _best(context, results),
                           time.perf_counter() - t0, notes)
-    result.compile_seconds, result.solve_seconds = _split(problem_seconds, clock.seconds, results)
+    result.compile_seconds, result.solve_seconds = _split(clock.wall_seconds, clock.seconds, results)
     if out is not None:
         write_history(result, out, overwrite=overwrite)
         result.out = str(out)

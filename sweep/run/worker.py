@@ -14,7 +14,6 @@ import math
 import os
 import socket
 import sys
-import time
 import traceback
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
@@ -159,7 +158,6 @@ def run_batch_task(batch_fn: Callable, points: dict, context: Any, cache_dir: st
 
     configure_jax(cache_dir)
     n = len(next(iter(points.values())))
-    start = time.perf_counter()
     with compile_clock() as clock:
         try:
             result = batch_fn(points, context)
@@ -169,7 +167,7 @@ def run_batch_task(batch_fn: Callable, points: dict, context: Any, cache_dir: st
         except Exception as exc:  # noqa: BLE001 - any failure of one batch is data, not a crash
             tb = traceback.format_exception(exc)
             result = BatchResult.failed(n, st.ERROR, f"{type(exc).__name__}: {exc}\n" + "".join(tb[-3:]))
-    result.seconds = time.perf_counter() - start
+    result.seconds = clock.wall_seconds
     result.compile_seconds = min(clock.seconds, result.seconds)
     return result
 
