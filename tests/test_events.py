@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import solver
 from solver import status as st
 from solver.errors import InputError
-from solver.integrate.roots import SUBINTERVALS, bernstein_pieces, fine_pieces, isolate_roots
+from solver.integrate.roots import SUBINTERVALS, bernstein_pieces, fine_pieces, isolate_roots, single_root, whole_step
 from solver.mechanics.stops import Stop
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,6 +97,34 @@ def test_roots_on_the_ends_of_pieces_are_found_once():
 def test_a_polynomial_without_roots_in_the_step_has_none():
     assert _roots(_poly([1.2, -0.5]))[0].size == 0
     assert _roots([1.0, 0.0, 1.0])[0].size == 0  # 1 + u²
+
+
+WHOLE = jnp.asarray(bernstein_pieces(P, 1)[0])
+
+
+def _padded(coeffs):
+    c = np.zeros(P + 1)
+    c[: len(coeffs)] = coeffs
+    return jnp.asarray(c)
+
+
+@settings(max_examples=40, deadline=None)
+@given(hs.floats(0.001, 0.999), hs.floats(-3.0, 3.0))
+def test_a_single_crossing_of_the_step_is_polished_without_pieces(root, curvature):
+    # (u - root)(1 + curvature u² / 4): one real root in [0, 1], at any place in it.
+    c = _padded(np.convolve([-root, 1.0], [1.0, 0.0, curvature / 4]))
+    B, simple = whole_step(c, WHOLE)
+    if not bool(simple):  # Bernstein coefficients that change sign more than once: the pieces' case
+        return
+    found, u, sign = single_root(c, B)
+    assert bool(found[0]) and int(sign[0]) == 1
+    np.testing.assert_allclose(float(u[0]), root, atol=1e-15, rtol=1e-14)
+
+
+def test_the_whole_step_test_sends_two_crossings_to_the_pieces():
+    assert bool(whole_step(_padded(_poly([0.4])), WHOLE)[1])
+    assert not bool(whole_step(_padded(_poly([0.3, 0.31])), WHOLE)[1])
+    assert not bool(whole_step(_padded([0.0, 1.0]), WHOLE)[1])  # a zero at the start: not simple
 
 
 @settings(max_examples=40, deadline=None)

@@ -14,8 +14,8 @@ fixed amount of work so that it runs under ``jit`` and ``vmap``:
   constant matrix product);
 * by Descartes' rule of signs in Bernstein form, a piece whose coefficients
   do not change sign holds no root, and a piece with exactly one sign change
-  holds exactly one, which the Illinois variant of the false position polishes
-  inside its bracket to machine precision;
+  holds exactly one, which Newton's method, kept inside the bracket,
+  polishes to machine precision;
 * a piece with more sign changes (two roots closer than ``h /
   SUBINTERVALS``, or complex roots near it) is examined again on
   ``SUBINTERVALS`` sub-pieces; the first :data:`REFINED` such pieces of a step
@@ -41,7 +41,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["SUBINTERVALS", "REFINED", "POLISH_ITERATIONS", "fine_pieces", "bernstein_pieces", "isolate_roots", "polynomial_value"]
+__all__ = ["SUBINTERVALS", "REFINED", "POLISH_ITERATIONS", "fine_pieces", "bernstein_pieces", "isolate_roots",
+           "single_root", "whole_step", "polynomial_value"]
 
 #: Equal pieces of a step whose Bernstein coefficients are examined.
 SUBINTERVALS = 16
@@ -54,9 +55,9 @@ ROUNDING = 1e-14
 #: coefficients) examined again on SUBINTERVALS sub-pieces each, per step.
 REFINED = 2
 
-#: Illinois iterations that polish a bracketed root (order 1.44 from a
-#: bracket of at most h / SUBINTERVALS: machine precision well within them).
-POLISH_ITERATIONS = 24
+#: Safeguarded Newton iterations that polish a bracketed root (from the
+#: secant point of a bracket holding one simple root: rounding within 4-5).
+POLISH_ITERATIONS = 8
 
 
 # ------------------------------------------------------------- Bernstein form
@@ -151,42 +152,39 @@ def earliest(keys, valid, k: int):
 def _polish(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
     """The root in each bracket [lo, hi] (values f_lo, f_hi at its ends, of opposite signs).
 
-    The Illinois variant of the false position: the bracket's secant point
-    replaces the end of its sign, and an end kept twice in a row has its
-    value halved, which removes the false position's one-sided stagnation
-    (convergence of order about 1.44, never leaving the bracket, exact at
-    once on a root at an end of it).
+    Newton's method on the polynomial from the bracket's secant point, kept
+    inside the bracket: each iterate's sign replaces the end of that sign, and
+    a Newton step that would leave the bracket is a bisection instead.  A
+    simple root is reached to rounding in a few iterations (quadratic
+    convergence), a double one halves its error each time; the iterations
+    are unrolled (no loop: a loop's passes cost more than their arithmetic).
     """
     left_positive = _positive(f_lo)
     # A zero at an end (a zero counts as positive) is this bracket's root only
     # where the polynomial beside it inside has the other end's sign;
     # otherwise that zero is a root of the next piece (or touches zero), and
     # this bracket's root lies inside.  A stand-in value of the end's sign
-    # then starts the false position away from that end.
+    # then starts the secant away from that end.
     f_lo = jnp.where((f_lo == 0) & _positive(inner_lo), -f_hi, f_lo)
     f_hi = jnp.where((f_hi == 0) & _positive(inner_hi), -f_lo, f_hi)
-
-    def illinois(_, state):
-        lo, hi, f_lo, f_hi, side = state
-        span = f_hi - f_lo
-        x = jnp.where(span != 0, (lo * f_hi - hi * f_lo) / jnp.where(span != 0, span, 1.0), 0.5 * (lo + hi))
-        x = jnp.clip(x, lo, hi)
-        y = jax.vmap(lambda x_: polynomial_value(c, x_)[0])(x)
+    span = f_hi - f_lo
+    x = jnp.where(span != 0, (lo * f_hi - hi * f_lo) / jnp.where(span != 0, span, 1.0), 0.5 * (lo + hi))
+    x = jnp.clip(x, lo, hi)
+    for _ in range(POLISH_ITERATIONS):
+        y, dy = jax.vmap(polynomial_value, in_axes=(None, 0))(c, x)
         moves_lo = _positive(y) == left_positive
-        # An end kept twice in a row: halve its value.
-        f_hi = jnp.where(moves_lo & (side == -1), 0.5 * f_hi, f_hi)
-        f_lo = jnp.where(~moves_lo & (side == 1), 0.5 * f_lo, f_lo)
-        lo, f_lo = jnp.where(moves_lo, x, lo), jnp.where(moves_lo, y, f_lo)
-        hi, f_hi = jnp.where(moves_lo, hi, x), jnp.where(moves_lo, f_hi, y)
-        return lo, hi, f_lo, f_hi, jnp.where(moves_lo, -1, 1).astype(jnp.int32)
-
-    state = (lo, hi, f_lo, f_hi, jnp.zeros(lo.shape, jnp.int32))
-    lo, hi, f_lo, f_hi, _ = lax.fori_loop(0, POLISH_ITERATIONS, illinois, state)
-    # The end with the smaller value.
-    return jnp.where(jnp.abs(f_lo) <= jnp.abs(f_hi), lo, hi)
+        lo, hi = jnp.where(moves_lo, x, lo), jnp.where(moves_lo, hi, x)
+        newton = x - y / jnp.where(dy != 0, dy, 1.0)
+        inside = (dy != 0) & (newton >= lo) & (newton <= hi)
+        x = jnp.where(y == 0, x, jnp.where(inside, newton, 0.5 * (lo + hi)))
+    # One value for every use: XLA would otherwise copy the unrolled
+    # iterations into each consumer's kernel, and copies compiled apart can
+    # round apart (a crossing then equal to the step's cut in one and past
+    # it in another).
+    return lax.optimization_barrier(x)
 
 
-def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None):
+def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None, lazy: bool = False):
     """Every real root of a polynomial on [0, 1], polished, with their directions.
 
     Args:
@@ -199,6 +197,8 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None):
             more than once are then examined again on L sub-pieces each.
         first: polish only this many slots, the earliest that hold a
             crossing (they come in time order); None: every slot.
+        lazy: refine under a ``lax.cond``, only when a piece is ambiguous
+            (a single run; under ``vmap`` a cond computes both branches).
 
     Returns:
         (found, u, sign): bool, whether a slot holds a crossing; its root in
@@ -217,19 +217,32 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None):
     found, changes, sign, (f_lo, f_hi, in_lo, in_hi), lo, hi = _brackets(B, a, 1.0 / n)
     if fine_matrix is not None:
         ambiguous = changes >= 2
-        # The first REFINED ambiguous pieces, in time order.
-        onehot = earliest(jnp.arange(n, dtype=dt), ambiguous, REFINED)   # (REFINED, L)
-        picked = onehot.sum(axis=1) > 0
-        order = (onehot @ jnp.arange(n, dtype=dt)).astype(jnp.int32)
-        # Dynamic slices of the constant, not a gather: the loop still compiles whole.
-        sub = jnp.stack([lax.dynamic_index_in_dim(fine_matrix, order[r], keepdims=False) for r in range(REFINED)])
-        Bf = jnp.einsum("rjkl,l->rjk", sub, c)  # (REFINED, L, P + 1)
-        Bf = jnp.where(jnp.abs(Bf) <= zero, 0.0, Bf)
-        af = (order[:, None] * n + jnp.arange(n)[None, :]).astype(dt) / (n * n)
-        f2, _, s2, (flo2, fhi2, inlo2, inhi2), lo2, hi2 = _brackets(Bf.reshape(-1, B.shape[1]), af.reshape(-1),
-                                                                     1.0 / (n * n))
-        f2 = f2 & jnp.repeat(picked, n)
-        refined = jnp.sum(onehot, axis=0) > 0
+
+        def refine(_):
+            # The first REFINED ambiguous pieces, in time order.
+            onehot = earliest(jnp.arange(n, dtype=dt), ambiguous, REFINED)   # (REFINED, L)
+            picked = onehot.sum(axis=1) > 0
+            order = (onehot @ jnp.arange(n, dtype=dt)).astype(jnp.int32)
+            # Dynamic slices of the constant, not a gather: the loop still compiles whole.
+            sub = jnp.stack([lax.dynamic_index_in_dim(fine_matrix, order[r], keepdims=False)
+                             for r in range(REFINED)])
+            Bf = jnp.einsum("rjkl,l->rjk", sub, c)  # (REFINED, L, P + 1)
+            Bf = jnp.where(jnp.abs(Bf) <= zero, 0.0, Bf)
+            af = (order[:, None] * n + jnp.arange(n)[None, :]).astype(dt) / (n * n)
+            f2, _, s2, ends, lo2, hi2 = _brackets(Bf.reshape(-1, B.shape[1]), af.reshape(-1), 1.0 / (n * n))
+            return jnp.sum(onehot, axis=0) > 0, f2 & jnp.repeat(picked, n), s2, ends, lo2, hi2
+
+        def none_ambiguous(_):
+            zeros = jnp.zeros(REFINED * n, dt)
+            return (jnp.zeros(n, bool), jnp.zeros(REFINED * n, bool), jnp.ones(REFINED * n, sign.dtype),
+                    (zeros, zeros, zeros, zeros), zeros, zeros)
+
+        if lazy:
+            # Two roots in one piece are rare: most steps skip the refinement.
+            refined, f2, s2, (flo2, fhi2, inlo2, inhi2), lo2, hi2 = lax.cond(jnp.any(ambiguous), refine,
+                                                                             none_ambiguous, None)
+        else:
+            refined, f2, s2, (flo2, fhi2, inlo2, inhi2), lo2, hi2 = refine(None)
         found = jnp.concatenate([found & ~refined, f2])
         sign = jnp.concatenate([sign, s2])
         f_lo = jnp.concatenate([f_lo, flo2])
@@ -253,6 +266,48 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None):
     fixed = jax.lax.stop_gradient
     u = _polish(fixed(c), fixed(lo), fixed(hi), fixed(f_lo), fixed(f_hi), fixed(in_lo), fixed(in_hi))
     return found, _implicit_root(c, u), sign
+
+
+def single_root(c, B):
+    """The root of a polynomial whose Bernstein coefficients on [0, 1] change sign once.
+
+    By Descartes' rule of signs in Bernstein form one sign change (and
+    non-zero values at both ends) means exactly one root in (0, 1): most
+    steps with a crossing have one, and need neither pieces nor
+    refinement (see :func:`simple_step`).
+
+    Args:
+        c: (P + 1,) power coefficients in u.
+        B: (P + 1,) its Bernstein coefficients on [0, 1], values within
+            rounding of zero set to zero.
+
+    Returns:
+        (found, u, sign), each of shape (1,), as :func:`isolate_roots`.
+    """
+    found = _positive(B[:1]) != _positive(B[-1:])
+    sign = jnp.where(_positive(B[-1:]), 1, -1)
+    fixed = jax.lax.stop_gradient
+    zero, one = jnp.zeros(1, c.dtype), jnp.ones(1, c.dtype)
+    u = _polish(fixed(c), zero, one, fixed(B[:1]), fixed(B[-1:]), fixed(B[1:2]), fixed(B[-2:-1]))
+    return found, _implicit_root(c, u), sign
+
+
+def whole_step(c, whole_matrix):
+    """Bernstein coefficients on [0, 1] (values within rounding of zero: zero) and whether :func:`single_root` applies.
+
+    Args:
+        c: (P + 1,) power coefficients in u.
+        whole_matrix: ``bernstein_pieces(P, 1)[0]``.
+
+    Returns:
+        (B, simple): B (P + 1,); simple is True when B changes sign at most
+        once and neither end is zero.
+    """
+    B = whole_matrix @ c
+    B = jnp.where(jnp.abs(B) <= ROUNDING * jnp.max(jnp.abs(B)), 0.0, B)
+    pos = _positive(B)
+    changes = jnp.sum(pos[1:] != pos[:-1])
+    return B, (changes <= 1) & (B[0] != 0) & (B[-1] != 0)
 
 
 def _implicit_root(c, u):

@@ -242,7 +242,8 @@ class Stepper:
         good = (sstat == st.SUCCESS) & ok
         ev_status = jnp.int8(-1)
         if self.events is not None:
-            h, zq, uq, ev, ev_status = self.events.on_step(X, t, h, zq, uq, good, params, consts, ev, t1)
+            h, zq, uq, ev, ev_status = self.events.on_step(X, t, h, zq, uq, good, params, consts, ev, t1,
+                                                           batched=batched)
         else:
             ev = {}
         t_new = jnp.where(good, t + h, t)

@@ -8,7 +8,9 @@ of size h from t it
    coefficients (Taylor-mode AD through the event function: ``jet``);
 2. skips the rest when no polynomial's Bernstein coefficients on the whole
    step change sign (no root: the common case);
-3. otherwise isolates and polishes every crossing in the step
+3. polishes the root directly where each changes sign at most once there
+   (exactly one root: most steps with a crossing); otherwise isolates and
+   polishes every crossing in the step
    (:func:`solver.integrate.roots.isolate_roots`), keeps those of the
    asked direction outside each event's cooldown, and finds the first
    crossing of a *terminal* event or of an impact (an event with a
@@ -31,6 +33,7 @@ behaviour): the run ends there with status ``zeno``.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -43,7 +46,8 @@ from jax.experimental import jet
 from solver import status as st
 from solver.errors import InputError
 from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
-from solver.integrate.roots import bernstein_pieces, earliest, fine_pieces, isolate_roots, polynomial_value
+from solver.integrate.roots import (bernstein_pieces, earliest, fine_pieces, isolate_roots, polynomial_value,
+                                   single_root, whole_step)
 
 __all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN", "DEFAULT_ZENO_TIME",
            "check_taylor_arithmetic"]
@@ -148,6 +152,9 @@ class EventStepper:
         self.recorded = np.array([e.record for e in self.events])
         self.terminal = np.array([e.terminal for e in self.events])
         self.resets = [i for i, e in enumerate(self.events) if e.reset is not None]
+        columns, _ = self._value_columns()
+        self._columns = [(v.name, *columns[v.name], (self.capacity, integ.out_orders[v.name]) + v.shape)
+                         for v in integ.dae.variables]
         self._check_functions()
 
     # ------------------------------------------------------------- checks
@@ -198,21 +205,21 @@ class EventStepper:
         """The records as named arrays: ``count``, ``which``, ``time``, ``rate``, ``impulse``, ``values``.
 
         Args:
-            ev: the records (any leading axes).
+            ev: the records (any leading axes): traced arrays inside a
+                transformation, else concrete ones (unpacked with NumPy, no
+                program of its own).
 
         Returns:
             dict; ``values`` maps each variable to (..., capacity, L, *shape).
         """
         rows = ev["rows"]
+        if not isinstance(rows, jax.core.Tracer):
+            rows = np.asarray(rows)
         lead = rows.shape[:-2]
-        columns, _ = self._value_columns()
-        values = {}
-        for v in self.integ.dae.variables:
-            a, b = columns[v.name]
-            values[v.name] = rows[..., a:b].reshape(lead + (self.capacity, self.integ.out_orders[v.name]) + v.shape)
-        out = {"which": jnp.where(jnp.isnan(rows[..., self._WHICH]), -1, rows[..., self._WHICH]).astype(jnp.int32),
-               "time": rows[..., self._TIME], "rate": rows[..., self._RATE], "impulse": rows[..., self._IMPULSE],
-               "values": values}
+        # Empty rows hold which = -1 (see empty()).
+        out = {"which": rows[..., self._WHICH].astype(np.int32), "time": rows[..., self._TIME],
+               "rate": rows[..., self._RATE], "impulse": rows[..., self._IMPULSE],
+               "values": {name: rows[..., a:b].reshape(lead + shape) for name, a, b, shape in self._columns}}
         if "count" in ev:
             out["count"] = ev["count"]
         return out
@@ -243,8 +250,12 @@ class EventStepper:
         return jnp.stack([g0] + [gs[j - 1] / math.factorial(j) for j in range(1, P + 1)], axis=1)
 
     # ------------------------------------------------------------- the step
-    def on_step(self, X, t, h, zq, uq, good, params, consts, ev, t1):
+    def on_step(self, X, t, h, zq, uq, good, params, consts, ev, t1, batched=False):
         """Events of the step of h from t (see the module docstring).
+
+        ``batched``: the step is vmapped over a batch's slots, where a
+        ``lax.cond`` computes both branches; a single run takes the quick
+        way for a step whose events cross at most once each.
 
         Returns:
             (h, z, u, ev, status): the step (cut at a terminal event or an
@@ -273,12 +284,16 @@ class EventStepper:
         Cu = jnp.where(at_start[:, None], shifted, Cu)
         # No sign change of the Bernstein coefficients on the whole step: no
         # root there (most steps); only the others go on to the pieces.
-        Bw = Cu @ self.whole.T
+        Bw, simple = jax.vmap(whole_step, in_axes=(0, None))(Cu, self.whole)
         maybe = good & jnp.any((jnp.min(Bw, axis=1) < 0) & (jnp.max(Bw, axis=1) >= 0))
 
-        def detect(ev):
+        def all_crossings():
             # More than RECORDS_PER_STEP crossings of one event in one step overflow anyway.
-            found, u, sign = jax.vmap(lambda c: isolate_roots(c, self.pieces, self.fine, RECORDS_PER_STEP + 1))(Cu)
+            return jax.vmap(lambda c: isolate_roots(c, self.pieces, self.fine, RECORDS_PER_STEP + 1,
+                                                    lazy=not batched))(Cu)
+
+        def detect(ev, found, u, sign, M):
+            # found, u, sign: (events, L) crossings; at most M of them are recorded.
             L = found.shape[1]
             s = u * h
             signs = jnp.asarray(self.signs)[:, None]
@@ -289,7 +304,7 @@ class EventStepper:
             seen = keep & (s <= s_cut)
             rec = seen & jnp.asarray(self.recorded)[:, None]
             flat = jnp.where(rec, s, jnp.inf).reshape(-1)
-            pick = earliest(flat, rec.reshape(-1), RECORDS_PER_STEP)   # (M, events * L) one-hots
+            pick = earliest(flat, rec.reshape(-1), M)   # (M, events * L) one-hots
             ok = pick.sum(axis=1) > 0
             s_at = jnp.where(ok, pick @ jnp.where(rec.reshape(-1), flat, 0.0), 0.0)
             e_m = (pick @ (jnp.arange(flat.shape[0]) // L).astype(dt)).astype(jnp.int32)
@@ -299,10 +314,9 @@ class EventStepper:
             n_new = jnp.sum(rec).astype(jnp.int32)
             # Beyond the per-step records: counted, so the run is flagged.
             n_new = jnp.where(n_new > RECORDS_PER_STEP, n_new + self.capacity, n_new)
-            pos = ev["count"] + jnp.arange(RECORDS_PER_STEP, dtype=jnp.int32)
+            pos = ev["count"] + jnp.arange(M, dtype=jnp.int32)
             # Record m goes to row pos[m] (rows past the capacity: dropped), as selections, not a scatter.
             put = (ok[:, None] & (jnp.arange(self.capacity)[None, :] == pos[:, None]))   # (M, C)
-            M = RECORDS_PER_STEP
             row = [e_m.astype(dt)[:, None], (t + s_at)[:, None], rate[:, None], jnp.full((M, 1), jnp.nan, dt)]
             row += [vals[v.name].reshape(M, -1) for v in integ.dae.variables]
             new = dict(ev)
@@ -330,8 +344,16 @@ class EventStepper:
                 zc, impulse = lax.switch(index, branches, zc)
             return zc, uc, impulse
 
-        def events_of_step(ev):
-            s_cut, which, ev = detect(ev)
+        def detect_all(ev):
+            return detect(ev, *all_crossings(), RECORDS_PER_STEP)
+
+        def detect_single(ev):
+            # At most one crossing of each event (whole_step): no pieces.
+            found, u, sign = jax.vmap(single_root)(Cu, Bw)
+            return detect(ev, found, u, sign, min(n_ev, RECORDS_PER_STEP))
+
+        def events_of_step(detect_kind, ev):
+            s_cut, which, ev = detect_kind(ev)
             cut = jnp.isfinite(s_cut)
             if not self.cuts.any():
                 return h, zq, uq, ev, s_cut, which, cut
@@ -347,7 +369,21 @@ class EventStepper:
         def no_events(ev):
             return h, zq, uq, ev, jnp.asarray(jnp.inf, dt), jnp.int32(0), jnp.asarray(False)
 
-        h, z, u, ev, s_cut, which, cut = lax.cond(maybe, events_of_step, no_events, ev)
+        if batched:
+            h, z, u, ev, s_cut, which, cut = lax.cond(maybe, functools.partial(events_of_step, detect_all),
+                                                      no_events, ev)
+        else:
+            # Two conds one after the other, not a switch (which cost a
+            # watched step more) nor a cond inside a cond (with which
+            # XLA:CPU's quick build, LLVM at -O0, lost a step's record in
+            # tests/test_events.py; cause not found).
+            single = maybe & jnp.all(simple)
+            h1, z1, u1, ev, s1, which1, cut1 = lax.cond(single, functools.partial(events_of_step, detect_single),
+                                                        no_events, ev)
+            h, z, u, ev, s_cut, which, cut = lax.cond(maybe & ~single, functools.partial(events_of_step, detect_all),
+                                                      no_events, ev)
+            h, z, u, s_cut, which, cut = (jnp.where(single, a, b) for a, b in
+                                          ((h1, h), (z1, z), (u1, u), (s1, s_cut), (which1, which), (cut1, cut)))
         status = jnp.where(cut & jnp.asarray(self.terminal)[which], jnp.int8(st.STOPPED_BY_EVENT), jnp.int8(-1))
         if self.resets:
             zeno_time = jnp.asarray([(DEFAULT_ZENO_TIME if getattr(e, "zeno_time", None) is None else e.zeno_time)
