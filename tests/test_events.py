@@ -234,6 +234,20 @@ def test_a_bouncing_ball_hits_the_floor_at_the_closed_form_times():
     np.testing.assert_allclose(heights[:15], h * e ** (2 * np.arange(15)), rtol=1e-10, atol=1e-14)
 
 
+def test_impact_times_stay_at_rounding_over_long_steps():
+    # Few outputs: every step runs from one impact to the next, and each
+    # crossing is polished from the whole step's bracket (the quick way).
+    e, g, h, impacts = 0.9, 9.81, 1.0, 40
+    t1 = math.sqrt(2 * h / g)
+    k = np.arange(impacts)
+    exact = t1 + 2 * t1 * e * (1 - e ** k) / (1 - e)
+    model = solver.load(MECH / "bouncing_ball.yaml", overrides={"Events": None, "MaxEvents": impacts + 5})
+    ds = model.solve(params={"e": e, "h": h, "g": g}, t_span=(0.0, exact[-1] + t1 * e ** impacts),
+                     t_eval=np.array([0.0, exact[-1] + t1 * e ** impacts]), tol=1e-10)
+    n = int(ds.event_count)
+    np.testing.assert_allclose(ds.event_time.values[:n][:impacts], exact, rtol=0, atol=1e-13)
+
+
 def test_impacts_that_accumulate_end_the_run_at_the_zeno_time():
     e, g, h = 0.8, 9.81, 1.0
     ds = _ball(e)

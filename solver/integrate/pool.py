@@ -22,6 +22,7 @@ from solver.integrate import xla_setup
 from solver.integrate.choices import DEFAULT_SLOTS, ROUND_FINISHED, WHOLE_ROUND_SLOTS
 from solver.integrate.solve_lock import one_at_a_time
 from solver.integrate.step import step_loop_condition
+from solver.integrate.step_events import SLOT_AXIS
 from solver.integrate.tangents import seeded, tangent_seed
 from solver.numerics import linalg
 
@@ -286,7 +287,7 @@ class BatchPool:
         def round_body(r):
             t = r["t"]
             live = r["active"] & (r["status"] < 0)
-            X, h, good, t_new, z, u, status, ev = jax.vmap(step)(r["p"], t, r["z"], r["u"], r["steps"], live,
+            X, h, good, t_new, z, u, status, ev = jax.vmap(step, axis_name=SLOT_AXIS)(r["p"], t, r["z"], r["u"], r["steps"], live,
                                                                  r["ev"])
             good = good & live
 
@@ -338,7 +339,7 @@ class BatchPool:
             e, t = c["e"], c["t"]
             active = e < N  # an idle slot (e == N) computes on its stale state, unused
             ec = jnp.minimum(e, N - 1)
-            X, h, good, t_new, z, u, status, ev = jax.vmap(step)(pick(ec), t, c["z"], c["u"], c["steps"], active,
+            X, h, good, t_new, z, u, status, ev = jax.vmap(step, axis_name=SLOT_AXIS)(pick(ec), t, c["z"], c["u"], c["steps"], active,
                                                                  c["ev"])
             good = good & active
 

@@ -33,7 +33,6 @@ behaviour): the run ends there with status ``zeno``.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -49,8 +48,12 @@ from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
 from solver.integrate.roots import (bernstein_pieces, earliest, fine_pieces, isolate_roots, polynomial_value,
                                    single_root, whole_step)
 
-__all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN", "DEFAULT_ZENO_TIME",
+__all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "SLOT_AXIS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN", "DEFAULT_ZENO_TIME",
            "check_taylor_arithmetic"]
+
+#: The name of the slot axis of a batch's vmapped step (``jax.vmap(..., axis_name=SLOT_AXIS)``):
+#: a batched step asks whether any slot has a crossing before it looks for them.
+SLOT_AXIS = "slots"
 
 #: Crossings recorded from one step; more in one step count as an overflow.
 RECORDS_PER_STEP = 8
@@ -253,9 +256,12 @@ class EventStepper:
     def on_step(self, X, t, h, zq, uq, good, params, consts, ev, t1, batched=False):
         """Events of the step of h from t (see the module docstring).
 
-        ``batched``: the step is vmapped over a batch's slots, where a
-        ``lax.cond`` computes both branches; a single run takes the quick
-        way for a step whose events cross at most once each.
+        ``batched``: the step is vmapped over a batch's slots (axis
+        :data:`SLOT_AXIS`), where a ``lax.cond`` on a slot's value computes
+        both branches; its conds then ask whether any slot needs a branch.
+        A step whose events cross at most once each takes the quick way
+        (:func:`~solver.integrate.roots.single_root`), in a batch as in a
+        single run, so that a point's records do not depend on its batch.
 
         Returns:
             (h, z, u, ev, status): the step (cut at a terminal event or an
@@ -287,13 +293,9 @@ class EventStepper:
         Bw, simple = jax.vmap(whole_step, in_axes=(0, None))(Cu, self.whole)
         maybe = good & jnp.any((jnp.min(Bw, axis=1) < 0) & (jnp.max(Bw, axis=1) >= 0))
 
-        def all_crossings():
-            # More than RECORDS_PER_STEP crossings of one event in one step overflow anyway.
-            return jax.vmap(lambda c: isolate_roots(c, self.pieces, self.fine, RECORDS_PER_STEP + 1,
-                                                    lazy=not batched))(Cu)
-
-        def detect(ev, found, u, sign, M):
-            # found, u, sign: (events, L) crossings; at most M of them are recorded.
+        def detect(ev, found, u, sign):
+            # found, u, sign: (events, L) crossings, the earliest first.
+            M = RECORDS_PER_STEP
             L = found.shape[1]
             s = u * h
             signs = jnp.asarray(self.signs)[:, None]
@@ -344,46 +346,64 @@ class EventStepper:
                 zc, impulse = lax.switch(index, branches, zc)
             return zc, uc, impulse
 
-        def detect_all(ev):
-            return detect(ev, *all_crossings(), RECORDS_PER_STEP)
+        def nothing(ev):
+            return jnp.asarray(jnp.inf, dt), jnp.int32(0), ev
 
-        def detect_single(ev):
-            # At most one crossing of each event (whole_step): no pieces.
+        def where_tree(flag, a, b):
+            return jax.tree_util.tree_map(lambda x, y: jnp.where(flag, x, y), a, b)
+
+        if batched:
+            # A cond on a slot's own flag would be a select under vmap: every
+            # slot would compute every branch on every step.  These conds ask
+            # whether any slot needs their branch; each slot keeps its own.
+            def needed(flag):
+                return lax.pmax(flag.astype(jnp.int32), SLOT_AXIS) > 0
+        else:
+            def needed(flag):
+                return flag
+
+        # The pieces where an event may cross more than once (rare); the
+        # quick way where each crosses at most once (a slot's records then
+        # do not depend on its batch), with the records; then the cut.
+        # Conds one after the other, not nested: with a cond inside a cond,
+        # XLA:CPU's quick build (LLVM at -O0) lost a step's record in
+        # tests/test_events.py (cause not found).
+        L = RECORDS_PER_STEP + 1
+
+        def no_crossings():
+            return (jnp.zeros((n_ev, L), bool), jnp.zeros((n_ev, L), dt), jnp.ones((n_ev, L), jnp.int32))
+
+        def single_crossings():
             found, u, sign = jax.vmap(single_root)(Cu, Bw)
-            return detect(ev, found, u, sign, min(n_ev, RECORDS_PER_STEP))
+            pad = [(0, 0), (0, L - 1)]
+            return jnp.pad(found, pad), jnp.pad(u, pad), jnp.pad(sign.astype(jnp.int32), pad, constant_values=1)
 
-        def events_of_step(detect_kind, ev):
-            s_cut, which, ev = detect_kind(ev)
-            cut = jnp.isfinite(s_cut)
-            if not self.cuts.any():
-                return h, zq, uq, ev, s_cut, which, cut
-            z, u, impulse = lax.cond(cut, lambda _: do_cut(s_cut, which),
-                                     lambda _: (zq, uq, jnp.asarray(jnp.nan, dt)), None)
+        def all_crossings():
+            found, u, sign = jax.vmap(lambda c: isolate_roots(c, self.pieces, self.fine, L, lazy=not batched))(Cu)
+            return found, u, sign.astype(jnp.int32)
+
+        single = maybe & jnp.all(simple)
+        pieces = maybe & ~jnp.all(simple)
+        hard = lax.cond(needed(pieces), lambda _: where_tree(pieces, all_crossings(), no_crossings()),
+                        lambda _: no_crossings(), None)
+
+        def records(ev):
+            crossings = where_tree(single, single_crossings(), hard)
+            return where_tree(maybe, detect(ev, *crossings), nothing(ev))
+
+        s_cut, which, ev = lax.cond(needed(maybe), records, nothing, ev)
+        cut = jnp.isfinite(s_cut)
+        z, u = zq, uq
+        if self.cuts.any():
+            kept = (zq, uq, jnp.asarray(jnp.nan, dt))
+            z, u, impulse = lax.cond(needed(cut), lambda _: where_tree(cut, do_cut(s_cut, which), kept),
+                                     lambda _: kept, None)
             if self.resets:
                 # The cut event is the last record of the step.
                 at = (jnp.arange(self.capacity) == ev["count"] - 1)[:, None] & \
                     (jnp.arange(ev["rows"].shape[1]) == self._IMPULSE)[None, :]
                 ev = {**ev, "rows": jnp.where(cut & at, impulse, ev["rows"])}
-            return jnp.where(cut, s_cut, h), z, u, ev, s_cut, which, cut
-
-        def no_events(ev):
-            return h, zq, uq, ev, jnp.asarray(jnp.inf, dt), jnp.int32(0), jnp.asarray(False)
-
-        if batched:
-            h, z, u, ev, s_cut, which, cut = lax.cond(maybe, functools.partial(events_of_step, detect_all),
-                                                      no_events, ev)
-        else:
-            # Two conds one after the other, not a switch (which cost a
-            # watched step more) nor a cond inside a cond (with which
-            # XLA:CPU's quick build, LLVM at -O0, lost a step's record in
-            # tests/test_events.py; cause not found).
-            single = maybe & jnp.all(simple)
-            h1, z1, u1, ev, s1, which1, cut1 = lax.cond(single, functools.partial(events_of_step, detect_single),
-                                                        no_events, ev)
-            h, z, u, ev, s_cut, which, cut = lax.cond(maybe & ~single, functools.partial(events_of_step, detect_all),
-                                                      no_events, ev)
-            h, z, u, s_cut, which, cut = (jnp.where(single, a, b) for a, b in
-                                          ((h1, h), (z1, z), (u1, u), (s1, s_cut), (which1, which), (cut1, cut)))
+        h = jnp.where(cut, s_cut, h)
         status = jnp.where(cut & jnp.asarray(self.terminal)[which], jnp.int8(st.STOPPED_BY_EVENT), jnp.int8(-1))
         if self.resets:
             zeno_time = jnp.asarray([(DEFAULT_ZENO_TIME if getattr(e, "zeno_time", None) is None else e.zeno_time)
