@@ -287,8 +287,8 @@ class BatchPool:
         def round_body(r):
             t = r["t"]
             live = r["active"] & (r["status"] < 0)
-            X, h, good, t_new, z, u, status, ev = jax.vmap(step, axis_name=SLOT_AXIS)(r["p"], t, r["z"], r["u"], r["steps"], live,
-                                                                 r["ev"])
+            X, h, good, t_new, z, u, status, ev = jax.vmap(step, axis_name=SLOT_AXIS)(
+                r["p"], t, r["z"], r["u"], r["steps"], live, r["ev"])
             good = good & live
 
             i_out, buf = self._pool_outputs(pool, X, good, t, h, r["i_out"], r["buf"], write_slots)
@@ -339,8 +339,8 @@ class BatchPool:
             e, t = c["e"], c["t"]
             active = e < N  # an idle slot (e == N) computes on its stale state, unused
             ec = jnp.minimum(e, N - 1)
-            X, h, good, t_new, z, u, status, ev = jax.vmap(step, axis_name=SLOT_AXIS)(pick(ec), t, c["z"], c["u"], c["steps"], active,
-                                                                 c["ev"])
+            X, h, good, t_new, z, u, status, ev = jax.vmap(step, axis_name=SLOT_AXIS)(
+                pick(ec), t, c["z"], c["u"], c["steps"], active, c["ev"])
             good = good & active
 
             def scatter(go, ic, vals, outs):

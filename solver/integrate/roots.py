@@ -22,10 +22,15 @@ fixed amount of work so that it runs under ``jit`` and ``vmap``:
   are, and a sub-piece (or a piece past those) that is still ambiguous is
   resolved by the signs at its ends: an odd count of roots there is reported
   as one crossing, at the polished root of the bracket; an even count as
-  none.
+  none;
+* before all this, a polynomial whose Bernstein coefficients on the whole
+  step change sign once (neither end value zero) has exactly one root there
+  (most steps with a crossing): :func:`single_root` polishes it on [0, 1]
+  without pieces (:func:`whole_step` tells which).
 
 Two crossings in one step are therefore both found unless they lie within
-``h / SUBINTERVALS**2`` of each other (or in a third ambiguous piece).  Each crossing has a direction (the sign change across
+``h / SUBINTERVALS**2`` of each other (or in a third ambiguous piece).
+Each crossing has a direction (the sign change across
 it: ``up`` from negative to non-negative, ``down`` the reverse); an event
 keeps the directions it asks for.  A zero value counts as positive, so a
 root at the boundary of two pieces is found once.

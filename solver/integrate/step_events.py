@@ -48,8 +48,8 @@ from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
 from solver.integrate.roots import (bernstein_pieces, earliest, fine_pieces, isolate_roots, polynomial_value,
                                    single_root, whole_step)
 
-__all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "SLOT_AXIS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN", "DEFAULT_ZENO_TIME",
-           "check_taylor_arithmetic"]
+__all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "SLOT_AXIS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN",
+           "DEFAULT_ZENO_TIME", "check_taylor_arithmetic"]
 
 #: The name of the slot axis of a batch's vmapped step (``jax.vmap(..., axis_name=SLOT_AXIS)``):
 #: a batched step asks whether any slot has a crossing before it looks for them.
@@ -365,9 +365,10 @@ class EventStepper:
         # The pieces where an event may cross more than once (rare); the
         # quick way where each crosses at most once (a slot's records then
         # do not depend on its batch), with the records; then the cut.
-        # Conds one after the other, not nested: with a cond inside a cond,
-        # XLA:CPU's quick build (LLVM at -O0) lost a step's record in
-        # tests/test_events.py (cause not found).
+        # These conds come one after the other: with the records' cond
+        # inside another, XLA:CPU's quick build (LLVM at -O0) lost a step's
+        # record in tests/test_events.py (cause not found).  Only the
+        # refinement's cond (isolate_roots, lazy) sits inside the pieces'.
         L = RECORDS_PER_STEP + 1
 
         def no_crossings():
