@@ -12,10 +12,12 @@ how to change it.
 
 from __future__ import annotations
 
+import difflib
+
 import os
 import re
 
-__all__ = ["InputError", "limit", "limit_env", "how_to_raise", "format_bytes",
+__all__ = ["InputError", "limit", "limit_env", "how_to_raise", "format_bytes", "did_you_mean",
            "size_limit_message", "LIMIT_ENV_PREFIX", "MAX_OUTPUT_BYTES", "MAX_STORE_BYTES"]
 
 
@@ -110,9 +112,26 @@ def format_bytes(n: float) -> str:
         return f"{n:.0f} bytes"
     for unit in ("KiB", "MiB", "GiB", "TiB"):
         n /= 1024
-        if abs(n) < 1024:
+        # Below 999.5, not 1024: three digits of 1000-1023 would read "1e+03".
+        if abs(n) < 999.5:
             return f"{n:.3g} {unit}"
     return f"{n / 1024:.3g} PiB"
+
+
+def did_you_mean(word: str, choices) -> str | None:
+    """The choice closest to ``word`` (ignoring case), or ``None`` if none is close.
+
+    Args:
+        word: what was written.
+        choices: the valid words.
+
+    Returns:
+        The closest valid word as it is spelled in ``choices``, or None.
+    """
+    choices = [str(c) for c in choices]
+    lowered = {c.lower(): c for c in choices}
+    match = difflib.get_close_matches(str(word).lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[match[0]] if match else None
 
 
 # Output arrays are float64: one number is 8 bytes.

@@ -9,6 +9,7 @@ nothing read from a file is executed.
 
 import pytest
 
+from solver.errors import did_you_mean, format_bytes
 from sweep.cli.app import main
 from models_for_tests import PENDULUM_YAML
 
@@ -293,3 +294,16 @@ def test_missing_file_and_bad_arguments(tmp_path, capsys):
     assert "expected NAME=VALUE" in capsys.readouterr().err
     assert main(["simulate", str(path), "--out", "run.csv"]) == 2
     assert "must end in .zarr or .nc" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ message helpers
+@pytest.mark.parametrize("n, text", [(1000, "1000 bytes"), (1536, "1.5 KiB"), (1023.9 * 1024, "1 MiB"),
+                                     (1024 ** 2, "1 MiB"), (8053063680, "7.5 GiB"), (1023.7 * 1024 ** 3, "1 TiB"), (999.4 * 1024, "999 KiB")])
+def test_sizes_read_in_three_digits_of_the_unit_that_fits(n, text):
+    assert format_bytes(n) == text
+
+
+@pytest.mark.parametrize("word, choices, guess", [("sine", ["sin", "cos"], "sin"), ("Cos", ["sin", "cos"], "cos"),
+                                                  ("tau", ["sin", "cos"], None), ("masS", ["Mass", "L"], "Mass")])
+def test_a_misspelt_word_gets_the_closest_valid_one_in_its_own_spelling(word, choices, guess):
+    assert did_you_mean(word, choices) == guess

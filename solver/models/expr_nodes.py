@@ -339,11 +339,6 @@ def _pointer(text: str, pos: int) -> str:
     return f"\n  {line}\n  {' ' * col}^"
 
 
-def did_you_mean(name: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
-
-
 def closest_first(name: str, valid: list[str]) -> list[str]:
     ranked = sorted(enumerate(valid), key=lambda iv: (
         -difflib.SequenceMatcher(None, name, iv[1]).ratio(), iv[0]))

@@ -13,11 +13,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from solver.errors import InputError
+from solver.errors import InputError, did_you_mean
 from solver.models.expr_eval import Expr
 from solver.models.expr_nodes import (BinOp, CONSTANTS, Call, Const, Deriv, ExprError, FUNCTIONS, Index,
                                       MAX_LENGTH, MAX_NESTING, MAX_ORDER, Name, Neg, Node, Num,
-                                      RESERVED_NAMES, Vector, NEG_PREC, Source, did_you_mean,
+                                      RESERVED_NAMES, Vector, NEG_PREC, Source,
                                       format_number)
 
 __all__ = ["check_name", "parse"]
@@ -214,7 +214,8 @@ class _Parser:
         if self.at("("):
             if name not in FUNCTIONS:
                 valid = sorted(FUNCTIONS)
-                raise self.src.error(f"unknown function '{name}'{did_you_mean(name, valid)}; "
+                guess = did_you_mean(name, valid)
+                raise self.src.error(f"unknown function '{name}'{f' (did you mean {guess!r}?)' if guess else ''}; "
                                      f"valid functions: {', '.join(valid)}", tok.pos)
             args, _ = self.sequence(self.next())
             arity = FUNCTIONS[name][0]

@@ -8,11 +8,10 @@ expected and the valid choices.
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any, Iterable, Mapping
 
-from solver.errors import InputError
+from solver.errors import InputError, did_you_mean
 from solver.models.yaml_load import Locator, Path_, format_path
 
 __all__ = ["check_keys", "describe_value", "did_you_mean", "require_bool", "require_document", "require_int",
@@ -20,14 +19,6 @@ __all__ = ["check_keys", "describe_value", "did_you_mean", "require_bool", "requ
 
 
 # ---------------------------------------------------------------- validation
-def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
-    """The choice closest to ``word`` (ignoring case), or ``None`` if none is close."""
-    choices = [str(c) for c in choices]
-    lowered = {c.lower(): c for c in choices}
-    match = difflib.get_close_matches(str(word).lower(), list(lowered), n=1, cutoff=0.6)
-    return lowered[match[0]] if match else None
-
-
 def describe_value(value: Any) -> str:
     """Short words for what a value is, for 'expected X, got Y' messages."""
     if value is None:
