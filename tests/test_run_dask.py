@@ -428,16 +428,16 @@ def test_cluster_file_starts_the_named_cluster(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("module: dask_jobqueue\nclass: SLURMCluster\nworkers: 4\n",
-     "cluster.yaml: workers: unknown key(s) workers; valid keys: module: "),
-    ("class: SLURMCluster\n", "cluster.yaml: module: expected Python module that defines"),
+     "cluster.yaml:3: workers: unknown key(s) workers; valid keys: module: "),
+    ("class: SLURMCluster\n", "cluster.yaml:1: module: expected Python module that defines"),
     ("module: distributed\nclass: LocalCluster\nscale: many\n",
-     "cluster.yaml: scale: expected a number of workers or a mapping like {jobs: 4}"),
+     "cluster.yaml:3: scale: expected a number of workers or a mapping like {jobs: 4}"),
     ("- module\n", "cluster.yaml: expected a mapping with keys module: "),
     # The one YAML reader: a repeated key is refused, not silently the last one.
     ("module: distributed\nmodule: dask\nclass: LocalCluster\n",
      "cluster.yaml:2: duplicate key 'module' (first given at line 1)"),
 ])
-def test_bad_cluster_files_name_the_key_and_the_valid_keys(tmp_path, text, message):
+def test_bad_cluster_files_name_the_line_the_key_and_the_valid_keys(tmp_path, text, message):
     path = tmp_path / "cluster.yaml"
     path.write_text(text)
     with pytest.raises(InputError) as err:

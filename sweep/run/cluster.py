@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from solver.errors import InputError, format_bytes
-from solver.models.yamlio import Locator, load_yaml
+from solver.models.yamlio import load_yaml
 from sweep.file_schemas import CLUSTER_KEYS, ClusterFile
 from sweep.run.worker import JaxSetup, default_jax_cache_dir
 from sweep.log import get_logger
@@ -55,8 +55,8 @@ def load_cluster_config(path) -> dict:
     config, loc = load_yaml(Path(path))
     if not isinstance(config, dict):
         raise InputError(f"expected {ClusterFile.what}", file=loc.file)
-    # Checked against the declared schema; its messages name the file and the key, not the line.
-    validate(ClusterFile, config, Locator(file=loc.file))
+    # Checked against the declared schema; its messages name the file, the key and its line.
+    validate(ClusterFile, config, loc)
     return config
 
 
