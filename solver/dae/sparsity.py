@@ -353,7 +353,7 @@ def _dot_general(it, eqn, deps, consts):
 def _scatter(it, eqn, deps, consts):
     operand, indices, updates = eqn.invars[:3]
     d_op, d_up = deps[0], deps[2]
-    n_op, n_up = _size(operand.aval), _size(updates.aval)
+    n_op = _size(operand.aval)
     if consts[1] is None:
         return [_dense(n_op, it.n_cols, [d_op, d_up])]
     p = eqn.params

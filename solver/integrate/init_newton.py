@@ -156,8 +156,8 @@ class IpoptDerivatives:
         jseed[np.arange(n), jcol] = 1.0
         hseed = np.zeros((n, max(int(hcol.max(initial=-1)) + 1, 1)))
         hseed[np.arange(n), hcol] = 1.0
-        jr, jc, jk = self.jac_rows, self.jac_cols, jcol[self.jac_cols]
-        hr, hc, hk = self.hess_rows, self.hess_cols, hcol[self.hess_cols]
+        jr, jk = self.jac_rows, jcol[self.jac_cols]
+        hr, hk = self.hess_rows, hcol[self.hess_cols]
 
         def g(params, t0, z):
             return integ._hidden(z, t0, integ.prog.constants(params))

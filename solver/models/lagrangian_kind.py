@@ -166,7 +166,8 @@ def build(data: Mapping, loc: Locator, path: str | None, overrides=None) -> Mode
     except InputError as err:
         raise build_error(err, loc, ("Drivers",) if drivers and "drivers" in str(err.path)
                           else ("KineticEnergy",)) from None
-    structure = analyse(dae, loc, ("Constraints",) if constraints else ("KineticEnergy",))
+    # Analysed here, so that a structural error names the file's key.
+    analyse(dae, loc, ("Constraints",) if constraints else ("KineticEnergy",))
     coords = list(sizes)
     stop_rules = attach_events(
         dae, data, loc, "Lagrangian",
