@@ -282,7 +282,7 @@ def single_root(c, B):
     By Descartes' rule of signs in Bernstein form one sign change (and
     non-zero values at both ends) means exactly one root in (0, 1): most
     steps with a crossing have one, and need neither pieces nor
-    refinement (see :func:`simple_step`).
+    refinement (:func:`whole_step` tells which).
 
     Args:
         c: (P + 1,) power coefficients in u.
@@ -301,15 +301,16 @@ def single_root(c, B):
 
 
 def whole_step(c, whole_matrix):
-    """Bernstein coefficients on [0, 1] (values within rounding of zero: zero) and whether :func:`single_root` applies.
+    """Bernstein coefficients on [0, 1] and whether :func:`single_root` applies to them.
 
     Args:
         c: (P + 1,) power coefficients in u.
         whole_matrix: ``bernstein_pieces(P, 1)[0]``.
 
     Returns:
-        (B, simple): B (P + 1,); simple is True when B changes sign at most
-        once and neither end is zero.
+        (B, simple): B (P + 1,), values within rounding of zero set to zero;
+        simple is True when B changes sign at most once and neither end is
+        zero.
     """
     B = whole_matrix @ c
     B = jnp.where(jnp.abs(B) <= ROUNDING * jnp.max(jnp.abs(B)), 0.0, B)
