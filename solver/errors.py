@@ -13,7 +13,6 @@ how to change it.
 from __future__ import annotations
 
 import difflib
-
 import os
 import re
 

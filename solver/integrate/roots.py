@@ -117,6 +117,11 @@ def _positive(x):
     return x >= 0
 
 
+def _rounded_to_zero(B, scale):
+    """``B`` with values within rounding of ``scale`` (its largest coefficient) set to zero."""
+    return jnp.where(jnp.abs(B) <= ROUNDING * scale, 0.0, B)
+
+
 def _brackets(B, a, w):
     """Crossings of pieces given their Bernstein coefficients B (pieces, P + 1) on [a, a + w]."""
     pos = _positive(B)
@@ -219,8 +224,8 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None, 
     B = jnp.einsum("ijk,k->ij", pieces_matrix, c)  # (L, P + 1)
     # Values within rounding of zero are zero: the two pieces that share an end
     # compute its value by different sums, and must agree on its sign.
-    zero = ROUNDING * jnp.max(jnp.abs(B))
-    B = jnp.where(jnp.abs(B) <= zero, 0.0, B)
+    scale = jnp.max(jnp.abs(B))
+    B = _rounded_to_zero(B, scale)
     a = jnp.arange(n, dtype=dt) / n
     found, changes, sign, (f_lo, f_hi, in_lo, in_hi), lo, hi = _brackets(B, a, 1.0 / n)
     if fine_matrix is not None:
@@ -235,7 +240,7 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None, 
             sub = jnp.stack([lax.dynamic_index_in_dim(fine_matrix, order[r], keepdims=False)
                              for r in range(REFINED)])
             Bf = jnp.einsum("rjkl,l->rjk", sub, c)  # (REFINED, L, P + 1)
-            Bf = jnp.where(jnp.abs(Bf) <= zero, 0.0, Bf)
+            Bf = _rounded_to_zero(Bf, scale)
             af = (order[:, None] * n + jnp.arange(n)[None, :]).astype(dt) / (n * n)
             f2, _, s2, ends, lo2, hi2 = _brackets(Bf.reshape(-1, B.shape[1]), af.reshape(-1), 1.0 / (n * n))
             return jnp.sum(onehot, axis=0) > 0, f2 & jnp.repeat(picked, n), s2, ends, lo2, hi2
@@ -271,9 +276,18 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None, 
         hi = jnp.where(found, hi, 1.0)
         f_lo = jnp.where(found, f_lo, 1.0)
         f_hi = jnp.where(found, f_hi, -1.0)
+    return found, _polished(c, lo, hi, (f_lo, f_hi, in_lo, in_hi)), sign
+
+
+def _polished(c, lo, hi, ends):
+    """The root in each bracket, polished, with its derivatives (:func:`_implicit_root`).
+
+    ``ends``: the values at the brackets' ends and the coefficients beside
+    them (as :func:`_brackets` gives them).
+    """
     fixed = jax.lax.stop_gradient
-    u = _polish(fixed(c), fixed(lo), fixed(hi), fixed(f_lo), fixed(f_hi), fixed(in_lo), fixed(in_hi))
-    return found, _implicit_root(c, u), sign
+    u = _polish(fixed(c), fixed(lo), fixed(hi), *(fixed(e) for e in ends))
+    return _implicit_root(c, u)
 
 
 def single_root(c, B):
@@ -292,12 +306,8 @@ def single_root(c, B):
     Returns:
         (found, u, sign), each of shape (1,), as :func:`isolate_roots`.
     """
-    found = _positive(B[:1]) != _positive(B[-1:])
-    sign = jnp.where(_positive(B[-1:]), 1, -1)
-    fixed = jax.lax.stop_gradient
-    zero, one = jnp.zeros(1, c.dtype), jnp.ones(1, c.dtype)
-    u = _polish(fixed(c), zero, one, fixed(B[:1]), fixed(B[-1:]), fixed(B[1:2]), fixed(B[-2:-1]))
-    return found, _implicit_root(c, u), sign
+    found, _, sign, ends, lo, hi = _brackets(B[None, :], jnp.zeros(1, c.dtype), 1.0)
+    return found, _polished(c, lo, hi, ends), sign
 
 
 def whole_step(c, whole_matrix):
@@ -313,10 +323,9 @@ def whole_step(c, whole_matrix):
         zero.
     """
     B = whole_matrix @ c
-    B = jnp.where(jnp.abs(B) <= ROUNDING * jnp.max(jnp.abs(B)), 0.0, B)
-    pos = _positive(B)
-    changes = jnp.sum(pos[1:] != pos[:-1])
-    return B, (changes <= 1) & (B[0] != 0) & (B[-1] != 0)
+    B = _rounded_to_zero(B, jnp.max(jnp.abs(B)))
+    _, changes, _, (left, right, _, _), _, _ = _brackets(B[None, :], 0.0, 1.0)
+    return B, (changes[0] <= 1) & (left[0] != 0) & (right[0] != 0)
 
 
 def _implicit_root(c, u):
