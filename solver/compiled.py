@@ -37,6 +37,7 @@ from solver.integrate.initialize import residual_list  # the one wording of viol
 from solver.results.balance import balance_kernels, balance_series, coordinate_levels
 from solver.integrate.integrator import MODES, Integrator
 from solver.integrate.run_args import device_number
+from solver.program_store import stored_jit
 from solver.taylor.program import TaylorProgram
 from solver.integrate.sensitivity import consistent_tangents
 
@@ -74,12 +75,26 @@ _clocks: list = []
 def _on_duration(event: str, seconds: float, **_):
     # JAX reports these in the thread that traces and compiles: a clock
     # counts its own thread's compiles, not those of a Dask worker's other
-    # threads running other batches at the same time.
+    # threads running other batches at the same time.  Each is kept as an
+    # interval (it ends now): a trace can hold other traces and lowerings
+    # (the program store exports a program while JAX traces its caller),
+    # which must not count twice.
     if event in _COMPILE_EVENTS:
         me = threading.get_ident()
+        end = time.perf_counter()
         for clock in _clocks:
             if clock[1] == me:
-                clock[0] += seconds
+                clock[0].append((end - seconds, end))
+
+
+def _covered(intervals) -> float:
+    """The length of the union of (start, end) intervals."""
+    total, reach = 0.0, -np.inf
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 _listening = False
@@ -100,7 +115,7 @@ class compile_clock:
         if not _listening:
             jax.monitoring.register_event_duration_secs_listener(_on_duration)
             _listening = True
-        self._acc = [0.0, threading.get_ident()]
+        self._acc = [[], threading.get_ident()]
         _clocks.append(self._acc)
         self._start, self._end = time.perf_counter(), None
         return self
@@ -117,8 +132,8 @@ class compile_clock:
 
     @property
     def seconds(self) -> float:
-        """Compile seconds so far."""
-        return self._acc[0]
+        """Compile seconds so far (time inside any of JAX's traces, lowerings and compiles)."""
+        return _covered(self._acc[0])
 
 
 def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", batch: bool = True,
@@ -200,16 +215,16 @@ class Compiled:
     def newton_batch(self):
         """jit(vmap(Gauss–Newton)): (params (B,…), t0, z_hat (B,n), free (B,n), iters) -> (z, residual)."""
         integ = self.integrator
-        return jax.jit(jax.vmap(lambda p, t0, z, free, iters: batched_newton(integ, p, t0, z, free, iters=iters),
-                                in_axes=(0, None, 0, 0, None)))
+        return stored_jit(jax.vmap(lambda p, t0, z, free, iters: batched_newton(integ, p, t0, z, free, iters=iters),
+                                   in_axes=(0, None, 0, 0, None)), integ.identity, "newton_batch")
 
     @functools.cached_property
     def start_tangents(self):
         """jit(vmap(:func:`solver.integrate.sensitivity.consistent_tangents`)):
         (params (B,…), t0, z0 (B,n), free (B,n), dparams (B,k,…), dz_fixed (B,k,n)) -> (B,k,n)."""
         integ = self.integrator
-        return jax.jit(jax.vmap(lambda p, t0, z, free, dp, dz: consistent_tangents(integ, p, t0, z, free, dp, dz),
-                                in_axes=(0, None, 0, 0, 0, 0)))
+        return stored_jit(jax.vmap(lambda p, t0, z, free, dp, dz: consistent_tangents(integ, p, t0, z, free, dp, dz),
+                                   in_axes=(0, None, 0, 0, 0, 0)), integ.identity, "start_tangents")
 
     @functools.cached_property
     def ipopt_derivatives(self) -> IpoptDerivatives:
@@ -220,18 +235,18 @@ class Compiled:
     def _residual_series(self):
         integ = self.integrator
         one = jax.vmap(lambda z, t, p: jnp.max(jnp.abs(integ.hidden_constraints(z, t, p))), in_axes=(0, 0, None))
-        return jax.jit(jax.vmap(one, in_axes=(0, None, 0)))
+        return stored_jit(jax.vmap(one, in_axes=(0, None, 0)), integ.identity, "residual_series")
 
     @functools.cached_property
     def _energy_series(self):
         dae = self.dae
         one = jax.vmap(lambda t, q, qd, p: dae.energy_fn(t, q, qd, p), in_axes=(0, 0, 0, None))
-        return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
+        return stored_jit(jax.vmap(one, in_axes=(None, 0, 0, 0)), self.integrator.identity, "energy_series")
 
     @functools.cached_property
     def balance_kernels(self) -> dict:
         """The jitted kernels of the balance outputs (:func:`solver.results.balance.balance_kernels`)."""
-        return balance_kernels(self.dae)
+        return balance_kernels(self.dae, self.integrator.identity)
 
     @property
     def has_energy(self) -> bool:
@@ -452,7 +467,7 @@ class Compiled:
             # last finite iterate when J is singular.
             return integ.stage0_system(z, u_guess, t0, integ.prog.constants(params))
 
-        return jax.jit(one)
+        return stored_jit(one, integ.identity, "stage0_system")
 
     def system_jacobian(self, params: Mapping, t0: float, z, u_guess) -> tuple[np.ndarray, np.ndarray]:
         """The system Jacobian of stage 0 at a consistent point (one compiled call).

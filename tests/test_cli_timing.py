@@ -128,3 +128,29 @@ def test_the_compile_clock_counts_only_its_own_thread():
         assert clock.seconds == 0.0
         jax.jit(lambda x: jnp.cos(x) - 2.0)(jnp.arange(5.0)).block_until_ready()
     assert clock.seconds > 0.0
+
+
+def test_the_compile_clock_counts_a_trace_inside_a_trace_once():
+    """A jit traced while another traces (as the program store exports inside its caller's trace)
+    emits its own trace and lowering events inside the outer trace's; the clock counts the time once."""
+    @jax.jit
+    def inner(x):
+        return jnp.tanh(x) + 0.5
+
+    def outer(x):
+        for n in range(1, 6):  # nested work, more of it than the outer program's own
+            jax.jit(inner).lower(jax.ShapeDtypeStruct((n,), x.dtype)).compile()
+        return jnp.exp(x) * 2.0
+
+    with compile_clock() as clock:
+        jax.jit(outer)(jnp.arange(6.0)).block_until_ready()
+    assert 0.0 < clock.seconds <= clock.wall_seconds
+
+
+def test_the_compile_clock_measures_the_union_of_intervals():
+    from solver.compiled import _covered
+
+    assert _covered([]) == 0.0
+    assert _covered([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == pytest.approx(4.0)
+    assert _covered([(0.0, 10.0), (2.0, 3.0), (4.0, 9.0)]) == pytest.approx(10.0)  # nested inside one
+    assert _covered([(3.0, 4.0), (0.0, 1.0)]) == pytest.approx(2.0)  # in any order

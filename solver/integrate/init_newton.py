@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from solver.program_store import stored_jit
 from solver.integrate.integrator import Integrator
 from solver.numerics import linalg
 
@@ -172,9 +173,9 @@ class IpoptDerivatives:
             HS = jax.vmap(lambda s: jax.jvp(grad, (z,), (s,))[1], in_axes=1, out_axes=1)(jnp.asarray(hseed))
             return HS[hr, hk]
 
-        self.g = jax.jit(g)
-        self.jac = jax.jit(jac)
-        self.hess = jax.jit(hess)
+        self.g = stored_jit(g, integ.identity, "ipopt_constraints")
+        self.jac = stored_jit(jac, integ.identity, "ipopt_jacobian")
+        self.hess = stored_jit(hess, integ.identity, "ipopt_hessian")
         self.n_colours = (jseed.shape[1], hseed.shape[1])
 
 

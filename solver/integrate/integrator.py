@@ -47,6 +47,7 @@ from solver.integrate.step import Stepper, step_loop_condition
 from solver.integrate.step_events import DEFAULT_MAX_EVENTS, EventStepper
 from solver.integrate.tangents import TangentRuns, tangent_seeds
 from solver.numerics.kkt import KKTBlocks
+from solver.program_store import dae_identity, stored_jit
 from solver.taylor.compact import CompactProgram, CompactUnsupportedError
 from solver.taylor.degree import stage0_is_affine
 from solver.taylor.program import TaylorProgram
@@ -143,11 +144,13 @@ class Integrator(StateLayout, SeriesStages, Stepper, SingleRun, BatchPool, Tange
             self._kkt = self._mass_structure = None
         events = getattr(dae, "events", ())
         self.events = EventStepper(self, events, getattr(dae, "max_events", DEFAULT_MAX_EVENTS)) if events else None
-        self._run_jit = jax.jit(self._run_whole, compiler_options=self.compiler_options())
-        self._run_batch_jit = jax.jit(self._run_batch, static_argnames=("slots",),
-                                      compiler_options=self.batch_compiler_options())
-        self._run_tangents_jit = jax.jit(self._run_tangents, static_argnames=("slots",),
-                                         compiler_options=self.compiler_options())
+        #: What these programs are of, for the program store (None: not stored).
+        self.identity = dae_identity(dae, program.p, self.linear, self.mode, self.optimize)
+        self._run_jit = stored_jit(self._run_whole, self.identity, "run", compiler_options=self.compiler_options())
+        self._run_batch_jit = stored_jit(self._run_batch, self.identity, "run_batch", static_argnames=("slots",),
+                                         compiler_options=self.batch_compiler_options())
+        self._run_tangents_jit = stored_jit(self._run_tangents, self.identity, "run_tangents",
+                                            static_argnames=("slots",), compiler_options=self.compiler_options())
 
 
     def compiler_options(self, options: dict | None = None) -> dict | None:

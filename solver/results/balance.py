@@ -31,6 +31,8 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from solver.program_store import stored_jit
+
 __all__ = ["AXIS_DIM", "has_dissipation", "momentum_dim", "balance_layout", "balance_kernels",
            "balance_series"]
 
@@ -103,12 +105,17 @@ def balance_layout(dae) -> tuple[dict, dict]:
     return layout, coords
 
 
-def balance_kernels(dae) -> dict:
+def balance_kernels(dae, identity: str | None = None) -> dict:
     """Jitted (point, time)-vmapped kernels of a DAE's balance outputs, built anew.
 
     Nothing is cached here (and nothing is written on the DAE): the one
     owner of a DAE's compiled kernels is its compiled model,
     :attr:`solver.compiled.Compiled.balance_kernels`, which builds them once.
+
+    Args:
+        dae: the DAE.
+        identity: its compiled model's identity in the program store
+            (:func:`solver.program_store.dae_identity`); None: not stored.
 
     Returns:
         dict with ``power`` (dissipation power, where the DAE has a
@@ -117,12 +124,12 @@ def balance_kernels(dae) -> dict:
     """
     cache = {}
 
-    def over_points_and_times(fn):
+    def over_points_and_times(fn, name):
         one = jax.vmap(fn, in_axes=(0, 0, 0, None))
-        return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
+        return stored_jit(jax.vmap(one, in_axes=(None, 0, 0, 0)), identity, name)
 
     if has_dissipation(dae):
-        cache["power"] = over_points_and_times(dae.dissipation_power_fn)
+        cache["power"] = over_points_and_times(dae.dissipation_power_fn, "power_series")
     dim = momentum_dim(dae)
     if dim:
         def momenta(t, q, qd, p):
@@ -133,7 +140,7 @@ def balance_kernels(dae) -> dict:
                 L = jnp.sum(jnp.cross(R, P), axis=0)
             return jnp.sum(P, axis=0), L
 
-        cache["momenta"] = over_points_and_times(momenta)
+        cache["momenta"] = over_points_and_times(momenta, "momenta_series")
     return cache
 
 

@@ -14,11 +14,18 @@ loads its programs from it (warm).  For each run:
 - where the compiling goes, from JAX's monitoring events: tracing to a
   jaxpr, lowering to StableHLO, XLA compiling or loading from the cache
   (of which the cache's read and deserialisation), and the cache's hits and
-  misses.
+  misses;
+- the program store's counts (``solver.program_store``): programs loaded
+  from it and programs traced and stored.
+
+Each pair runs with the program store off (``MECHSWEEP_PROGRAM_STORE=off``:
+the persistent compilation cache alone) and on (the default).
 
 Usage::
 
     .venv/bin/python workflows/benchmarks/bench_warm_start.py [MODEL.yaml ...] [--out FILE]
+
+(``--out`` appends the report to FILE.)
 
 (default models: configs/mechanisms/rscr.yaml and pendulum.yaml).
 """
@@ -36,6 +43,8 @@ import tempfile
 import time
 from pathlib import Path
 
+STORE_ENV = "MECHSWEEP_PROGRAM_STORE"  # solver.program_store.STORE_ENV, without importing JAX here
+
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = [ROOT / "configs" / "mechanisms" / "rscr.yaml", ROOT / "configs" / "mechanisms" / "pendulum.yaml"]
 
@@ -46,6 +55,7 @@ t = time.perf_counter()
 import jax
 from jax import monitoring
 from sweep.cli.app import main
+from solver import program_store
 imported = time.perf_counter() - t
 seconds, counts = collections.defaultdict(float), collections.Counter()
 def on_duration(event, secs, **_):
@@ -55,7 +65,8 @@ monitoring.register_event_duration_secs_listener(on_duration)
 monitoring.register_event_listener(lambda event, **_: counts.update([event]))
 code = main(sys.argv[2:])
 with open(sys.argv[1], "w") as f:
-    json.dump({"code": code, "import": imported, "seconds": seconds, "counts": counts}, f)
+    json.dump({"code": code, "import": imported, "seconds": seconds, "counts": counts,
+               "programs": program_store.stats}, f)
 """
 
 _EVENTS = {"trace": "/jax/core/compile/jaxpr_trace_duration",
@@ -66,9 +77,12 @@ _EVENTS = {"trace": "/jax/core/compile/jaxpr_trace_duration",
 _SPLIT = re.compile(r"finished in (\S+) s \((\S+) s compiling, (\S+) s solving\)")
 
 
-def run_once(model: Path, cache: str) -> dict:
-    """One ``mechsweep simulate MODEL`` in a fresh process with the cache at ``cache``."""
+def run_once(model: Path, cache: str, store: bool) -> dict:
+    """One ``mechsweep simulate MODEL`` in a fresh process with the cache at ``cache``, the program store on or off."""
     env = dict(os.environ, MECHSWEEP_JAX_CACHE=cache)
+    env.pop(STORE_ENV, None)
+    if not store:
+        env[STORE_ENV] = "off"
     with tempfile.NamedTemporaryFile(suffix=".json") as events:
         t = time.perf_counter()
         proc = subprocess.run([sys.executable, "-c", _CHILD, events.name, "simulate", str(model)],
@@ -84,41 +98,44 @@ def run_once(model: Path, cache: str) -> dict:
     out = {"process": process, "import": seen["import"], "wall": wall, "compiling": compiling,
            "solving": solving, "before_solving": process - solving,
            "hits": seen["counts"].get("/jax/compilation_cache/cache_hits", 0),
-           "misses": seen["counts"].get("/jax/compilation_cache/cache_misses", 0)}
+           "misses": seen["counts"].get("/jax/compilation_cache/cache_misses", 0),
+           "loaded": seen["programs"]["loaded"], "stored": seen["programs"]["stored"]}
     out.update({k: seen["seconds"].get(event, 0.0) for k, event in _EVENTS.items()})
     return out
 
 
 def line(name: str, label: str, r: dict) -> str:
     """One run's figures."""
-    return (f"{name:<14} {label:<5} process {r['process']:6.2f} s  import {r['import']:5.2f} s  "
+    return (f"{name:<14} {label:<11} process {r['process']:6.2f} s  import {r['import']:5.2f} s  "
             f"simulate {r['wall']:6.1f} s = {r['compiling']:6.1f} s compiling + {r['solving']:5.2f} s solving  "
             f"before solving {r['before_solving']:6.2f} s\n"
-            f"{'':<20} compiling: trace {r['trace']:5.2f} s, lower {r['lower']:5.2f} s, "
+            f"{'':<26} compiling: trace {r['trace']:5.2f} s, lower {r['lower']:5.2f} s, "
             f"XLA compile or load {r['compile_or_load']:6.2f} s (cache read {r['cache_read']:4.2f} s); "
-            f"cache hits {r['hits']}, misses {r['misses']}")
+            f"cache hits {r['hits']}, misses {r['misses']}; programs loaded {r['loaded']}, stored {r['stored']}")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("models", nargs="*", type=Path, default=MODELS)
-    p.add_argument("--out", type=Path, help="also write the report here")
+    p.add_argument("--out", type=Path, help="also append the report to this file")
     args = p.parse_args(argv)
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    lines = [f"$ .venv/bin/python workflows/benchmarks/bench_warm_start.py "
+    lines = ["$ .venv/bin/python workflows/benchmarks/bench_warm_start.py "
              + " ".join(os.path.relpath(m, ROOT) for m in args.models),
              f"# {when}, {os.cpu_count()} cores; each model: mechsweep simulate MODEL twice, each in a fresh "
              f"process, with a new empty MECHSWEEP_JAX_CACHE for the pair (cold: empty, warm: filled by "
-             f"the cold run)"]
+             f"the cold run); the program store off, then on"]
     print("\n".join(lines), flush=True)
     for model in args.models:
-        with tempfile.TemporaryDirectory(prefix="mechsweep-warm-") as cache:
-            for label in ("cold", "warm"):
-                text = line(model.name, label, run_once(model, cache))
-                print(text, flush=True)
-                lines.append(text)
+        for store in (False, True):
+            with tempfile.TemporaryDirectory(prefix="mechsweep-warm-") as cache:
+                for label in ("cold", "warm"):
+                    text = line(model.name, label + ("+store" if store else ""), run_once(model, cache, store))
+                    print(text, flush=True)
+                    lines.append(text)
     if args.out:
-        args.out.write_text("\n".join(lines) + "\n")
+        with open(args.out, "a") as f:
+            f.write("\n" + "\n".join(lines) + "\n")
     return 0
 
 
