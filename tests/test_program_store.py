@@ -118,6 +118,17 @@ def test_a_damaged_program_is_traced_again_and_rewritten(store, caplog):
         jax.export.deserialize(bytearray(path.read_bytes()))  # whole programs again
 
 
+def test_an_equilibrium_loads_its_kernels_too(store):
+    first = solver.equilibrium(solver.load(PENDULUM))
+    before = _counts()
+    again = solver.equilibrium(solver.load(PENDULUM))
+    after = _counts()
+    assert after["loaded"] - before["loaded"] >= 2 and after["stored"] == before["stored"]
+    assert again.stable == first.stable is True
+    np.testing.assert_array_equal(again.configuration["y"], first.configuration["y"])
+    assert first.configuration["y"] == pytest.approx(1.0)  # the bob hangs below the pivot (y downward)
+
+
 def test_a_dae_built_in_python_is_never_stored(store):
     def residual(t, v, p):
         return [v["x"][1] + p["k"] * v["x"][0]]

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from solver.dae.problem import DAE
+from solver.program_store import dae_identity, stored_jit
 from solver.taylor.pointwise import residual_at
 from solver.taylor.program import TaylorProgram
 
@@ -43,11 +44,13 @@ class RestKernels:
             return residual_at(prog, t, prog.constants(params), levels(x, v, a))
 
         zero = jnp.zeros_like
-        self.F = jax.jit(F)
-        self.J = jax.jit(jax.jacfwd(F))
-        self.M = jax.jit(lambda x, t, p: jax.jacfwd(lambda a: F(x, t, p, None, a))(zero(x)))
-        self.C = jax.jit(lambda x, t, p: jax.jacfwd(lambda v: F(x, t, p, v))(zero(x)))
-        self.H = jax.jit(lambda x, y, t, p: jax.hessian(lambda z: jnp.dot(y, F(z, t, p)))(x))
+        identity = dae_identity(dae, "rest kernels")  # kept in the program store for a model file
+        self.F = stored_jit(F, identity, "rest_residual")
+        self.J = stored_jit(jax.jacfwd(F), identity, "rest_jacobian")
+        self.M = stored_jit(lambda x, t, p: jax.jacfwd(lambda a: F(x, t, p, None, a))(zero(x)), identity, "rest_mass")
+        self.C = stored_jit(lambda x, t, p: jax.jacfwd(lambda v: F(x, t, p, v))(zero(x)), identity, "rest_damping")
+        self.H = stored_jit(lambda x, y, t, p: jax.hessian(lambda z: jnp.dot(y, F(z, t, p)))(x), identity,
+                            "rest_hessian")
 
 
 _KERNELS: "weakref.WeakKeyDictionary[DAE, RestKernels]" = weakref.WeakKeyDictionary()
