@@ -259,3 +259,29 @@ def test_a_module_is_small_and_says_what_it_is_for(module):
     assert lines <= MAX_MODULE_LINES, f"{module} has {lines} lines: split it at a seam (at most {MAX_MODULE_LINES})"
     doc = ast.get_docstring(ast.parse(text))
     assert doc and doc.splitlines()[0].strip(), f"{module} has no docstring whose first line states its concern"
+
+
+def test_the_solving_commands_start_without_the_sweep_pipeline():
+    """``mechsweep simulate`` (and check, equilibrium, plot, animate) imports neither Dask nor Zarr:
+    about a second of every start.  Their modules and the JAX set-up are imported in a fresh
+    interpreter, as the command line does for them."""
+    code = ("import sys\n"
+            "from sweep.cli import app\n"
+            "app.cmd_simulate, app.cmd_check, app.cmd_equilibrium\n"
+            "from sweep.jax_cache import configure_jax\n"
+            "print(sorted(m for m in ('dask', 'distributed', 'zarr', 'sweep.store', 'sweep.run') "
+            "if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    # and the sweep's commands still come from the same place
+    code = "from sweep.cli import app\nprint(app.cmd_sweep.__module__, app.main_default.__module__)\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.stdout.split() == ["sweep.cli.sweep_command"] * 2, out.stderr
+
+
+def test_an_unknown_name_of_the_command_line_module_is_an_attribute_error():
+    from sweep.cli import app
+
+    with pytest.raises(AttributeError, match="has no attribute 'cmd_nothing'"):
+        app.cmd_nothing  # noqa: B018

@@ -37,16 +37,31 @@ from typing import Sequence
 
 from solver.errors import InputError
 from sweep.log import cli_logging
-# The commands live in one module per group; their entry points stay importable from here.
 from sweep.cli.common import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, CommandParser, add_quick_compile,  # noqa: F401
                               positive_float, positive_int, seconds_arg, whole_number,
                               add_log_options, check_out, log_level)
-from sweep.cli.results import NC_JSON_ATTRS, open_result, write_result  # noqa: F401
-from sweep.cli.solver_commands import (FINAL_MAX, cmd_animate, cmd_check, cmd_equilibrium, cmd_plot,  # noqa: F401
-                                       cmd_simulate, summary)
-from sweep.cli.store_commands import cmd_status
-from sweep.cli.design_command import cmd_design
-from sweep.cli.sweep_command import cmd_run_default, cmd_sweep, main_default, main_sweep  # noqa: F401
+
+# The commands live in one module per group, imported when their command runs
+# (a simulate does not import Dask, Zarr or the sweep pipeline: about a second
+# of its start); their entry points stay importable from here (__getattr__).
+_HOMES = {
+    "sweep.cli.results": ("NC_JSON_ATTRS", "open_result", "write_result"),
+    "sweep.cli.solver_commands": ("FINAL_MAX", "cmd_animate", "cmd_check", "cmd_equilibrium", "cmd_plot",
+                                  "cmd_simulate", "summary"),
+    "sweep.cli.store_commands": ("cmd_status",),
+    "sweep.cli.design_command": ("cmd_design",),
+    "sweep.cli.sweep_command": ("cmd_run_default", "cmd_sweep", "main_default", "main_sweep"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
 
 __all__ = ["main", "build_parser", "summary"]
 
@@ -170,9 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"run-default": cmd_run_default, "check": cmd_check, "simulate": cmd_simulate,
-            "equilibrium": cmd_equilibrium, "plot": cmd_plot,
-            "animate": cmd_animate, "sweep": cmd_sweep, "status": cmd_status, "design": cmd_design}
+#: command -> the name of the function that runs it (imported on first use, see _HOMES).
+COMMANDS = {"run-default": "cmd_run_default", "check": "cmd_check", "simulate": "cmd_simulate",
+            "equilibrium": "cmd_equilibrium", "plot": "cmd_plot",
+            "animate": "cmd_animate", "sweep": "cmd_sweep", "status": "cmd_status", "design": "cmd_design"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -202,10 +218,10 @@ def _run(stack: contextlib.ExitStack, argv: Sequence[str] | None) -> int:
                 getattr(args, "estimate", False):
             # The sweep workers' persistent compilation cache: a second
             # simulate of the same model loads its compiled program.
-            from sweep.run import configure_jax, default_jax_cache_dir
+            from sweep.jax_cache import configure_jax, default_jax_cache_dir
 
             configure_jax(default_jax_cache_dir())
-        return COMMANDS[args.command](args)
+        return __getattr__(COMMANDS[args.command])(args)
     except InputError as err:
         print(f"mechsweep: error: {err}", file=sys.stderr)
         return EXIT_INPUT

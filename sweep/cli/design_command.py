@@ -17,7 +17,7 @@ def cmd_design(args) -> int:
     Raises:
         InputError: a bad design file, store or options (exit 2).
     """
-    from sweep.run import configure_jax, default_jax_cache_dir
+    from sweep.jax_cache import configure_jax, default_jax_cache_dir
 
     # Float64 and the persistent compilation cache before the solver compiles.
     configure_jax(default_jax_cache_dir())

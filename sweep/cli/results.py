@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 
 from solver.errors import InputError
-from sweep.store import write_dataset
 
 __all__ = ["write_result", "open_result", "NC_JSON_ATTRS"]
 
@@ -62,6 +61,8 @@ def write_result(ds, path: str) -> None:
         raise InputError(f"--out {path!r}: the result file must end in .zarr or .nc")
     try:
         if path.endswith(".zarr"):
+            from sweep.store import write_dataset  # Zarr: imported when a .zarr is written
+
             write_dataset(ds, path)
         else:
             ds.copy(deep=False).assign_attrs().pipe(_netcdf_safe).to_netcdf(path)
