@@ -276,3 +276,39 @@ def test_status_report(tmp_path):
     assert "batch 3: RuntimeError: boom" in report
     with pytest.raises(InputError, match="no Zarr store there"):
         store.status_report(tmp_path / "nothing.zarr")
+
+
+def test_whole_chunks_written_directly_are_the_bytes_zarr_writes(tmp_path, monkeypatch):
+    """A batch's whole chunks of plain arrays are encoded by mechsweep (bytes, then CRC32C), not by
+    Zarr's codec pipeline: every file must be the one Zarr writes, and read back as the values."""
+    from sweep.store import write as write_module
+
+    spec, ctx, _ = make(tmp_path)
+    batches = [slice(0, 4), slice(4, 8), slice(12, 15)]   # the last one is short: Zarr's path
+    results = [toy_batch({k: v[sl] for k, v in spec.points.items()}, ctx) for sl in batches]
+    results[0].data["x"][1, 3] = np.nan                   # a NaN inside a written value
+
+    direct = []
+    plain_key = write_module._plain_chunk_key
+
+    def spy(array, selection, shape):
+        key = plain_key(array, selection, shape)
+        direct.append(key)
+        return key
+
+    paths = {}
+    for how in ("zarr", "direct"):
+        monkeypatch.setattr(write_module, "_plain_chunk_key",
+                            spy if how == "direct" else (lambda *a: None))
+        paths[how] = tmp_path / f"{how}.zarr"
+        template(spec, ctx, paths[how])
+        for sl, result in zip(batches, results):
+            store.write_batch(paths[how], sl, result)
+    written = [k for k in direct if k is not None]
+    assert sorted(written) == ["pos/c/0/0/0", "pos/c/1/0/0", "x/c/0/0", "x/c/1/0", "x_end/c/0", "x_end/c/1"]
+    for key in written:
+        assert (paths["direct"] / key).read_bytes() == (paths["zarr"] / key).read_bytes(), key
+    a, b = store.open_store(paths["direct"]), store.open_store(paths["zarr"])
+    for name in ("x", "pos", "x_end", "status", "steps"):
+        np.testing.assert_array_equal(a[name].values, b[name].values)
+    assert np.isnan(a.x.values[1, 3]) and store.check_store(paths["direct"], "decode").damaged == {}

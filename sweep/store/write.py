@@ -190,14 +190,63 @@ def _write_chunks(arrays: Mapping[str, zarr.Array], writes: list) -> None:
     """``arrays[name][selection] = value`` for each ``(name, selection, value)``, concurrently.
 
     Every chunk is written, even one equal to the fill value (see :func:`_full_chunks`).
+    A write that is one whole chunk of a plain array (:func:`_plain_chunk_key`)
+    is encoded here and handed to the store directly: the same bytes as
+    Zarr's codec pipeline makes, without its per-chunk machinery (a
+    pendulum batch's seven 0.8 MB series: 18 -> 5 ms).
     """
     from zarr.core.sync import sync
 
+    async def write_one(name, selection, value):
+        array = arrays[name]
+        key = _plain_chunk_key(array, selection, np.shape(value))
+        if key is None:
+            await _full_chunks(array).async_array.setitem(selection, value)
+        else:
+            await array.store_path.store.set(key, _plain_chunk_bytes(array, value))
+
     async def write_all():
-        await asyncio.gather(*(_full_chunks(arrays[name]).async_array.setitem(selection, value)
-                               for name, selection, value in writes))
+        await asyncio.gather(*(write_one(name, selection, value) for name, selection, value in writes))
 
     sync(write_all())
+
+
+# The codecs of a plain array: its values' bytes, little-endian, and their CRC32C.
+_PLAIN_CODECS = ({"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"})
+
+
+def _plain_chunk_key(array: zarr.Array, selection, shape) -> str | None:
+    """The store key of the one whole chunk that ``array[selection] = value`` writes, or None.
+
+    None unless the array is plain (a numeric dtype, the codecs
+    :data:`_PLAIN_CODECS` alone, a regular chunk grid whose chunks span every
+    axis but the first) and the selection is a slice of the first axis
+    covering exactly one chunk, inside the array, with a value of the
+    chunk's shape.
+    """
+    meta = array.metadata
+    if getattr(meta, "zarr_format", None) != 3 or not isinstance(selection, slice) or selection.step not in (None, 1):
+        return None
+    if array.dtype.kind not in "fiub" or tuple(c.to_dict() for c in meta.codecs) != _PLAIN_CODECS:
+        return None
+    chunks, shape_all = array.chunks, array.shape
+    if not chunks or tuple(chunks[1:]) != tuple(shape_all[1:]) or tuple(shape) != tuple(chunks):
+        return None
+    start, stop = selection.start or 0, selection.stop
+    if start % chunks[0] or stop is None or stop - start != chunks[0] or stop > shape_all[0]:
+        return None
+    key = meta.encode_chunk_key((start // chunks[0],) + (0,) * (len(chunks) - 1))
+    return f"{array.path}/{key}" if array.path else key
+
+
+def _plain_chunk_bytes(array: zarr.Array, value):
+    """A whole chunk encoded as :data:`_PLAIN_CODECS` say: C-order little-endian bytes, then their CRC32C."""
+    import google_crc32c
+    from zarr.core.buffer import default_buffer_prototype
+
+    data = np.ascontiguousarray(value, dtype=array.dtype.newbyteorder("<")).tobytes()
+    crc = int(google_crc32c.value(data)).to_bytes(4, "little")
+    return default_buffer_prototype().buffer.from_bytes(data + crc)
 
 
 def failure_columns(result: BatchResult, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
