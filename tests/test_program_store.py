@@ -149,6 +149,15 @@ def test_the_store_can_be_turned_off(store, monkeypatch):
     assert _files(store) == []
 
 
+def test_a_store_turned_off_mid_run_traces_plainly(store, monkeypatch):
+    model = solver.load(PENDULUM, overrides=SHORT)
+    model.solve()
+    files = _files(store)
+    monkeypatch.setenv(program_store.STORE_ENV, "off")
+    result = model.solve(t_eval=np.linspace(0.0, 1.0, 7))  # a new shape of the same compiled model
+    assert result["x"].shape == (7,) and _files(store) == files
+
+
 _CHILD = """
 import json, sys
 import numpy as np
