@@ -2,8 +2,8 @@
 
 JAX's persistent compilation cache keeps XLA's executables, but it finds one
 by the program's StableHLO, so every process first traces the program to a
-jaxpr and lowers it, and that is most of a warm start (RSCR: 7 s of tracing
-and 2 s of lowering before a 1 s cache read).  This module keeps the lowered
+jaxpr and lowers it, and for a model of some size that is most of a warm
+start (docs/explanation/engines.md, "The program store").  This module keeps the lowered
 program itself (``jax.export``'s serialised StableHLO) under a key that
 mechsweep can compute *before* tracing:
 
@@ -182,9 +182,8 @@ def stored_jit(fn, identity: str | None, name: str, *, static_argnames=(), compi
         (:func:`store_directory`) it is ``jax.jit(fn, ...)`` itself.
     """
     static_argnames = tuple(static_argnames)
-    plain = jax.jit(fn, static_argnames=static_argnames, compiler_options=compiler_options)
     if identity is None or store_directory() is None:
-        return plain
+        return jax.jit(fn, static_argnames=static_argnames, compiler_options=compiler_options)
 
     def traced(*args, **kwargs):
         # Runs only when JAX traces this jit (a new shape or static value):

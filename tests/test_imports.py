@@ -262,9 +262,9 @@ def test_a_module_is_small_and_says_what_it_is_for(module):
 
 
 def test_the_solving_commands_start_without_the_sweep_pipeline():
-    """``mechsweep simulate`` (and check, equilibrium, plot, animate) imports neither Dask nor Zarr:
-    about a second of every start.  Their modules and the JAX set-up are imported in a fresh
-    interpreter, as the command line does for them."""
+    """``mechsweep simulate`` (and check, equilibrium, plot, animate) imports neither Dask nor Zarr,
+    which it does not use.  Their modules and the JAX set-up are imported in a fresh interpreter,
+    as the command line does for them."""
     code = ("import sys\n"
             "from sweep.cli import app\n"
             "app.cmd_simulate, app.cmd_check, app.cmd_equilibrium\n"

@@ -42,8 +42,8 @@ from sweep.cli.common import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, CommandParser, a
                               add_log_options, check_out, log_level)
 
 # The commands live in one module per group, imported when their command runs
-# (a simulate does not import Dask, Zarr or the sweep pipeline: about a second
-# of its start); their entry points stay importable from here (__getattr__).
+# (a simulate does not wait for Dask, Zarr and the sweep pipeline to import);
+# their entry points stay importable from here (__getattr__).
 _HOMES = {
     "sweep.cli.results": ("NC_JSON_ATTRS", "open_result", "write_result"),
     "sweep.cli.solver_commands": ("FINAL_MAX", "cmd_animate", "cmd_check", "cmd_equilibrium", "cmd_plot",

@@ -192,8 +192,8 @@ def _write_chunks(arrays: Mapping[str, zarr.Array], writes: list) -> None:
     Every chunk is written, even one equal to the fill value (see :func:`_full_chunks`).
     A write that is one whole chunk of a plain array (:func:`_plain_chunk_key`)
     is encoded here and handed to the store directly: the same bytes as
-    Zarr's codec pipeline makes, without its per-chunk machinery (a
-    pendulum batch's seven 0.8 MB series: 18 -> 5 ms).
+    Zarr's codec pipeline makes, without its per-chunk machinery, which
+    cost a batch's worker as much as the file writes themselves.
     """
     from zarr.core.sync import sync
 
