@@ -4,7 +4,7 @@ JAX's persistent compilation cache keeps XLA's executables, but it finds one
 by the program's StableHLO, so every process first traces the program to a
 jaxpr and lowers it, and for a model of some size that is most of a warm
 start (docs/explanation/engines.md, "The program store").  This module keeps the lowered
-program itself (``jax.export``'s serialised StableHLO) under a key that
+program itself (``jax.export``'s serialised StableHLO, zstd-compressed) under a key that
 mechsweep can compute *before* tracing:
 
 * the identity of the model: :func:`model_fingerprint` of the model file's
@@ -208,10 +208,10 @@ def _program(fn, identity, name, statics, tree, avals):
     if directory is None:  # turned off since the jit was made
         return None
     key = _key(identity, name, statics, tree, avals)
-    path = directory / f"{name}-{key[:40]}.exported"
+    path = directory / f"{name}-{key[:40]}.exported.zst"
     if path.exists():
         try:
-            program = export.deserialize(bytearray(path.read_bytes()))
+            program = export.deserialize(bytearray(_decompress(path.read_bytes())))
             with _lock:
                 stats["loaded"] += 1
             return program
@@ -221,7 +221,7 @@ def _program(fn, identity, name, statics, tree, avals):
     args, kwargs = jax.tree.unflatten(tree, structs)
     try:
         program = export.export(jax.jit(functools.partial(fn, **statics)))(*args, **kwargs)
-        blob = program.serialize()
+        blob = _compress(program.serialize())
     except Exception as exc:  # something export cannot express: the plain trace
         _log.warning("program %s could not be exported (%s); it is traced in every process", name, exc)
         with _lock:
@@ -241,3 +241,15 @@ def _program(fn, identity, name, statics, tree, avals):
     with _lock:
         stats["stored"] += 1
     return program
+
+
+def _compress(data: bytes) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=3).compress(data)
+
+
+def _decompress(data: bytes) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompress(data)

@@ -37,7 +37,7 @@ def store(tmp_path, monkeypatch):
 
 
 def _files(directory):
-    return sorted(p.name for p in directory.glob("*.exported")) if directory.exists() else []
+    return sorted(p.name for p in directory.glob("*.exported.zst")) if directory.exists() else []
 
 
 def _counts():
@@ -104,7 +104,7 @@ def test_a_changed_solver_source_is_a_new_key(store, monkeypatch):
 
 def test_a_damaged_program_is_traced_again_and_rewritten(store, caplog):
     first = _solve()
-    for path in store.glob("*.exported"):
+    for path in store.glob("*.exported.zst"):
         path.write_bytes(b"not a program")
     before = _counts()
     with caplog.at_level("WARNING", logger="solver.program_store"):
@@ -114,8 +114,8 @@ def test_a_damaged_program_is_traced_again_and_rewritten(store, caplog):
     assert after["stored"] - before["stored"] == len(_files(store))
     assert "could not be read" in caplog.text and "tracing it again" in caplog.text
     np.testing.assert_array_equal(again["x"].values, first["x"].values)
-    for path in store.glob("*.exported"):
-        jax.export.deserialize(bytearray(path.read_bytes()))  # whole programs again
+    for path in store.glob("*.exported.zst"):
+        jax.export.deserialize(bytearray(program_store._decompress(path.read_bytes())))  # whole again
 
 
 def test_an_equilibrium_loads_its_kernels_too(store):
