@@ -33,6 +33,7 @@ no key can see through), or with ``MECHSWEEP_PROGRAM_STORE=off``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -45,14 +46,20 @@ import numpy as np
 
 import jax
 
+from solver.errors import limit
+
 __all__ = ["stored_jit", "model_fingerprint", "mark_dae", "dae_identity", "store_directory", "stats",
-           "STORE_ENV", "SUBDIRECTORY"]
+           "STORE_ENV", "SUBDIRECTORY", "STORE_BYTES"]
 
 #: The environment variable that turns the store off (``off``, ``0``, ``false``).
 STORE_ENV = "MECHSWEEP_PROGRAM_STORE"
 
 #: Where the programs go under JAX's compilation cache directory.
 SUBDIRECTORY = "programs"
+
+#: The store's default size; past it, the programs used longest ago are deleted
+#: (``MECHSWEEP_PROGRAM_STORE_BYTES`` overrides it: ``500MB``, ``8GiB``).
+STORE_BYTES = 2 * 2 ** 30
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -212,6 +219,8 @@ def _program(fn, identity, name, statics, tree, avals):
     if path.exists():
         try:
             program = export.deserialize(bytearray(_decompress(path.read_bytes())))
+            with contextlib.suppress(OSError):
+                os.utime(path)  # used now: the last to go when the store is pruned
             with _lock:
                 stats["loaded"] += 1
             return program
@@ -234,6 +243,7 @@ def _program(fn, identity, name, statics, tree, avals):
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
         os.replace(tmp, path)  # readers see the whole file or none
+        _prune(directory, limit("PROGRAM_STORE_BYTES", STORE_BYTES), keep=path)
     except OSError as exc:
         _log.warning("program %s could not be stored in %s (%s)", name, directory, exc)
         if tmp is not None and os.path.exists(tmp):
@@ -253,3 +263,27 @@ def _decompress(data: bytes) -> bytes:
     import zstandard
 
     return zstandard.ZstdDecompressor().decompress(data)
+
+
+def _prune(directory: pathlib.Path, max_bytes: int, keep: pathlib.Path) -> None:
+    """Delete the programs used longest ago until the store holds at most 80 % of ``max_bytes``.
+
+    Only when it holds more than ``max_bytes``; never ``keep`` (the program
+    just written).  A file another process deletes first is skipped.
+    """
+    files = []
+    for path in directory.glob("*.exported.zst"):
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            files.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in files)
+    if total <= max_bytes:
+        return
+    for _, size, path in sorted(files, key=lambda f: f[0]):
+        if total <= 0.8 * max_bytes:
+            break
+        if path == keep:
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+            total -= size

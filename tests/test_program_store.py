@@ -158,6 +158,36 @@ def test_a_store_turned_off_mid_run_traces_plainly(store, monkeypatch):
     assert result["x"].shape == (7,) and _files(store) == files
 
 
+def test_the_store_deletes_the_programs_used_longest_ago(tmp_path):
+    now = 1_000_000.0
+    for i, size in enumerate([40, 30, 20, 10]):  # p0 used longest ago, p3 last
+        path = tmp_path / f"p{i}.exported.zst"
+        path.write_bytes(b"x" * size)
+        os.utime(path, (now + i, now + i))
+    program_store._prune(tmp_path, 100, keep=tmp_path / "p0.exported.zst")
+    assert _files_named(tmp_path) == ["p0", "p1", "p2", "p3"]  # 100 bytes: within the size
+    program_store._prune(tmp_path, 90, keep=tmp_path / "p3.exported.zst")
+    assert _files_named(tmp_path) == ["p1", "p2", "p3"]  # the oldest goes: 60 bytes, under 80 % of 90
+    program_store._prune(tmp_path, 50, keep=tmp_path / "p3.exported.zst")
+    assert _files_named(tmp_path) == ["p2", "p3"]
+    program_store._prune(tmp_path, 5, keep=tmp_path / "p2.exported.zst")
+    assert _files_named(tmp_path) == ["p2"]  # the program just written stays, whatever its size
+
+
+def _files_named(directory):
+    return sorted(p.name.split(".")[0] for p in directory.glob("*.exported.zst"))
+
+
+def test_the_store_size_is_set_from_the_environment(store, monkeypatch):
+    monkeypatch.setenv("MECHSWEEP_PROGRAM_STORE_BYTES", "1")
+    first = _solve()
+    assert len(_files(store)) == 1  # each program written pushed out the one before
+    np.testing.assert_allclose(first["x"].values ** 2 + first["y"].values ** 2, 1.0, atol=1e-9)
+    monkeypatch.setenv("MECHSWEEP_PROGRAM_STORE_BYTES", "a lot")
+    with pytest.raises(solver.InputError, match="MECHSWEEP_PROGRAM_STORE_BYTES='a lot'"):
+        _solve({"ProblemData": {"samples": 3}})
+
+
 _CHILD = """
 import json, sys
 import numpy as np
