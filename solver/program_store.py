@@ -7,9 +7,9 @@ start (docs/explanation/engines.md, "The program store").  This module keeps the
 program itself (``jax.export``'s serialised StableHLO, zstd-compressed) under a key that
 mechsweep can compute *before* tracing:
 
-* the identity of the model: :func:`model_fingerprint` of the model file's
-  data (as read, every repeat expanded and override merged), set on the DAE
-  by the model reader (:func:`mark_dae`), plus its parameter defaults and the
+* the identity of the model: a digest of the model file's data (as read,
+  every repeat expanded and override merged), set on the DAE by the model
+  reader (:func:`mark_dae`), plus its parameter defaults and the
   compiled model's settings (order, stage solver, engine, events) given by
   the caller;
 * the program's name and its arguments' structure, shapes and dtypes, and
@@ -48,7 +48,7 @@ import jax
 
 from solver.errors import limit
 
-__all__ = ["stored_jit", "model_fingerprint", "mark_dae", "dae_identity", "store_directory", "stats",
+__all__ = ["stored_jit", "mark_dae", "dae_identity", "store_directory", "stats",
            "STORE_ENV", "SUBDIRECTORY", "STORE_BYTES"]
 
 #: The environment variable that turns the store off (``off``, ``0``, ``false``).
@@ -95,28 +95,19 @@ def _canonical(value) -> str:
     return f"{type(value).__name__}:{value!r}"
 
 
-def model_fingerprint(kind: str, data) -> str:
-    """The identity of a model read from a file: a digest of its kind and data.
-
-    Args:
-        kind: the model's kind (``DAE``, ``Lagrangian``, ``Mechanism``).
-        data: the data the model was built from (plain YAML data: every
-            repeat expanded, every override merged).
-
-    Returns:
-        A hex digest; equal data gives an equal digest in every process.
-    """
-    return hashlib.sha256(_canonical({"kind": kind, "data": data}).encode()).hexdigest()
-
-
-def mark_dae(dae, fingerprint: str) -> None:
+def mark_dae(dae, kind: str, data) -> None:
     """Give a DAE read from a model file the fingerprint that lets its programs be stored.
+
+    The fingerprint (``dae.source_fingerprint``) is a digest of the model's
+    kind and data: equal data gives an equal digest in every process.
 
     Args:
         dae: the DAE the model reader built.
-        fingerprint: :func:`model_fingerprint` of the data it was built from.
+        kind: the model's kind (``DAE``, ``Lagrangian``, ``Mechanism``).
+        data: the data the model was built from (plain YAML data: every
+            repeat expanded, every override merged).
     """
-    dae.source_fingerprint = fingerprint
+    dae.source_fingerprint = hashlib.sha256(_canonical({"kind": kind, "data": data}).encode()).hexdigest()
 
 
 def dae_identity(dae, *settings) -> str | None:

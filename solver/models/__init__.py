@@ -23,7 +23,7 @@ import os
 from typing import Any, Callable, Mapping
 
 from solver.errors import InputError
-from solver.program_store import mark_dae, model_fingerprint
+from solver.program_store import mark_dae
 from solver.models.yamlio import Locator, load_yaml, require_document, require_mapping, require_str
 
 from solver.models.model import Model, ValueRangeError, deep_merge
@@ -122,7 +122,7 @@ def _build(data: Any, locator: Locator, path: str | None, overrides=None) -> Mod
     if isinstance(KINDS[kind], str) and KINDS[kind].startswith("solver."):
         # The data names the compiled programs of mechsweep's own kinds in the
         # program store; a registered builder is code no key can see through.
-        mark_dae(model.dae, model_fingerprint(kind, {"data": data, "overrides": overrides}))
+        mark_dae(model.dae, kind, {"data": data, "overrides": overrides})
     model.data = raw
     model.expanded_data = data
     model.overrides = overrides
