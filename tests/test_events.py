@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import solver
 from solver import status as st
 from solver.errors import InputError
-from solver.integrate.roots import SUBINTERVALS, bernstein_pieces, fine_pieces, isolate_roots, single_root, whole_step
+from solver.integrate.roots import (SUBINTERVALS, bernstein_pieces, clear_of_roots, fine_pieces, isolate_roots,
+                                   single_root, whole_step)
 from solver.mechanics.stops import Stop
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +126,30 @@ def test_the_whole_step_test_sends_two_crossings_to_the_pieces():
     assert bool(whole_step(_padded(_poly([0.4])), WHOLE)[1])
     assert not bool(whole_step(_padded(_poly([0.3, 0.31])), WHOLE)[1])
     assert not bool(whole_step(_padded([0.0, 1.0]), WHOLE)[1])  # a zero at the start: not simple
+
+
+@settings(max_examples=200, deadline=None)
+@given(hs.lists(hs.floats(-1.0, 1.0), min_size=2, max_size=P + 1), hs.floats(0.01, 3.0))
+def test_a_step_the_coefficient_bound_clears_has_no_bernstein_sign_change(coeffs, h):
+    # The cheap test of every step (clear_of_roots, on coefficients in s over [0, h]) may only
+    # clear a step whose Bernstein coefficients in u = s / h all have one sign, none zero.
+    c = _padded(coeffs)
+    cu = c * h ** jnp.arange(P + 1)
+    B, _ = whole_step(cu, WHOLE)
+    if bool(clear_of_roots(c, h)):
+        assert bool(jnp.all(B > 0)) or bool(jnp.all(B < 0)), (coeffs, h, B)
+    a = np.abs(np.asarray(cu))
+    if abs(a[0] - a[1:].sum()) > 1e-9 * a.sum():  # away from the bound's edge, where rounding decides
+        assert bool(clear_of_roots(c, h)) == bool(clear_of_roots(cu, 1.0))  # the same test in s or in u
+
+
+def test_the_coefficient_bound_clears_a_far_surface_and_not_a_crossing():
+    assert bool(clear_of_roots(_padded([1.0, 0.3, -0.2]), 1.0))      # >= 0.5 on [0, 1]
+    assert not bool(clear_of_roots(_padded(_poly([0.5])), 1.0))      # a root at 0.5
+    assert not bool(clear_of_roots(_padded([1.0, -0.6, -0.4]), 1.0))  # a root at u = 1 exactly
+    assert bool(clear_of_roots(_padded([1.0, -2.0]), 0.4))           # 1 - 2 s on [0, 0.4]
+    assert not bool(clear_of_roots(_padded([1.0, -2.0]), -0.6))      # no root on [-0.6, 0], but bound 1.2 > 1
+    assert clear_of_roots(jnp.stack([_padded([1.0, 0.1]), _padded([0.0, 1.0])]), 1.0).tolist() == [True, False]
 
 
 @settings(max_examples=40, deadline=None)

@@ -46,7 +46,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-__all__ = ["SUBINTERVALS", "REFINED", "POLISH_ITERATIONS", "fine_pieces", "bernstein_pieces", "isolate_roots",
+__all__ = ["SUBINTERVALS", "REFINED", "POLISH_ITERATIONS", "CLEAR_MARGIN", "clear_of_roots", "fine_pieces",
+           "bernstein_pieces", "isolate_roots",
            "single_root", "whole_step", "polynomial_value"]
 
 #: Equal pieces of a step whose Bernstein coefficients are examined.
@@ -55,6 +56,11 @@ SUBINTERVALS = 16
 #: Relative size (to the largest Bernstein coefficient of the step) below
 #: which a coefficient counts as zero.
 ROUNDING = 1e-14
+
+#: How far (relative) a polynomial's constant coefficient must exceed the
+#: bound on the rest for :func:`clear_of_roots`: well above :data:`ROUNDING`,
+#: so that a step it clears has no Bernstein coefficient within rounding of zero.
+CLEAR_MARGIN = 1e-12
 
 #: Ambiguous pieces (more than one sign change of their Bernstein
 #: coefficients) examined again on SUBINTERVALS sub-pieces each, per step.
@@ -326,6 +332,32 @@ def whole_step(c, whole_matrix):
     B = _rounded_to_zero(B, jnp.max(jnp.abs(B)))
     _, changes, _, (left, right, _, _), _, _ = _brackets(B[None, :], 0.0, 1.0)
     return B, (changes[0] <= 1) & (left[0] != 0) & (right[0] != 0)
+
+
+def clear_of_roots(c, h):
+    """Whether a polynomial in s has no root on [0, h], by a bound cheaper than Bernstein's.
+
+    ``|q(s) - c0| <= sum_k |ck| |h|^k`` on the interval: where ``|c0|``
+    exceeds that sum by more than :data:`CLEAR_MARGIN` (relative), every
+    Bernstein coefficient of q on [0, h] has the sign of ``c0``, none
+    within rounding of zero (:func:`whole_step` finds no sign change).  The
+    sum by Horner's rule is a few fused operations: the test of every step.
+
+    Args:
+        c: (..., P + 1) power coefficients in s, the last axis the powers.
+        h: the interval's length (either sign).
+
+    Returns:
+        bool array of shape ``c.shape[:-1]``; False means "not excluded" (a
+        root is possible, or the bound is not tight enough to say).
+    """
+    a = jnp.abs(c)
+    degree = c.shape[-1] - 1
+    step = jnp.abs(h)
+    rest = jnp.zeros_like(a[..., 0])
+    for k in range(degree, 0, -1):
+        rest = (rest + a[..., k]) * step
+    return a[..., 0] - rest > CLEAR_MARGIN * (a[..., 0] + rest)
 
 
 def _implicit_root(c, u):

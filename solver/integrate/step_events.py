@@ -45,8 +45,8 @@ from jax.experimental import jet
 from solver import status as st
 from solver.errors import InputError
 from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
-from solver.integrate.roots import (bernstein_pieces, earliest, fine_pieces, isolate_roots, polynomial_value,
-                                   single_root, whole_step)
+from solver.integrate.roots import (bernstein_pieces, clear_of_roots, earliest, fine_pieces, isolate_roots,
+                                   polynomial_value, single_root, whole_step)
 
 __all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "SLOT_AXIS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN",
            "DEFAULT_ZENO_TIME", "check_taylor_arithmetic"]
@@ -237,20 +237,23 @@ class EventStepper:
         """(events, P + 1) normalised Taylor coefficients of every g(t + s) in s, by ``jet``."""
         P = self.degree
         dt = jnp.result_type(float)
-        fact = [float(math.factorial(m)) for m in range(self.integ.KX)]
+        fact = np.array([float(math.factorial(m)) for m in range(self.integ.KX)])
         primals = [jnp.asarray(t, dt)]
         series = [[jnp.ones((), dt)] + [jnp.zeros((), dt)] * (P - 1)]
         for name, k in self.keys:
             A = X[name]
-            primals.append(A[k] * fact[k])
-            series.append([A[k + j] * fact[k + j] for j in range(1, P + 1)])
+            # The derivatives of x^(k) at t, as one product (XLA:CPU would make
+            # each term's product a kernel of its own inside the step loop).
+            D = A[k:k + P + 1] * jnp.asarray(fact[k:k + P + 1], dt).reshape((-1,) + (1,) * (A.ndim - 1))
+            primals.append(D[0])
+            series.append([D[j] for j in range(1, P + 1)])
 
         def g(t_, *xs):
             v = self._values(xs)
             return jnp.stack([jnp.reshape(jnp.asarray(e.fn(t_, v, params), dt), ()) for e in self.events])
 
         g0, gs = jet.jet(g, tuple(primals), tuple(series))
-        return jnp.stack([g0] + [gs[j - 1] / math.factorial(j) for j in range(1, P + 1)], axis=1)
+        return jnp.stack([g0] + list(gs), axis=1) * jnp.asarray(1.0 / fact[:P + 1], dt)
 
     # ------------------------------------------------------------- the step
     def on_step(self, X, t, h, zq, uq, good, params, consts, ev, t1, batched=False):
@@ -273,10 +276,6 @@ class EventStepper:
         n_ev = len(self.events)
         scale = jnp.maximum(1.0, jnp.abs(t1))
         C = self.coefficients(X, t, params)
-        powers = [jnp.ones_like(h)]
-        for _ in range(self.degree):  # products: XLA:CPU calls libm's pow one element at a time
-            powers.append(powers[-1] * h)
-        Cu = C * jnp.stack(powers)
         cooldown = jnp.asarray([DEFAULT_COOLDOWN if e.cooldown is None else e.cooldown for e in self.events],
                                dt) * jnp.where(jnp.asarray([e.cooldown is None for e in self.events]), scale, 1.0)
         last = ev["last"]
@@ -286,12 +285,23 @@ class EventStepper:
         # (a low bounce: up at 0, down soon after) would put two roots in one
         # piece.
         at_start = (t - last) <= cooldown
-        shifted = jnp.concatenate([Cu[:, 1:], jnp.zeros_like(Cu[:, :1])], axis=1)
-        Cu = jnp.where(at_start[:, None], shifted, Cu)
-        # No sign change of the Bernstein coefficients on the whole step: no
-        # root there (most steps); only the others go on to the pieces.
-        Bw, simple = jax.vmap(whole_step, in_axes=(0, None))(Cu, self.whole)
-        maybe = good & jnp.any((jnp.min(Bw, axis=1) < 0) & (jnp.max(Bw, axis=1) >= 0))
+
+        def deflated(c):
+            return jnp.where(at_start[:, None], jnp.concatenate([c[:, 1:], jnp.zeros_like(c[:, :1])], axis=1), c)
+
+        def scaled():
+            # g's coefficients in u = s / h on [0, 1], deflated; built only
+            # where a root is possible (XLA:CPU makes each product of the
+            # powers' chain a kernel of its own).
+            powers = [jnp.ones_like(h)]
+            for _ in range(self.degree):  # products: XLA:CPU calls libm's pow one element at a time
+                powers.append(powers[-1] * h)
+            return deflated(C * jnp.stack(powers))
+
+        # Most steps: no root possible by a bound on g's coefficients
+        # (clear_of_roots; a deflated polynomial's test is that of its
+        # coefficients divided by h, the same inequality).
+        possible = good & ~jnp.all(clear_of_roots(deflated(C), h))
 
         def detect(ev, found, u, sign):
             # found, u, sign: (events, L) crossings, the earliest first.
@@ -362,13 +372,15 @@ class EventStepper:
             def needed(flag):
                 return flag
 
-        # The pieces where an event may cross more than once (rare); the
+        # Where a root is possible: the whole step's Bernstein test, and the
+        # pieces where an event may cross more than once (rare); then the
         # quick way where each crosses at most once (a slot's records then
         # do not depend on its batch), with the records; then the cut.
-        # These conds come one after the other: with the records' cond
-        # inside another, XLA:CPU's quick build (LLVM at -O0) lost a step's
-        # record in tests/test_events.py (cause not found).  Only the
-        # refinement's cond (isolate_roots, lazy) sits inside the pieces'.
+        # The records' and the cut's conds come one after the other: with the
+        # records' cond inside another, XLA:CPU's quick build (LLVM at -O0)
+        # lost a step's record in tests/test_events.py (cause not found).
+        # The pieces' cond sits inside the test's, the refinement's
+        # (isolate_roots, lazy) inside the pieces'.
         L = RECORDS_PER_STEP + 1
 
         def no_crossings():
@@ -379,14 +391,25 @@ class EventStepper:
             pad = [(0, 0), (0, L - 1)]
             return jnp.pad(found, pad), jnp.pad(u, pad), jnp.pad(sign.astype(jnp.int32), pad, constant_values=1)
 
-        def all_crossings():
+        def all_crossings(Cu):
             found, u, sign = jax.vmap(lambda c: isolate_roots(c, self.pieces, self.fine, L, lazy=not batched))(Cu)
             return found, u, sign.astype(jnp.int32)
 
-        single = maybe & jnp.all(simple)
-        pieces = maybe & ~jnp.all(simple)
-        hard = lax.cond(needed(pieces), lambda _: where_tree(pieces, all_crossings(), no_crossings()),
-                        lambda _: no_crossings(), None)
+        def examine(_):
+            # No sign change of the Bernstein coefficients on the whole step:
+            # no root there; only the others go on to the pieces.
+            Cu = scaled()
+            Bw, simple = jax.vmap(whole_step, in_axes=(0, None))(Cu, self.whole)
+            maybe = possible & jnp.any((jnp.min(Bw, axis=1) < 0) & (jnp.max(Bw, axis=1) >= 0))
+            pieces = maybe & ~jnp.all(simple)
+            hard = lax.cond(needed(pieces), lambda _: where_tree(pieces, all_crossings(Cu), no_crossings()),
+                            lambda _: no_crossings(), None)
+            return Cu, Bw, maybe, maybe & jnp.all(simple), hard
+
+        def clear(_):
+            return jnp.zeros_like(C), jnp.zeros_like(C), jnp.asarray(False), jnp.asarray(False), no_crossings()
+
+        Cu, Bw, maybe, single, hard = lax.cond(needed(possible), examine, clear, None)
 
         def records(ev):
             crossings = where_tree(single, single_crossings(), hard)
