@@ -287,6 +287,11 @@ def test_whole_chunks_written_directly_are_the_bytes_zarr_writes(tmp_path, monke
     batches = [slice(0, 4), slice(4, 8), slice(12, 15)]   # the last one is short: Zarr's path
     results = [toy_batch({k: v[sl] for k, v in spec.points.items()}, ctx) for sl in batches]
     results[0].data["x"][1, 3] = np.nan                   # a NaN inside a written value
+    failed = results[1]                                    # texts beyond ASCII in the text chunks
+    failed.status[2] = st.SINGULAR_JACOBIAN
+    failed.failure_time = np.array([np.nan, np.nan, 0.25, np.nan])
+    failed.failure_reason = ["", "", "kinematic singularity at t = 0.25: rod QB, joint A (θ = 90°)", ""]
+    failed.message = "1 point failed — see failure_reason"
 
     direct = []
     plain_key = write_module._plain_chunk_key
@@ -305,10 +310,21 @@ def test_whole_chunks_written_directly_are_the_bytes_zarr_writes(tmp_path, monke
         for sl, result in zip(batches, results):
             store.write_batch(paths[how], sl, result)
     written = [k for k in direct if k is not None]
-    assert sorted(written) == ["pos/c/0/0/0", "pos/c/1/0/0", "x/c/0/0", "x/c/1/0", "x_end/c/0", "x_end/c/1"]
+    commits = [k for k in written if k.startswith("batch_commit/")]
+    assert sorted(written) == sorted(
+        ["pos/c/0/0/0", "pos/c/1/0/0", "x/c/0/0", "x/c/1/0", "x_end/c/0", "x_end/c/1",   # bytes, CRC32C
+         "status/c/0", "status/c/1", "steps/c/0", "steps/c/1", "failure_time/c/0", "failure_time/c/1",
+         "batch_seconds/c/0", "batch_seconds/c/1", "batch_seconds/c/3",                   # bytes, Zstandard, CRC32C
+         "failure_reason/c/0", "failure_reason/c/1", "batch_message/c/0", "batch_message/c/1",
+         "batch_message/c/3"] + commits)                                                  # UTF-8 texts, the same
+    assert commits == ["batch_commit/c/0", "batch_commit/c/1", "batch_commit/c/3"]
     for key in written:
+        if key in commits:   # a record names its time and its chunks' file stamps: only its decoding is compared
+            continue
         assert (paths["direct"] / key).read_bytes() == (paths["zarr"] / key).read_bytes(), key
     a, b = store.open_store(paths["direct"]), store.open_store(paths["zarr"])
     for name in ("x", "pos", "x_end", "status", "steps"):
         np.testing.assert_array_equal(a[name].values, b[name].values)
     assert np.isnan(a.x.values[1, 3]) and store.check_store(paths["direct"], "decode").damaged == {}
+    assert a.failure_reason.values[6] == failed.failure_reason[2] == b.failure_reason.values[6]
+    assert str(a.batch_message.values[1]) == failed.message

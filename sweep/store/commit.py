@@ -23,11 +23,12 @@ import datetime
 import json
 from typing import Mapping
 
+import numpy as np
 import zarr
 
 from sweep.store.schema import (BatchResult, WrittenBatch, batch_chunks, chunk_layout, chunk_table, digest,
                                 store_format, store_root)
-from sweep.store.write import writable_group, write_batch_data
+from sweep.store.write import put_whole_chunk, writable_group, write_batch_data
 
 __all__ = [
     "COMMIT_FORMAT", "parse_record", "write_commit", "BatchCommitter", "commit_batch", "write_batch",
@@ -105,7 +106,8 @@ def write_commit(group: zarr.Group, index: int, chunks: Mapping[str, list] | Non
     if chunks is None:
         chunks = chunk_table(store_root(group), batch_chunks(group, index))
     records = records if records is not None else group["batch_commit"]
-    records[index] = json.dumps(_commit_record(chunks), sort_keys=True)
+    text = json.dumps(_commit_record(chunks), sort_keys=True)
+    put_whole_chunk(records, slice(index, index + 1), np.array([text], dtype=object))
 
 
 class BatchCommitter:

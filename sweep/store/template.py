@@ -188,16 +188,19 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     for name, dims in schema.variables.items():
         shape = (n,) + tuple(sizes[d] for d in dims)
         chunks = (batch,) + shape[1:]
+        # One dask chunk: its graph is built and dropped (compute=False), one task, not
+        # one per batch; the store's chunks are the encoding's.
         data_vars[name] = (("point",) + tuple(dims),
-                           da.full(shape, np.nan, dtype=np.float64, chunks=chunks),
+                           da.full(shape, np.nan, dtype=np.float64, chunks=shape),
                            dict(schema.attrs.get(name, {})))
         encoding[name] = {"chunks": chunks, "fill_value": np.nan}
-    data_vars["status"] = ("point", np.full(n, st.PENDING, np.int8), st.cf_attrs())
-    data_vars["steps"] = ("point", np.full(n, -1, np.int64),
+    # Filled with their fill values, so the template writes no chunk of theirs: each batch
+    # writes its own.  Dask-backed, as the outputs: written with compute=False, not even
+    # looked at chunk by chunk (text is numpy: dask would load it to find its type).
+    data_vars["status"] = ("point", da.full(n, st.PENDING, dtype=np.int8, chunks=n), st.cf_attrs())
+    data_vars["steps"] = ("point", da.full(n, -1, dtype=np.int64, chunks=n),
                           {"long_name": "accepted integration steps (-1: not run)"})
-    # Filled with their fill values, so the template writes no chunk of theirs:
-    # each batch writes its own (text is numpy: dask would load it to find its type).
-    data_vars["failure_time"] = ("point", np.full(n, np.nan),
+    data_vars["failure_time"] = ("point", da.full(n, np.nan, dtype=np.float64, chunks=n),
                                  {"long_name": "time at which the point failed (NaN: it did not fail, "
                                                "or failed with its whole batch)",
                                   "units": str(schema.attrs.get("time", {}).get("units", "s"))})

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import uuid
 from typing import Mapping
 
 import numpy as np
@@ -29,7 +31,7 @@ from sweep.store.schema import (FAILURE_ARRAYS, BatchResult, WrittenBatch, batch
                                 chunk_layout, chunk_table, digest, store_root)
 
 __all__ = [
-    "writer_group", "writable_group", "write_batch_data", "failure_columns",
+    "writer_group", "writable_group", "write_batch_data", "failure_columns", "put_whole_chunk",
 ]
 
 
@@ -187,47 +189,133 @@ def _open_arrays(group: zarr.Group, names: list[str]) -> dict[str, zarr.Array]:
 
 
 def _write_chunks(arrays: Mapping[str, zarr.Array], writes: list) -> None:
-    """``arrays[name][selection] = value`` for each ``(name, selection, value)``, concurrently.
+    """``arrays[name][selection] = value`` for each ``(name, selection, value)``.
 
     Every chunk is written, even one equal to the fill value (see :func:`_full_chunks`).
-    A write that is one whole chunk of a plain array (:func:`_plain_chunk_key`)
-    is encoded here and handed to the store directly: the same bytes as
-    Zarr's codec pipeline makes, without its per-chunk machinery, which
-    cost a batch's worker as much as the file writes themselves.
+    A write that is one whole chunk of an array whose codecs mechsweep
+    knows (:func:`_plain_chunk_key`) is encoded here and handed to the store
+    directly: the same bytes as Zarr's codec pipeline makes, without its
+    per-chunk machinery, which cost a batch's worker as much as the file
+    writes themselves.  On a local store those files are written here, in
+    this thread, as Zarr's local store writes them (:func:`_put_local`); the
+    rest go through Zarr's event loop, concurrently.
     """
     from zarr.core.sync import sync
 
-    async def write_one(name, selection, value):
+    later = []
+    for name, selection, value in writes:
         array = arrays[name]
         key = _plain_chunk_key(array, selection, np.shape(value))
         if key is None:
+            later.append((array, selection, value, None))
+            continue
+        data = _plain_chunk_bytes(array, value)
+        if not _put_local(array.store_path.store, key, data):
+            later.append((array, selection, data, key))
+    if not later:
+        return
+
+    async def write_one(array, selection, value, key):
+        if key is None:
             await _full_chunks(array).async_array.setitem(selection, value)
         else:
-            await array.store_path.store.set(key, _plain_chunk_bytes(array, value))
+            await array.store_path.store.set(key, value)
 
     async def write_all():
-        await asyncio.gather(*(write_one(name, selection, value) for name, selection, value in writes))
+        await asyncio.gather(*(write_one(*write) for write in later))
 
     sync(write_all())
 
 
-# The codecs of a plain array: its values' bytes, little-endian, and their CRC32C.
-_PLAIN_CODECS = ({"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"})
+def _put_local(store, key: str, data) -> bool:
+    """Write one value of a local store in this thread; False (nothing written) for another store.
+
+    As Zarr's ``LocalStore`` writes it: a temporary file beside the
+    destination, then a rename over it (atomic); the rename is what a
+    reader can see.  A store that records what is written through it
+    (:class:`_RecordingStore`) records it.  Zarr's own path hands each write
+    to its event loop and a thread: a commit record's one small file cost
+    the driver over a millisecond of CPU that way.
+    """
+    inner = store._store if isinstance(store, _RecordingStore) else store
+    if not isinstance(inner, zarr.storage.LocalStore) or inner.read_only:
+        return False
+    raw = data.to_bytes()
+    path = inner.root / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if isinstance(store, _RecordingStore):
+        store.written[key] = raw
+    return True
+
+
+def put_whole_chunk(array: zarr.Array, selection, value) -> None:
+    """``array[selection] = value``, written directly where that is one whole chunk (see :func:`_write_chunks`).
+
+    The driver's commit records go through here too: one small text chunk,
+    which Zarr's codec pipeline took milliseconds of CPU to write.
+
+    Args:
+        array: an array of the store, open for writing.
+        selection: a slice of the first axis (the batch's rows).
+        value: the rows' values.
+
+    Raises:
+        OSError: the store cannot be written.
+    """
+    _write_chunks({array.path: array}, [(array.path, selection, value)])
+
+
+# The codec chains mechsweep encodes itself: the values' bytes (numbers, little-endian) or their
+# variable-length UTF-8 (texts), optionally Zstandard, then the CRC32C of the whole.  Any other
+# chain (another compressor, format 2) takes Zarr's path.
+_ARRAY_TO_BYTES = {"bytes": {"endian": "little"}, "vlen-utf8": None}
+
+
+def _chunk_encoders(array: zarr.Array) -> tuple | None:
+    """The steps that encode a whole chunk of ``array`` as Zarr would, or None where mechsweep does not."""
+    meta = array.metadata
+    if getattr(meta, "zarr_format", None) != 3:
+        return None
+    codecs = [c.to_dict() for c in meta.codecs]
+    if len(codecs) not in (2, 3) or codecs[-1] != {"name": "crc32c"} or codecs[0]["name"] not in _ARRAY_TO_BYTES:
+        return None
+    first = codecs[0]
+    text = first["name"] == "vlen-utf8"
+    if text != (array.dtype.kind in "OTU") or (not text and array.dtype.kind not in "fiub"):
+        return None
+    # One-byte values have no byte order: Zarr then writes no configuration.
+    if not text and first.get("configuration") != _ARRAY_TO_BYTES["bytes"] and \
+            not (array.dtype.itemsize == 1 and not first.get("configuration")):
+        return None
+    zstd = None
+    if len(codecs) == 3:
+        middle = codecs[1]
+        config = middle.get("configuration") or {}
+        if middle["name"] != "zstd" or set(config) != {"level", "checksum"}:
+            return None
+        zstd = (int(config["level"]), bool(config["checksum"]))
+    return text, zstd
 
 
 def _plain_chunk_key(array: zarr.Array, selection, shape) -> str | None:
     """The store key of the one whole chunk that ``array[selection] = value`` writes, or None.
 
-    None unless the array is plain (a numeric dtype, the codecs
-    :data:`_PLAIN_CODECS` alone, a regular chunk grid whose chunks span every
-    axis but the first) and the selection is a slice of the first axis
-    covering exactly one chunk, inside the array, with a value of the
-    chunk's shape.
+    None unless mechsweep encodes the array's chunks (:func:`_chunk_encoders`:
+    numbers as bytes or texts as variable-length UTF-8, optionally
+    Zstandard, then CRC32C), its chunk grid is regular with chunks spanning
+    every axis but the first, and the selection is a slice of the first axis
+    covering exactly one chunk, inside the array, with a value of the chunk's
+    shape.
     """
-    meta = array.metadata
-    if getattr(meta, "zarr_format", None) != 3 or not isinstance(selection, slice) or selection.step not in (None, 1):
-        return None
-    if array.dtype.kind not in "fiub" or tuple(c.to_dict() for c in meta.codecs) != _PLAIN_CODECS:
+    if not isinstance(selection, slice) or selection.step not in (None, 1) or _chunk_encoders(array) is None:
         return None
     chunks, shape_all = array.chunks, array.shape
     if not chunks or tuple(chunks[1:]) != tuple(shape_all[1:]) or tuple(shape) != tuple(chunks):
@@ -235,16 +323,26 @@ def _plain_chunk_key(array: zarr.Array, selection, shape) -> str | None:
     start, stop = selection.start or 0, selection.stop
     if start % chunks[0] or stop is None or stop - start != chunks[0] or stop > shape_all[0]:
         return None
-    key = meta.encode_chunk_key((start // chunks[0],) + (0,) * (len(chunks) - 1))
+    key = array.metadata.encode_chunk_key((start // chunks[0],) + (0,) * (len(chunks) - 1))
     return f"{array.path}/{key}" if array.path else key
 
 
 def _plain_chunk_bytes(array: zarr.Array, value):
-    """A whole chunk encoded as :data:`_PLAIN_CODECS` say: C-order little-endian bytes, then their CRC32C."""
+    """A whole chunk encoded as the array's codecs say (:func:`_chunk_encoders`): the bytes Zarr writes."""
     import google_crc32c
     from zarr.core.buffer import default_buffer_prototype
 
-    data = np.ascontiguousarray(value, dtype=array.dtype.newbyteorder("<")).tobytes()
+    text, zstd = _chunk_encoders(array)
+    if text:
+        from numcodecs import VLenUTF8
+
+        data = bytes(VLenUTF8().encode(np.asarray(value, dtype=object).reshape(-1)))
+    else:
+        data = np.ascontiguousarray(value, dtype=array.dtype.newbyteorder("<")).tobytes()
+    if zstd is not None:
+        from numcodecs import Zstd
+
+        data = bytes(Zstd(level=zstd[0], checksum=zstd[1]).encode(data))
     crc = int(google_crc32c.value(data)).to_bytes(4, "little")
     return default_buffer_prototype().buffer.from_bytes(data + crc)
 
