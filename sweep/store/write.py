@@ -242,10 +242,14 @@ def _put_local(store, key: str, data) -> bool:
         return False
     raw = data.to_bytes()
     path = inner.root / key
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")
     try:
-        with open(tmp, "wb") as f:
+        try:
+            f = open(tmp, "wb")
+        except FileNotFoundError:   # the chunk's folder is made by its first write (a mkdir costs as much as the write)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            f = open(tmp, "wb")
+        with f:
             f.write(raw)
         os.replace(tmp, path)
     except BaseException:
