@@ -61,6 +61,9 @@ SUBDIRECTORY = "programs"
 #: (``MECHSWEEP_PROGRAM_STORE_BYTES`` overrides it: ``500MB``, ``8GiB``).
 STORE_BYTES = 2 * 2 ** 30
 
+#: The name ending of a stored program (serialised, zstd-compressed).
+_SUFFIX = ".exported.zst"
+
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 
@@ -206,7 +209,7 @@ def _program(fn, identity, name, statics, tree, avals):
     if directory is None:  # turned off since the jit was made
         return None
     key = _key(identity, name, statics, tree, avals)
-    path = directory / f"{name}-{key[:40]}.exported.zst"
+    path = directory / f"{name}-{key[:40]}{_SUFFIX}"
     if path.exists():
         try:
             program = export.deserialize(bytearray(_decompress(path.read_bytes())))
@@ -263,7 +266,7 @@ def _prune(directory: pathlib.Path, max_bytes: int, keep: pathlib.Path) -> None:
     just written).  A file another process deletes first is skipped.
     """
     files = []
-    for path in directory.glob("*.exported.zst"):
+    for path in directory.glob(f"*{_SUFFIX}"):
         with contextlib.suppress(OSError):
             stat = path.stat()
             files.append((stat.st_mtime, stat.st_size, path))

@@ -279,8 +279,9 @@ def test_status_report(tmp_path):
 
 
 def test_whole_chunks_written_directly_are_the_bytes_zarr_writes(tmp_path, monkeypatch):
-    """A batch's whole chunks of plain arrays are encoded by mechsweep (bytes, then CRC32C), not by
-    Zarr's codec pipeline: every file must be the one Zarr writes, and read back as the values."""
+    """A batch's whole chunks are encoded by mechsweep (numbers as bytes or texts as UTF-8, optionally
+    Zstandard, then CRC32C), not by Zarr's codec pipeline: every file must be the one Zarr writes, and
+    read back as the values; commit records, which differ by their times, must decode."""
     from sweep.store import write as write_module
 
     spec, ctx, _ = make(tmp_path)

@@ -280,7 +280,8 @@ def put_whole_chunk(array: zarr.Array, selection, value) -> None:
 # The codec chains mechsweep encodes itself: the values' bytes (numbers, little-endian) or their
 # variable-length UTF-8 (texts), optionally Zstandard, then the CRC32C of the whole.  Any other
 # chain (another compressor, format 2) takes Zarr's path.
-_ARRAY_TO_BYTES = {"bytes": {"endian": "little"}, "vlen-utf8": None}
+_ARRAY_TO_BYTES = ("bytes", "vlen-utf8")
+_LITTLE_ENDIAN = {"endian": "little"}
 
 
 def _chunk_encoders(array: zarr.Array) -> tuple | None:
@@ -296,7 +297,7 @@ def _chunk_encoders(array: zarr.Array) -> tuple | None:
     if text != (array.dtype.kind in "OTU") or (not text and array.dtype.kind not in "fiub"):
         return None
     # One-byte values have no byte order: Zarr then writes no configuration.
-    if not text and first.get("configuration") != _ARRAY_TO_BYTES["bytes"] and \
+    if not text and first.get("configuration") != _LITTLE_ENDIAN and \
             not (array.dtype.itemsize == 1 and not first.get("configuration")):
         return None
     zstd = None
