@@ -192,6 +192,39 @@ def test_the_pendulum_period_from_its_crossings_is_the_elliptic_integral():
     assert np.isnan(ds.event_time.values[n:]).all() and (ds.event_which.values[n:] == -1).all()
 
 
+def test_an_affine_events_coefficients_are_those_of_taylor_arithmetic():
+    # Events affine in t and the variables (a level, a limit) get their Taylor coefficients as
+    # the linear part applied to every term at once; jet (Taylor-mode AD) is the reference.
+    affine = solver.Event("affine", lambda t, v, p: 2.0 * v["x"][1] - 3.0 * v["y"][0] + 0.5 * t - p["L"])
+    curved = solver.Event("curved", lambda t, v, p: v["x"][0] * v["y"][1] - 0.1)
+    integ = solver.compiled_model(_pendulum([affine]), 12, batch=False).integrator
+    stepper = integ.events
+    assert stepper.affine and not solver.compiled_model(_pendulum([affine, curved]), 12,
+                                                         batch=False).integrator.events.affine
+    rng = np.random.default_rng(4)
+    X = {v.name: jnp.asarray(rng.normal(size=(integ.KX,) + v.shape)) for v in integ.dae.variables}
+    params = {k: jnp.asarray(v) for k, v in integ.dae.params.items()}
+    by_linear_part = np.asarray(stepper.coefficients(X, 0.7, params))
+    stepper.affine = False
+    by_jet = np.asarray(stepper.coefficients(X, 0.7, params))
+    assert by_linear_part.shape == by_jet.shape == (1, stepper.degree + 1)
+    np.testing.assert_allclose(by_linear_part, by_jet, rtol=1e-14, atol=1e-14 * np.abs(by_jet).max())
+
+
+def test_each_direction_of_one_function_keeps_its_own_crossings():
+    # A step's one crossing against an event's direction ends that event's search at the
+    # whole-step test; the event of the other direction on the same function records it.
+    up = solver.Event("up", lambda t, v, p: v["x"][0], direction="up")
+    down = solver.Event("down", lambda t, v, p: v["x"][0], direction="down")
+    both = solver.solve(_pendulum([up, down]), (0, 10), values=START, fixed=["x", "x'"], tol=1e-12)
+    alone = solver.solve(_pendulum([up]), (0, 10), values=START, fixed=["x", "x'"], tol=1e-12)
+    n, m = int(both.event_count), int(alone.event_count)
+    names = np.array(str(both["event_which"].attrs["flag_meanings"]).split())[both.event_which.values[:n]]
+    assert list(names) == (["down", "up"] * n)[:n] and (names == "up").sum() == m   # released at rest at x > 0
+    np.testing.assert_allclose(both.event_time.values[:n][names == "up"], alone.event_time.values[:m], atol=1e-13)
+    assert (both.event_rate.values[:n][names == "down"] < 0).all()
+
+
 def test_a_terminal_event_ends_the_run_there():
     dae = _pendulum([solver.Event("bottom", lambda t, v, p: v["x"][0], direction="down", terminal=True)])
     ds = solver.solve(dae, (0, 10), values=START, fixed=["x", "x'"], tol=1e-12)

@@ -20,15 +20,21 @@ is a batched while loop over every element.
 from __future__ import annotations
 
 import numpy as np
+from jax.extend.core import Literal
 
 from solver.dae.derivative import ddt_p
 from solver.taylor.ir import LINEAR, Lit
 from solver.taylor.program import TaylorProgram
 
-__all__ = ["stage0_is_affine", "residual_degrees"]
+__all__ = ["stage0_is_affine", "residual_degrees", "jaxpr_is_affine"]
 
 # Degrees saturate at 2: "not affine".
 _FREE, _AFFINE, _OTHER = 0, 1, 2
+
+# The operands of a linear primitive that select positions (indices, a
+# condition): it is linear in the others only while these are free.
+_INDEX_OPERANDS = {"select_n": slice(0, 1), "dynamic_slice": slice(1, None), "gather": slice(1, 2),
+                   "dynamic_update_slice": slice(2, None), "scatter-add": slice(1, 2), "scatter_add": slice(1, 2)}
 
 
 def _leading_inputs(prog: TaylorProgram) -> set:
@@ -51,9 +57,10 @@ def _degree(e, deg) -> int:
         # d/dt of a u-free node brings in the next level linearly (it may be
         # leading); of a node holding u it would exceed d_j.
         return _AFFINE if ins[0] == _FREE else _OTHER
-    if name == "select_n":
-        return max(ins[1:]) if ins[0] == _FREE else _OTHER
     if name in LINEAR:
+        index = _INDEX_OPERANDS.get(name)
+        if index is not None and max(ins[index], default=_FREE) != _FREE:
+            return _OTHER  # a position that moves with u: not a linear map
         return top
     if name in ("mul", "dot_general"):
         return min(ins[0] + ins[1], _OTHER)
@@ -103,3 +110,48 @@ def stage0_is_affine(prog: TaylorProgram) -> bool:
         if degree > _AFFINE and int(np.min(prog.c[first:first + size])) == 0:
             return False
     return True
+
+
+def jaxpr_is_affine(closed) -> bool:
+    """Whether a traced function's outputs are affine in all of its inputs.
+
+    The same degree count as for the tape (:func:`residual_degrees`), over
+    a jaxpr: the inputs have degree 1, its constants degree 0; a call
+    (``pjit``) is followed into its body; any primitive the count does not
+    know, or a nonlinear one on an input, makes the answer False.
+
+    Args:
+        closed: a ``ClosedJaxpr`` (``jax.make_jaxpr(fn)(*args)``).
+
+    Returns:
+        True when every output is an affine function of the inputs (its
+        Taylor series are then the linear part applied to each term).
+    """
+    def degrees_of(jaxpr, in_degrees):
+        degrees = dict(zip(jaxpr.invars, in_degrees))
+
+        def deg(a):
+            return _FREE if isinstance(a, Literal) else degrees.get(a, _FREE)
+
+        for e in jaxpr.eqns:
+            ins = [deg(a) for a in e.invars]
+            inner = e.params.get("jaxpr")
+            if inner is not None and e.primitive.name in ("pjit", "jit", "closed_call", "core_call"):
+                outs = degrees_of(getattr(inner, "jaxpr", inner), ins)
+            elif max(ins, default=_FREE) == _FREE:
+                outs = [_FREE] * len(e.outvars)
+            else:
+                outs = [_degree(_JaxprEqn(e), deg)] * len(e.outvars)
+            for o, d in zip(e.outvars, outs):
+                degrees[o] = d
+        return [deg(o) for o in jaxpr.outvars]
+
+    jaxpr = closed.jaxpr
+    return all(d <= _AFFINE for d in degrees_of(jaxpr, [_AFFINE] * len(jaxpr.invars)))
+
+
+class _JaxprEqn:
+    """A jaxpr equation seen as a tape equation (``prim``, ``invars``, ``params``) by :func:`_degree`."""
+
+    def __init__(self, eqn):
+        self.prim, self.invars, self.params = eqn.primitive, eqn.invars, eqn.params
