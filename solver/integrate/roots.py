@@ -166,6 +166,11 @@ def earliest(keys, valid, k: int):
     return (rank[None, :] == jnp.arange(k)[:, None]).astype(keys.dtype)
 
 
+# A Newton step this small relative to u (a few units in the last place)
+# ends the polishing: the next ones would only move u within rounding.
+_SETTLED = 4 * float(np.finfo(np.float64).eps)
+
+
 def _polish(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
     """The root in each bracket [lo, hi] (values f_lo, f_hi at its ends, of opposite signs).
 
@@ -190,16 +195,24 @@ def _polish(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
     x = jnp.where(span != 0, (lo * f_hi - hi * f_lo) / jnp.where(span != 0, span, 1.0), 0.5 * (lo + hi))
     x = jnp.clip(x, lo, hi)
 
-    def newton(_, state):
-        lo, hi, x = state
+    def newton(state):
+        i, lo, hi, x, _ = state
         y, dy = jax.vmap(polynomial_value, in_axes=(None, 0))(c, x)
         moves_lo = _positive(y) == left_positive
         lo, hi = jnp.where(moves_lo, x, lo), jnp.where(moves_lo, hi, x)
         newton_x = x - y / jnp.where(dy != 0, dy, 1.0)
         inside = (dy != 0) & (newton_x >= lo) & (newton_x <= hi)
-        return lo, hi, jnp.where(y == 0, x, jnp.where(inside, newton_x, 0.5 * (lo + hi)))
+        new = jnp.where(y == 0, x, jnp.where(inside, newton_x, 0.5 * (lo + hi)))
+        # Settled: a Newton step within rounding of u (a simple root is there
+        # after a few iterations; a bisection or a double root goes on).
+        settled = jnp.all(inside & (jnp.abs(new - x) <= _SETTLED * jnp.maximum(jnp.abs(x), 1e-300)) | (y == 0))
+        return i + 1, lo, hi, new, settled
 
-    _, _, x = lax.fori_loop(0, POLISH_ITERATIONS, newton, (lo, hi, x))
+    def going(state):
+        i, _, _, _, settled = state
+        return (i < POLISH_ITERATIONS) & ~settled
+
+    _, _, _, x, _ = lax.while_loop(going, newton, (0, lo, hi, x, jnp.asarray(False)))
     return x
 
 
