@@ -66,9 +66,10 @@ CLEAR_MARGIN = 1e-12
 #: coefficients) examined again on SUBINTERVALS sub-pieces each, per step.
 REFINED = 2
 
-#: Safeguarded Newton iterations that polish a bracketed root.  From the
-#: secant point of a whole step's bracket, 8 left the bouncing ball's first
-#: impact 1.7e-12 from the exact time and 10 reached rounding: 16 keep a margin.
+#: The most safeguarded Newton iterations that polish a bracketed root (fewer
+#: where a step settles first).  From the secant point of a whole step's
+#: bracket, 8 left the bouncing ball's first impact 1.7e-12 from the exact time
+#: and 10 reached rounding: 16 keep a margin.
 POLISH_ITERATIONS = 16
 
 
