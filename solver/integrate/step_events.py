@@ -470,7 +470,16 @@ class EventStepper:
         # spare rows, see empty()); its unused rows are empty rows, as are
         # those it covers.  More than M in one step count as an overflow.
         start = jnp.minimum(ev["count"], self.capacity)
-        ev = {"rows": lax.dynamic_update_slice(ev["rows"], block.astype(ev["rows"].dtype), (start, jnp.zeros_like(start))),
+        if batched:
+            # Under vmap a slot's own position makes the update a scatter,
+            # which keeps XLA:CPU from compiling the step loop whole: a
+            # selection of the block's rows instead.
+            r = jnp.arange(ev["rows"].shape[0]) - start
+            rows = jnp.where(((r >= 0) & (r < M))[:, None], block[jnp.clip(r, 0, M - 1)].astype(ev["rows"].dtype),
+                             ev["rows"])
+        else:
+            rows = lax.dynamic_update_slice(ev["rows"], block.astype(ev["rows"].dtype), (start, jnp.zeros_like(start)))
+        ev = {"rows": rows,
               "count": ev["count"] + jnp.where(n_new > M, n_new + self.capacity, n_new), "last": last_new}
         h = jnp.where(cut, s_cut, h)
         status = jnp.where(cut & jnp.asarray(self.terminal)[which], jnp.int8(st.STOPPED_BY_EVENT), jnp.int8(-1))
