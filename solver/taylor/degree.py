@@ -15,6 +15,10 @@ Mechanical models are the common case: Euler–Lagrange equations are
 solution in one step (with the exact Jacobian, as both stage solvers have),
 and a second iteration only confirms it; under ``vmap`` that second pass
 is a batched while loop over every element.
+
+The same count over a jaxpr (:func:`jaxpr_is_affine`) tells which event
+functions are affine in the state: their Taylor coefficients are then their
+linear part applied to the solution's (``solver.integrate.step_events``).
 """
 
 from __future__ import annotations
