@@ -153,17 +153,25 @@ class EventStepper:
         columns, _ = self._value_columns()
         self._columns = [(v.name, *columns[v.name], (self.capacity, integ.out_orders[v.name]) + v.shape)
                          for v in integ.dae.variables]
-        self._check_functions()
-        self.affine = self._all_affine()
+        #: Every event function affine in t and the variables (see :meth:`coefficients`).
+        self.affine = self._check_functions()
 
     # ------------------------------------------------------------- checks
-    def _check_functions(self):
+    def _check_functions(self) -> bool:
+        """Trace every event function once: check what it reads and returns, and say whether all are affine.
+
+        Returns:
+            whether every event function is affine in t and the variables
+            (parameters held fixed; :func:`~solver.taylor.degree.jaxpr_is_affine`).
+        """
         dae = self.integ.dae
         params = {k: jnp.asarray(v) for k, v in dae.params.items()}
         args = [jnp.zeros(())] + [jnp.zeros(dae.var_index[name].shape) for name, _ in self.keys]
-        for i, e in enumerate(self.events):
+        affine = True
+        for e in self.events:
             try:
-                out = jax.eval_shape(lambda *a: e.fn(a[0], self._values(a[1:]), params), *args)
+                closed, out = jax.make_jaxpr(lambda *a, e=e: e.fn(a[0], self._values(a[1:]), params),
+                                             return_shape=True)(*args)
             except (IndexError, KeyError) as exc:
                 orders = ", ".join(f"{n} up to derivative {self.integ.out_orders[n] - 1}"
                                    for n in self.integ.out_orders)
@@ -171,14 +179,8 @@ class EventStepper:
                                  f"an event may read {orders}") from None
             if out.shape != ():
                 raise InputError(f"event {e.name!r} must return a scalar; it returns shape {out.shape}")
-
-    def _all_affine(self) -> bool:
-        """Whether every event function is affine in t and the variables (parameters held fixed)."""
-        dae = self.integ.dae
-        params = {k: jnp.asarray(v) for k, v in dae.params.items()}
-        args = [jnp.zeros(())] + [jnp.zeros(dae.var_index[name].shape) for name, _ in self.keys]
-        return all(jaxpr_is_affine(jax.make_jaxpr(lambda *a, e=e: e.fn(a[0], self._values(a[1:]), params))(*args))
-                   for e in self.events)
+            affine = affine and jaxpr_is_affine(closed)
+        return affine
 
     def _values(self, xs):
         v = {}
@@ -475,10 +477,9 @@ class EventStepper:
             # which keeps XLA:CPU from compiling the step loop whole: a
             # selection of the block's rows instead.
             r = jnp.arange(ev["rows"].shape[0]) - start
-            rows = jnp.where(((r >= 0) & (r < M))[:, None], block[jnp.clip(r, 0, M - 1)].astype(ev["rows"].dtype),
-                             ev["rows"])
+            rows = jnp.where(((r >= 0) & (r < M))[:, None], block[jnp.clip(r, 0, M - 1)], ev["rows"])
         else:
-            rows = lax.dynamic_update_slice(ev["rows"], block.astype(ev["rows"].dtype), (start, jnp.zeros_like(start)))
+            rows = lax.dynamic_update_slice(ev["rows"], block, (start, jnp.zeros_like(start)))
         ev = {"rows": rows,
               "count": ev["count"] + jnp.where(n_new > M, n_new + self.capacity, n_new), "last": last_new}
         h = jnp.where(cut, s_cut, h)

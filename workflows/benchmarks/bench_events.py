@@ -123,14 +123,14 @@ def pendulum_cost(report: Report, repeats: int, max_events: int | None = None) -
                    f"{seconds / steps * 1e6:6.2f} us a step over the run, {per_step[label] * 1e6:6.3f} us a step "
                    f"(t1 = {long:g}: {steps_long} steps)" + (f", {count} events" if label != "without" else ""))
 
-    def extra(label, of):
+    def percent_more(label, of):
         return (of[label] / of["without"] - 1) * 100
 
-    report.say(f"  one event function costs {extra('with one event', per_step):+.1f} % per step "
+    report.say(f"  one event function costs {percent_more('with one event', per_step):+.1f} % per step "
                f"(target: at most +20 %; best of {len(times['without', short])} alternating calls each), "
-               f"{extra('with one event', whole):+.1f} % over a whole run of t1 = {short:g} (its call included)")
-    report.say(f"  watching an event that never fires (x = 2 L) costs {extra('watching only', per_step):+.1f} % "
-               f"per step ({extra('watching only', whole):+.1f} % over the run): the rest is the steps with a crossing")
+               f"{percent_more('with one event', whole):+.1f} % over a whole run of t1 = {short:g} (its call included)")
+    report.say(f"  watching an event that never fires (x = 2 L) costs {percent_more('watching only', per_step):+.1f} % "
+               f"per step ({percent_more('watching only', whole):+.1f} % over the run): the rest is the steps with a crossing")
 
 
 def ball_mechsweep(e, h, g, impacts, tol):
