@@ -183,6 +183,24 @@ def test_sweep_on_scheduler_and_two_workers_equals_a_serial_loop(healthy, tmp_pa
     assert os.path.isdir(cache)
 
 
+def test_tasks_of_several_batches_shrink_to_one_and_equal_a_serial_loop(healthy, tmp_path):
+    # 64 batches of one point on 2 workers: tasks of 4, 3, ... batches, then one each (task_runs).
+    spec = grid_spec(np.linspace(1.0, 5.0, 32), [0.1, 1.2], batch=1)
+    ctx = ToyContext(omega_max=4.5, raise_at=float(np.linspace(1.0, 5.0, 32)[7]), log=str(tmp_path / "log"))
+    runs = sweep.run.task_runs(list(range(64)), 2)
+    assert max(len(r) for r in runs) == 4 and len(runs[-1]) == 1
+    path = tmp_path / "s.zarr"
+    with Client(healthy.address) as client:
+        submitted, submit = [], client.submit
+        client.submit = lambda *args, **kw: (submitted.append(kw["key"]), submit(*args, **kw))[1]
+        summary = run_sweep(spec, toy_batch, ctx, path, client=client, progress=False)
+    assert len(submitted) == len(runs) < 64
+    assert_store_equals(path, serial_reference(spec, ctx))
+    assert sorted(summary.batches_run) == list(range(64)) and summary.points_run == 64
+    assert sorted(b for _, b, _ in read_log(ctx.log, spec)) == list(range(64))   # each batch ran once
+    assert store.check_store(path, "decode").ok
+
+
 def test_a_worker_that_cannot_see_the_store_says_so_before_computing(tmp_path):
     spec = grid_spec([1, 2], [0.1], batch=2)
     ctx = ToyContext(log=str(tmp_path / "log"))
@@ -333,6 +351,26 @@ def test_a_worker_killed_mid_sweep_loses_and_duplicates_no_point(fresh, tmp_path
     assert store.check_store(path, "decode").ok
     runs = [b for _, b, _ in read_log(ctx.log, spec)]
     assert len(runs) > 12 and set(runs) == set(range(12))       # the killed task ran again
+
+
+def test_a_worker_killed_in_a_task_of_several_batches_loses_and_duplicates_no_point(fresh, tmp_path):
+    procs = fresh()
+    spec = grid_spec(np.linspace(1.0, 5.0, 24), [0.1, 0.5], batch=1)      # 48 batches: tasks of 3, 2, 1
+    assert len(sweep.run.task_runs(list(range(48)), 2)[0]) == 3
+    ctx = ToyContext(sleep=0.1, log=str(tmp_path / "log"))
+    worker_pids = {p.pid for p in procs.workers}
+    # The worker that starts batch 1 is in the middle of its first task (batches 0-2): kill it then.
+    watcher, killed = kill_when(ctx.log, spec, lambda lines: next(
+        (pid for _, b, pid in lines if b == 1 and pid in worker_pids), None))
+    path = tmp_path / "s.zarr"
+    summary = run_sweep(spec, toy_batch, ctx, path, scheduler=procs.address, progress=False)
+    watcher.join()
+    assert len(killed) == 1
+    assert sorted(summary.batches_run) == list(range(48))         # each batch committed once
+    assert_store_equals(path, serial_reference(spec, ctx))
+    assert store.check_store(path, "decode").ok
+    runs = [b for _, b, _ in read_log(ctx.log, spec)]
+    assert runs.count(0) == 2 and runs.count(1) == 2               # the killed task ran again, whole
 
 
 def test_a_task_whose_worker_dies_is_worker_lost_then_retried(fresh, tmp_path):

@@ -1,4 +1,4 @@
-"""Run a sweep on Dask: one task per batch, written by its worker, committed by the driver.
+"""Run a sweep on Dask: tasks of consecutive batches, written by their workers, committed by the driver.
 
 The runtime knows nothing about the solver but its status codes. It is given a
 *batch function*, a picklable module-level callable ::
@@ -10,11 +10,12 @@ grid) plus, as attributes, the store :class:`~sweep.store.Schema` (``schema``)
 and the dataset attributes (``attrs``) unless those are passed explicitly.
 
 Flow: prepare the store (template, or resume / retry / overwrite), start or
-connect to a Dask cluster, submit one task per batch
-(:func:`run_and_write_batch`). Each task computes its batch, writes the
-batch's chunks into the store itself (batches are chunk-aligned, so no two
-tasks write the same file) and returns only the status codes and the chunks'
-checksums. The driver, the only writer of commit records, commits each batch
+connect to a Dask cluster, submit the batches in tasks of one or several
+consecutive batches (:func:`run_and_write_batches`; several while many batches
+are left per worker thread, one each towards the end: :func:`task_runs`).
+Each task computes its batches one after another, writes each batch's chunks
+into the store itself (batches are chunk-aligned, so no two tasks write the
+same file) and returns only the status codes and the chunks' checksums. The driver, the only writer of commit records, commits each batch
 as it completes: the data never pass through it, and a batch counts as done
 only once its commit record is written, after its data and its ``status``
 (see :mod:`sweep.store`). On an existing store every committed batch is first
@@ -32,13 +33,15 @@ left pending for a later resume.
 
 One concern per module:
 
-- :mod:`sweep.run.worker`: JAX set-up on the workers, the task of one batch
-  (:func:`run_and_write_batch`) and the worker's checks (:func:`check_worker`);
+- :mod:`sweep.run.worker`: JAX set-up on the workers, the task of a run of
+  batches (:func:`run_and_write_batches`, each batch by
+  :func:`run_and_write_batch`) and the worker's checks (:func:`check_worker`);
 - :mod:`sweep.run.cluster`: cluster files, clusters and clients
   (:func:`load_cluster_config`, :func:`dask_client`), and the watch for a
   cluster without workers;
-- :mod:`sweep.run.driver`: :func:`run_sweep`, committing batches as they
-  complete, the summary and the progress lines.
+- :mod:`sweep.run.driver`: :func:`run_sweep`, the tasks' sizes
+  (:func:`task_runs`), committing batches as they complete, the summary and
+  the progress lines.
 
 Every name is importable from ``sweep.run`` as well.
 """
@@ -46,10 +49,11 @@ Every name is importable from ``sweep.run`` as well.
 from sweep.run.cluster import (CLUSTER_KEYS, MEMORY_RESTART_EVENT, WORKER_TIMEOUT, WorkerWatch, check_dask_target,
                                dask_client, load_cluster_config, local_cores, make_cluster, memory_kills,
                                say_dashboard, start_client, worker_lost_message, worker_threads)
-from sweep.run.driver import ProgressLog, SweepSummary, format_seconds, interrupt, run_sweep
+from sweep.run.driver import (TASK_MOST_BATCHES, TASK_SHARE, ProgressLog, SweepSummary, format_seconds, interrupt,
+                              run_sweep, task_runs)
 from sweep.run.worker import (CACHE_MIN_COMPILE_SECONDS, JaxSetup, Unfit, WriteFailed, check_result, check_worker,
                               checked_or_failed, configure_jax, default_jax_cache_dir, package_version, pin_to_core,
-                              run_and_write_batch, run_batch_task)
+                              run_and_write_batch, run_and_write_batches, run_batch_task)
 from sweep.store import BatchResult
 
 __all__ = [
@@ -59,5 +63,6 @@ __all__ = [
     "CLUSTER_KEYS", "WORKER_TIMEOUT", "WorkerWatch", "local_cores", "say_dashboard", "start_client",
     "worker_threads", "ProgressLog", "format_seconds", "interrupt", "CACHE_MIN_COMPILE_SECONDS", "Unfit",
     "WriteFailed", "check_worker", "checked_or_failed", "package_version", "pin_to_core", "run_and_write_batch",
-    "MEMORY_RESTART_EVENT", "memory_kills", "worker_lost_message",
+    "MEMORY_RESTART_EVENT", "memory_kills", "worker_lost_message", "run_and_write_batches", "task_runs",
+    "TASK_MOST_BATCHES", "TASK_SHARE",
 ]

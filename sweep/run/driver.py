@@ -1,8 +1,14 @@
-"""The driver of a sweep: plan the store, submit one task per batch, commit each batch as it completes.
+"""The driver of a sweep: plan the store, submit tasks of consecutive batches, commit each batch as it completes.
 
 The driver is the only writer of commit records; a batch's data never pass
 through it (its worker wrote them, :mod:`sweep.run.worker`), except for a
 batch lost with its worker, whose failure the driver writes itself.
+
+A Dask task costs the driver and the scheduler a few milliseconds of CPU
+whatever it does, as much as committing several batches: a task therefore
+runs several consecutive batches while many are left per worker thread, and
+one batch each towards the end, so that the last tasks still spread over
+the workers (:func:`task_runs`).
 """
 
 from __future__ import annotations
@@ -25,13 +31,50 @@ from sweep.log import get_logger
 from sweep.run.cluster import (WORKER_TIMEOUT, WorkerWatch, check_dask_target, memory_kills, say_dashboard,
                                start_client, worker_lost_message, worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
-                              package_version, run_and_write_batch)
+                              package_version, run_and_write_batch, run_and_write_batches)
 from sweep.store import (BatchCommitter, BatchResult, Schema, WrittenBatch, batch_slices, plan_store, read_status,
                          write_batch_data)
 
-__all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog"]
+__all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog", "task_runs",
+           "TASK_MOST_BATCHES", "TASK_SHARE"]
 
 log = get_logger("sweep")
+
+#: The most batches one task runs.
+TASK_MOST_BATCHES = 32
+#: A task takes at most this fraction of the batches left per worker thread
+#: (guided self-scheduling): the tasks shrink as the sweep ends, down to one
+#: batch, so that no worker is left with a long task while the others idle.
+TASK_SHARE = 1 / 8
+
+
+def task_runs(batches: list[int], threads: int, most: int = TASK_MOST_BATCHES,
+              share: float = TASK_SHARE) -> list[list[int]]:
+    """The batches of a sweep grouped into tasks: runs of consecutive batch indices, in order.
+
+    Each run holds ``floor(share * left / threads)`` batches, ``left`` being
+    the batches not yet grouped, at least one and at most ``most``; a run
+    never spans a gap in ``batches`` (a resumed sweep's pending batches).
+
+    Args:
+        batches: the batch indices to run, ascending.
+        threads: the worker threads known (0 or less: unknown, one batch a task).
+        most: the most batches a run holds.
+        share: see :data:`TASK_SHARE`.
+
+    Returns:
+        The runs, which together are ``batches``.
+    """
+    runs: list[list[int]] = []
+    i, n = 0, len(batches)
+    while i < n:
+        size = max(1, min(most, int(share * (n - i) / threads))) if threads > 0 else 1
+        run = [batches[i]]
+        while len(run) < size and i + len(run) < n and batches[i + len(run)] == run[-1] + 1:
+            run.append(batches[i + len(run)])
+        runs.append(run)
+        i += len(run)
+    return runs
 
 
 def format_seconds(s: float) -> str:
@@ -355,7 +398,7 @@ class ProgressLog:
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
               store_token, workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client=None,
               worker_timeout: float = 0.0):
-    """Submit the batches and commit them as they complete; (startup, wall, threads).
+    """Submit the batches (in tasks of :func:`task_runs`) and commit them as they complete; (startup, wall, threads).
 
     With a ``client``, the batches go to it and it stays open (its owner
     registered :class:`JaxSetup`); else a client is made here and closed.
@@ -385,48 +428,55 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         version = package_version()
         unfit: dict[str, str] = {}
 
-        def submit(index, attempt=0, **where):
-            sl = slices[index]
-            fut = client.submit(run_and_write_batch, batch_fn,
-                                {k: v[sl] for k, v in points.items()}, context, cache_dir,
-                                store_path, sl, schema, store_token, version,
-                                key=f"mechsweep-batch-{index}-{run_id}-{attempt}", pure=False, **where)
-            futures[fut.key] = (index, fut)
+        def submit(run, attempt=0, **where):
+            sls = [slices[i] for i in run]
+            span = slice(sls[0].start, sls[-1].stop)
+            fut = client.submit(run_and_write_batches, batch_fn,
+                                {k: v[span] for k, v in points.items()}, context, cache_dir,
+                                store_path, sls, schema, store_token, version,
+                                key=f"mechsweep-batch-{run[0]}-{run_id}-{attempt}", pure=False, **where)
+            futures[fut.key] = (run, fut)
             return fut
 
-        for index in todo:
-            submit(index)
+        for run in task_runs(todo, _known_threads(client)):
+            submit(run)
         threads = worker_threads(client)
         watch = WorkerWatch(client, lambda: [f for _, f in list(futures.values())], worker_timeout,
                             after_first=cluster is not None)
         # Results are fetched by as_completed's own thread as tasks finish, not one by one here.
         done = as_completed([f for _, f in futures.values()], with_results=True, raise_errors=False)
         for fut, result in done:
-            index = futures.pop(fut.key)[0]
-            n = slices[index].stop - slices[index].start
+            run = futures.pop(fut.key)[0]
             fut.release()
             if isinstance(result, tuple) and len(result) == 3 and isinstance(result[1], BaseException):
                 result = result[1]                       # an erred task: (type, exception, traceback)
             if isinstance(result, CancelledError):
-                summary.batches_left.append(index)
+                summary.batches_left += run
                 continue
-            if isinstance(result, KilledWorker):
-                result = _lost_batch(client, result, n, batch_size, since, index, waited)
-            elif isinstance(result, BaseException):  # infrastructure errors become data
-                result = BatchResult.failed(n, st.ERROR, f"{type(result).__name__}: {result}")
             if isinstance(result, Unfit):
                 fit = _use_fit_workers(client, unfit, result)
                 if fit:
                     attempt = int(fut.key.rsplit("-", 1)[1]) + 1
-                    done.add(submit(index, attempt, workers=fit, allow_other_workers=False))
+                    done.add(submit(run, attempt, workers=fit, allow_other_workers=False))
                     continue
                 summary.stopped = ("no worker passed its check: " + "; ".join(
                     f"{w}: {why}" for w, why in unfit.items()))
-                summary.batches_left += [index] + [i for i, _ in futures.values()]
+                summary.batches_left += run + [i for r, _ in futures.values() for i in r]
                 client.cancel([f for _, f in futures.values()])
                 futures.clear()
                 break
-            finish(index, result)
+            if isinstance(result, KilledWorker):
+                sizes = [slices[i].stop - slices[i].start for i in run]
+                lost = _lost_batch(client, result, max(sizes), batch_size, since, run[0], waited)
+                result = [BatchResult.failed(n, st.WORKER_LOST, lost.message) for n in sizes]
+            elif isinstance(result, BaseException):  # infrastructure errors become data
+                result = [BatchResult.failed(slices[i].stop - slices[i].start, st.ERROR,
+                                             f"{type(result).__name__}: {result}") for i in run]
+            for index, outcome in zip(run, result):
+                if isinstance(outcome, CancelledError):
+                    summary.batches_left.append(index)
+                else:
+                    finish(index, outcome)
         watch.stop()
         summary.stopped = summary.stopped or watch.reason
         wall = time.perf_counter() - t0
@@ -445,6 +495,14 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             client.close()
         if own is not None:
             own.close()
+
+
+def _known_threads(client) -> int:
+    """The worker threads the scheduler knows of now (0 when none, or when it does not say)."""
+    try:
+        return sum(int(w.get("nthreads", 1)) for w in client.scheduler_info(n_workers=-1)["workers"].values())
+    except Exception:  # noqa: BLE001 - then the tasks are single batches
+        return 0
 
 
 def _lost_batch(client, exc, n: int, batch: int, since: float, index: int, waited: set) -> BatchResult:

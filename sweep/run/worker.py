@@ -1,6 +1,7 @@
 """The worker side of a sweep: JAX set-up, the Dask task of one batch, and the worker's own checks.
 
-A task (:func:`run_and_write_batch`) computes its batch, checks the result
+A task (:func:`run_and_write_batches`: one or several consecutive batches,
+each by :func:`run_and_write_batch`) computes a batch, checks the result
 against the store's schema, writes the batch's chunks into the store itself
 and returns only the status codes and the chunks' checksums
 (:class:`~sweep.store.WrittenBatch`); the driver commits it
@@ -28,7 +29,7 @@ from sweep.store import BatchResult, Schema, WrittenBatch, write_batch_data, wri
 __all__ = [
     "default_jax_cache_dir", "CACHE_MIN_COMPILE_SECONDS", "configure_jax", "pin_to_core", "JaxSetup",
     "run_batch_task", "check_result", "checked_or_failed", "WriteFailed", "Unfit", "package_version",
-    "check_worker", "run_and_write_batch",
+    "check_worker", "run_and_write_batch", "run_and_write_batches",
 ]
 
 
@@ -327,6 +328,45 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
         return write_batch_data(_open_store_once(store, store_token), batch_slice, result)
     except Exception as exc:  # noqa: BLE001 - the driver decides; a worker must not die of it
         return WriteFailed(_picklable(exc), result.seconds)
+
+
+def run_and_write_batches(batch_fn: Callable, points: dict, context: Any, cache_dir: str,
+                          store: str, batch_slices: list[slice], schema: Schema,
+                          store_token: str | None = None,
+                          expected_version: str | None = None) -> list | Unfit:
+    """The Dask task of a run of consecutive batches: :func:`run_and_write_batch` for each, in order.
+
+    One task for several batches spares the driver and the scheduler their
+    cost per task (see :func:`sweep.run.driver.task_runs`); each batch is
+    still computed, checked and written on its own, so a task holds one
+    batch's results at a time.
+
+    Args:
+        batch_fn, context, cache_dir, store, schema, store_token,
+            expected_version: as for :func:`run_and_write_batch`.
+        points: parameter -> values of the task's points, from the first
+            batch's first point to the last batch's last.
+        batch_slices: the batches' points in the store, consecutive.
+
+    Returns:
+        One outcome per batch, as :func:`run_and_write_batch` returns them
+        (a batch cancelled while the task ran is a ``CancelledError`` and so
+        is every later one); the list stops after a :class:`WriteFailed`.
+        An :class:`Unfit` alone when this worker failed its check (nothing
+        was computed).
+    """
+    outcomes: list = []
+    start = batch_slices[0].start
+    for i, sl in enumerate(batch_slices):
+        part = {k: v[sl.start - start:sl.stop - start] for k, v in points.items()}
+        outcome = run_and_write_batch(batch_fn, part, context, cache_dir, store, sl, schema, store_token,
+                                      expected_version if i == 0 else None)
+        if isinstance(outcome, Unfit):
+            return outcome
+        outcomes.append(outcome)
+        if isinstance(outcome, WriteFailed):
+            break
+    return outcomes
 
 
 def _cancelled() -> bool:
