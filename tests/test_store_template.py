@@ -35,6 +35,24 @@ def test_a_new_store_records_its_coordinates_and_metadata(tmp_path):
     assert store.check_store(path, "decode").ok
 
 
+def test_a_new_stores_empty_text_and_time_arrays_have_their_chunks_and_no_chunk_written(tmp_path):
+    # Written as one chunk and regridded (Zarr looked at each of their empty chunks in turn).
+    from toybatch import ToyContext, grid_spec
+
+    spec = grid_spec(np.linspace(1.0, 2.0, 50), [0.1, 0.5], batch=3)             # 34 batches
+    path = tmp_path / "s.zarr"
+    store.create_template(path, spec.hash, spec.points, ToyContext().schema, {}, 3)
+    group = zarr.open_group(str(path), mode="r")
+    consolidated = zarr.open_consolidated(str(path), mode="r")
+    for name, chunks, fill in [("failure_reason", (3,), ""), ("batch_message", (1,), ""),
+                               ("batch_seconds", (1,), np.nan), ("batch_commit", (1,), "")]:
+        for g in (group, consolidated):
+            assert g[name].chunks == chunks and g[name].shape == ((100,) if chunks == (3,) else (34,))
+        assert not (path / name / "c").exists()
+        np.testing.assert_array_equal(group[name][:], np.full(group[name].shape, fill, dtype=group[name].dtype))
+    assert store.check_store(path, "decode").ok
+
+
 @pytest.mark.parametrize("flag", [[], ["--verify"]])
 def test_a_deleted_coordinate_chunk_is_reported_and_a_resume_writes_it_again(tmp_path, capsys, flag):
     path = toy_store(tmp_path / "s.zarr")
