@@ -104,7 +104,8 @@ def test_status_fill_value_is_pending_and_every_chunk_of_a_batch_is_written(tmp_
     flags = dict(zip(group["status"].attrs["flag_meanings"].split(),
                      group["status"].attrs["flag_values"]))
     assert flags["pending"] == st.PENDING and flags["success"] == st.SUCCESS
-    assert group.attrs["mechsweep_store_format"] == 3
+    assert group.attrs["mechsweep_store_format"] == 4
+    assert group["batch_commit"].chunks == (4,)        # the records of min(COMMIT_GROUP, 4 batches) share a chunk
     # Batch 3 failed as a whole: its all-NaN chunks are still files, so that a
     # missing file always means a lost chunk.
     assert (path / "x" / "c" / "3" / "0").is_file() and (path / "x_end" / "c" / "3").is_file()
@@ -140,7 +141,7 @@ def test_a_batch_is_not_done_until_its_commit_record_is_written(tmp_path, monkey
     def crash(*args):
         raise KeyboardInterrupt       # the driver dies between status and commit record
 
-    monkeypatch.setattr(store.commit, "write_commit", crash)
+    monkeypatch.setattr(store.commit, "write_commits", crash)
     with pytest.raises(KeyboardInterrupt):
         resume_toy(path, log, tag="first")
     monkeypatch.undo()
@@ -251,7 +252,7 @@ def test_a_chunk_undecodable_under_a_matching_checksum_is_found_by_verify(tmp_pa
 def test_several_damaged_batches_and_a_lost_commit_record(reference, tmp_path, capsys):
     log = str(tmp_path / "log")
     path = toy_store(tmp_path / "s.zarr", log=log)
-    os.remove(path / "batch_commit" / "c" / "0")
+    zarr.open_group(str(path), mode="r+")["batch_commit"][0] = ""
     os.remove(path / "steps" / "c" / "3")
     code, out, _ = status_cli(path, capsys, "--verify")
     assert code == 1
@@ -262,6 +263,32 @@ def test_several_damaged_batches_and_a_lost_commit_record(reference, tmp_path, c
     summary = resume_toy(path, log)
     assert sorted(summary.batches_run) == [0, 3]
     assert_same_store(path, reference)
+
+
+def test_a_lost_chunk_of_commit_records_leaves_its_batches_pending_and_a_resume_runs_them(reference, tmp_path,
+                                                                                         capsys):
+    log = str(tmp_path / "log")
+    path = toy_store(tmp_path / "s.zarr", log=log)
+    os.remove(path / "batch_commit" / "c" / "0")            # the records of batches 0-3
+    code, out, _ = status_cli(path, capsys, "--verify")
+    assert code == 0 and "damaged" not in out and counts(out)["pending"] == 15
+    summary = resume_toy(path, log)
+    assert sorted(summary.batches_run) == [0, 1, 2, 3]
+    assert_same_store(path, reference)
+
+
+def test_an_undecodable_chunk_of_commit_records_is_damage_to_each_of_its_batches_and_is_rewritten(
+        reference, tmp_path, capsys):
+    log = str(tmp_path / "log")
+    path = toy_store(tmp_path / "s.zarr", log=log)
+    (path / "batch_commit" / "c" / "0").write_bytes(b"not zstd at all")
+    code, out, _ = status_cli(path, capsys)
+    assert code == 1
+    assert all(f"batch {i} (points" in out.split("damaged batches (4;")[1] for i in range(4))
+    summary = resume_toy(path, log)
+    assert sorted(summary.batches_run) == [0, 1, 2, 3]
+    assert_same_store(path, reference)
+    assert status_cli(path, capsys, "--verify")[0] == 0
 
 
 def test_retry_failed_also_repairs_damaged_batches(tmp_path, capsys):
@@ -420,6 +447,34 @@ def test_a_store_of_format_2_is_read_verified_reported_and_resumed_without_failu
     summary = resume_toy(path, str(tmp_path / "log"), mode="retry-failed")
     assert summary.batches_run == [3]
     assert not (path / "failure_time").exists()
+    assert status_cli(path, capsys, "--verify")[0] == 0
+
+
+def make_format_3(path):
+    """Turn a store into one as format 3 wrote it: one chunk of ``batch_commit`` per batch."""
+    from sweep.template_record import write_template_record
+
+    group = zarr.open_group(str(path), mode="r+")
+    old = group["batch_commit"]
+    texts, attrs, compressors = [str(t) for t in old[:]], dict(old.attrs), old.compressors
+    del group["batch_commit"]
+    records = group.create_array("batch_commit", shape=(len(texts),), chunks=(1,), dtype=str, fill_value="",
+                                 compressors=compressors, dimension_names=["batch"], attributes=attrs)
+    records[:] = np.array(texts, dtype=object)
+    set_format(path, 3)
+    write_template_record(path)
+
+
+def test_a_store_of_format_3_keeps_one_commit_record_a_chunk_when_resumed(tmp_path, capsys):
+    path = toy_store(tmp_path / "s.zarr")
+    make_format_3(path)
+    assert sorted(os.listdir(path / "batch_commit" / "c")) == ["0", "1", "2", "3"]
+    assert status_cli(path, capsys, "--verify")[0] == 0
+    zarr.open_group(str(path), mode="r+")["batch_commit"][2] = ""          # batch 2 never committed
+    summary = resume_toy(path, str(tmp_path / "log"))
+    assert summary.batches_run == [2]
+    group = zarr.open_group(str(path), mode="r")
+    assert group.attrs["mechsweep_store_format"] == 3 and group["batch_commit"].chunks == (1,)
     assert status_cli(path, capsys, "--verify")[0] == 0
 
 

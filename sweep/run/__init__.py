@@ -15,10 +15,11 @@ consecutive batches (:func:`run_and_write_batches`; several while many batches
 are left per worker thread, one each towards the end: :func:`task_runs`).
 Each task computes its batches one after another, writes each batch's chunks
 into the store itself (batches are chunk-aligned, so no two tasks write the
-same file) and returns only the status codes and the chunks' checksums. The driver, the only writer of commit records, commits each batch
-as it completes: the data never pass through it, and a batch counts as done
-only once its commit record is written, after its data and its ``status``
-(see :mod:`sweep.store`). On an existing store every committed batch is first
+same file) and returns only the status codes and the chunks' checksums. The
+driver, the only writer of commit records, commits a task's batches as it
+completes (one write where their records share a chunk): the data never pass
+through it, and a batch counts as done only once its commit record is
+written, after its data and its ``status`` (see :mod:`sweep.store`). On an existing store every committed batch is first
 checked against its commit record (checksums of all its chunks), and batches
 that fail run again. The workers must therefore see the store: a file system
 they share with the driver, or object storage.

@@ -32,7 +32,7 @@ from sweep.run.cluster import (WORKER_TIMEOUT, WorkerWatch, check_dask_target, m
                                start_client, worker_lost_message, worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch, run_and_write_batches)
-from sweep.store import (BatchCommitter, BatchResult, Schema, WrittenBatch, batch_slices, plan_store, read_status,
+from sweep.store import (BatchCommitter, BatchResult, Schema, batch_slices, plan_store, read_status,
                          write_batch_data)
 
 __all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog", "task_runs",
@@ -49,18 +49,21 @@ TASK_SHARE = 1 / 8
 
 
 def task_runs(batches: list[int], threads: int, most: int = TASK_MOST_BATCHES,
-              share: float = TASK_SHARE) -> list[list[int]]:
+              share: float = TASK_SHARE, boundary: int = 1) -> list[list[int]]:
     """The batches of a sweep grouped into tasks: runs of consecutive batch indices, in order.
 
     Each run holds ``floor(share * left / threads)`` batches, ``left`` being
     the batches not yet grouped, at least one and at most ``most``; a run
-    never spans a gap in ``batches`` (a resumed sweep's pending batches).
+    never spans a gap in ``batches`` (a resumed sweep's pending batches), nor
+    a multiple of ``boundary`` (the chunks of commit records: a run's batches
+    are then committed with one write).
 
     Args:
         batches: the batch indices to run, ascending.
         threads: the worker threads known (0 or less: unknown, one batch a task).
         most: the most batches a run holds.
         share: see :data:`TASK_SHARE`.
+        boundary: batches per chunk of commit records (1: no boundary).
 
     Returns:
         The runs, which together are ``batches``.
@@ -70,7 +73,8 @@ def task_runs(batches: list[int], threads: int, most: int = TASK_MOST_BATCHES,
     while i < n:
         size = max(1, min(most, int(share * (n - i) / threads))) if threads > 0 else 1
         run = [batches[i]]
-        while len(run) < size and i + len(run) < n and batches[i + len(run)] == run[-1] + 1:
+        while (len(run) < size and i + len(run) < n and batches[i + len(run)] == run[-1] + 1
+               and (boundary <= 1 or batches[i + len(run)] % boundary)):
             run.append(batches[i + len(run)])
         runs.append(run)
         i += len(run)
@@ -141,6 +145,8 @@ class SweepSummary:
         stopped: why the run stopped before its batches were done (a
             cluster without workers), or empty.
         threads: worker threads seen (for the overhead).
+        tasks: Dask tasks submitted (each runs one or several consecutive
+            batches, :func:`task_runs`; a task sent again counts again).
         overhead_fraction: ``1 - sum(batch_seconds) / (wall_seconds * threads)``,
             the share of the workers' time not spent inside batch functions
             (scheduling, transfer, writing, idle workers at the end).
@@ -160,6 +166,7 @@ class SweepSummary:
     wall_seconds: float = 0.0
     startup_seconds: float = 0.0
     threads: int = 1
+    tasks: int = 0
     overhead_fraction: float = 0.0
     total_seconds: float = 0.0
     stopped: str = ""
@@ -297,28 +304,39 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     run_codes: list[np.ndarray] = []
     failed_so_far = [0]
 
-    def finish(index: int, outcome: WrittenBatch | WriteFailed | BatchResult) -> None:
-        # A worker's batch arrives written (commit it here) or not writable (stop the run);
-        # a batch lost with its worker (a result made here) is written here.
-        sl = slices[index]
-        if isinstance(outcome, WriteFailed):
-            raise outcome.error
+    def finish(run: list[int], outcomes: list) -> None:
+        # A task's batches arrive written (committed here, with one write where they share a
+        # chunk of commit records), not writable (stop the run, once those before are
+        # committed), cancelled (left pending), or lost with their worker (written here).
+        written, failed_write = [], None
         with _writing_a_batch():
-            if isinstance(outcome, BatchResult):
-                outcome = write_batch_data(group, sl, checked_or_failed(outcome, schema,
-                                                                        sl.stop - sl.start))
-            committer.commit(outcome)
-        summary.batches_run.append(index)
-        summary.batch_seconds[index] = float(outcome.seconds)
-        summary.batch_compile_seconds[index] = float(getattr(outcome, "compile_seconds", math.nan))
-        run_codes.append(outcome.status)
-        bar.update(1)
-        failed_so_far[0] += int(st.is_failure(outcome.status).sum())
+            for index, outcome in zip(run, outcomes):
+                if isinstance(outcome, CancelledError):
+                    summary.batches_left.append(index)
+                    continue
+                if isinstance(outcome, WriteFailed):
+                    failed_write = outcome.error
+                    break
+                if isinstance(outcome, BatchResult):
+                    sl = slices[index]
+                    outcome = write_batch_data(group, sl, checked_or_failed(outcome, schema, sl.stop - sl.start))
+                written.append(outcome)
+            if written:
+                committer.commit_all(written)
+        for outcome in written:
+            summary.batches_run.append(outcome.index)
+            summary.batch_seconds[outcome.index] = float(outcome.seconds)
+            summary.batch_compile_seconds[outcome.index] = float(getattr(outcome, "compile_seconds", math.nan))
+            run_codes.append(outcome.status)
+            failed_so_far[0] += int(st.is_failure(outcome.status).sum())
+        bar.update(len(written))
         failed = failed_so_far[0]
         if failed:
             bar.set_postfix(failed=failed)
-        if log is not None:
+        if log is not None and written:
             log.batch_done(len(summary.batches_run), failed)
+        if failed_write is not None:
+            raise failed_write
 
     group = zarr.open_group(store_path, mode="r+")
     committer = BatchCommitter(group) if todo else None
@@ -338,13 +356,13 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             t0 = time.perf_counter()
             for index in todo:
                 sl = slices[index]
-                finish(index, run_and_write_batch(batch_fn, {k: v[sl] for k, v in points.items()},
-                                                  context, cache_dir, group, sl, schema))
+                finish([index], [run_and_write_batch(batch_fn, {k: v[sl] for k, v in points.items()},
+                                                     context, cache_dir, group, sl, schema)])
             summary.wall_seconds = time.perf_counter() - t0
         else:
             summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
                 todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
-                store_token,
+                store_token, committer.records.chunks[0],
                 workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client,
                 WORKER_TIMEOUT if worker_timeout is None else worker_timeout)
     finally:
@@ -396,8 +414,8 @@ class ProgressLog:
 
 
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
-              store_token, workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client=None,
-              worker_timeout: float = 0.0):
+              store_token, commit_chunk, workers, scheduler, scheduler_file, cluster, cluster_file, t_start,
+              client=None, worker_timeout: float = 0.0):
     """Submit the batches (in tasks of :func:`task_runs`) and commit them as they complete; (startup, wall, threads).
 
     With a ``client``, the batches go to it and it stays open (its owner
@@ -436,9 +454,10 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
                                 store_path, sls, schema, store_token, version,
                                 key=f"mechsweep-batch-{run[0]}-{run_id}-{attempt}", pure=False, **where)
             futures[fut.key] = (run, fut)
+            summary.tasks += 1
             return fut
 
-        for run in task_runs(todo, _known_threads(client)):
+        for run in task_runs(todo, _known_threads(client), boundary=commit_chunk):
             submit(run)
         threads = worker_threads(client)
         watch = WorkerWatch(client, lambda: [f for _, f in list(futures.values())], worker_timeout,
@@ -472,11 +491,7 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             elif isinstance(result, BaseException):  # infrastructure errors become data
                 result = [BatchResult.failed(slices[i].stop - slices[i].start, st.ERROR,
                                              f"{type(result).__name__}: {result}") for i in run]
-            for index, outcome in zip(run, result):
-                if isinstance(outcome, CancelledError):
-                    summary.batches_left.append(index)
-                else:
-                    finish(index, outcome)
+            finish(run, result)
         watch.stop()
         summary.stopped = summary.stopped or watch.reason
         wall = time.perf_counter() - t0

@@ -30,8 +30,8 @@ from sweep.store.check import (CHECK_LEVELS, StoreCheck, check_store, failed_bat
                                read_status)
 from sweep.store.commit import COMMIT_FORMAT, BatchCommitter, commit_batch, write_batch
 from sweep.store.report import failure_groups, status_report
-from sweep.store.schema import (FAILURE_ARRAYS, RESERVED, STORE_FORMAT, BatchResult, Schema, WrittenBatch,
-                                batch_slices, effective_batch, store_attrs, store_format)
+from sweep.store.schema import (COMMIT_GROUP, FAILURE_ARRAYS, RESERVED, STORE_FORMAT, BatchResult, Schema,
+                                WrittenBatch, batch_slices, effective_batch, store_attrs, store_format)
 from sweep.store.template import (MODES, create_template, plan_store, prepare_store, variable_length_text,
                                   write_dataset, zarr_ready)
 from sweep.store.tree import ROOT_MARK, is_structural_store, open_store, open_tree, root_attrs
@@ -43,6 +43,6 @@ __all__ = [
     "read_status", "pending_batches", "failed_points", "failed_batches", "open_store",
     "store_attrs", "batch_slices", "effective_batch", "status_report", "check_store", "StoreCheck",
     "CHECK_LEVELS", "FAILURE_ARRAYS", "failure_columns", "failure_groups",
-    "RESERVED", "STORE_FORMAT", "COMMIT_FORMAT", "variable_length_text", "zarr_ready", "write_dataset",
+    "RESERVED", "STORE_FORMAT", "COMMIT_GROUP", "COMMIT_FORMAT", "variable_length_text", "zarr_ready", "write_dataset",
     "store_format", "writer_group", "ROOT_MARK", "root_attrs", "is_structural_store", "open_tree",
 ]

@@ -15,6 +15,11 @@ chunks (:mod:`sweep.store.write`). A commit record is JSON text (read with
 SHA-256 of its stored (encoded) bytes;
 ``checksum`` is the SHA-256 of the lines ``"<path> <sha256>\\n"`` in path
 order, the batch's content checksum. ``time`` is when the batch completed.
+
+The records of :data:`~sweep.store.schema.COMMIT_GROUP` consecutive batches
+share a chunk of ``batch_commit`` (store format 4; one chunk per batch
+before): the driver commits the batches of a task with one write of that
+chunk (:func:`write_commits`), atomic as every chunk write is.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from sweep.store.schema import (BatchResult, WrittenBatch, batch_chunks, chunk_l
 from sweep.store.write import put_whole_chunk, writable_group, write_batch_data
 
 __all__ = [
-    "COMMIT_FORMAT", "parse_record", "write_commit", "BatchCommitter", "commit_batch", "write_batch",
+    "COMMIT_FORMAT", "parse_record", "write_commit", "write_commits", "BatchCommitter", "commit_batch", "write_batch",
 ]
 
 
@@ -90,7 +95,7 @@ def parse_record(text: str, keys: list[str]) -> tuple[dict | None, str]:
 
 def write_commit(group: zarr.Group, index: int, chunks: Mapping[str, list] | None = None,
                  records: zarr.Array | None = None) -> None:
-    """The commit point of a batch: one chunk of ``batch_commit``, written atomically.
+    """The commit point of one batch: its record in ``batch_commit``, written atomically (see :func:`write_commits`).
 
     Args:
         group: the store, open for writing.
@@ -105,16 +110,66 @@ def write_commit(group: zarr.Group, index: int, chunks: Mapping[str, list] | Non
     """
     if chunks is None:
         chunks = chunk_table(store_root(group), batch_chunks(group, index))
+    write_commits(group, {index: chunks}, records)
+
+
+def write_commits(group: zarr.Group, tables: Mapping[int, Mapping[str, list]],
+                  records: zarr.Array | None = None, known: dict | None = None) -> None:
+    """The commit point of batches: their records written, one whole chunk of ``batch_commit`` at a time.
+
+    A chunk holds the records of consecutive batches (:data:`~sweep.store.schema.COMMIT_GROUP` in
+    a store of format 4, one before); each chunk the batches touch is written
+    whole, once, atomically (a file renamed into place, an object put), with
+    the records of its other batches as they were.
+
+    Args:
+        group: the store, open for writing.
+        tables: batch -> its chunk table from its writer.
+        records: the ``batch_commit`` array, if already looked up.
+        known: chunk index -> the records the chunk holds, kept between calls
+            by a caller that is the store's only committer (read from the store
+            where missing, updated after each write).
+
+    Raises:
+        OSError: the store cannot be written.
+    """
     records = records if records is not None else group["batch_commit"]
-    text = json.dumps(_commit_record(chunks), sort_keys=True)
-    put_whole_chunk(records, slice(index, index + 1), np.array([text], dtype=object))
+    known = known if known is not None else {}
+    size, total = records.chunks[0], records.shape[0]
+    by_chunk: dict[int, dict[int, str]] = {}
+    for index, chunks in tables.items():
+        by_chunk.setdefault(index // size, {})[index] = json.dumps(_commit_record(chunks), sort_keys=True)
+    for c, texts in by_chunk.items():
+        start, stop = c * size, min((c + 1) * size, total)
+        if len(texts) == stop - start:
+            current = [""] * (stop - start)
+        else:
+            current = list(known[c]) if c in known else _read_chunk(records, start, stop)
+        for index, text in texts.items():
+            current[index - start] = text
+        put_whole_chunk(records, slice(start, stop), np.array(current, dtype=object))
+        known[c] = current
+
+
+def _read_chunk(records: zarr.Array, start: int, stop: int) -> list[str]:
+    """The records of one chunk of ``batch_commit``; all empty where it does not decode.
+
+    A check finds every batch of an undecodable chunk damaged (its record
+    unreadable), so they all run again: until each is committed, it is pending.
+    """
+    try:
+        return [str(t) for t in records[start:stop]]
+    except Exception:  # noqa: BLE001 - codecs raise many types for bad bytes
+        return [""] * (stop - start)
 
 
 class BatchCommitter:
     """The writer of one store's commit records (the driver's part of writing a batch).
 
     The store's chunk layout and its ``batch_commit`` array are looked up
-    once, so that committing a batch costs one small write.
+    once, and the records of each chunk of ``batch_commit`` kept once read
+    or written, so that committing a task's batches costs one small write:
+    the committer must be the store's only one while it is used.
 
     Args:
         path: the store (or an open ``zarr.Group`` of it).
@@ -125,29 +180,37 @@ class BatchCommitter:
         self.layout = chunk_layout(self.group)
         self.records = self.group["batch_commit"]
         self.shared_message = store_format(self.group) < 3
+        self._known: dict = {}
 
     def commit(self, written: WrittenBatch) -> None:
-        """Commit a batch written by :func:`sweep.store.write.write_batch_data`: write its commit record.
+        """Commit a batch written by :func:`sweep.store.write.write_batch_data` (see :meth:`commit_all`)."""
+        self.commit_all([written])
 
-        The record's chunk table comes from the writer; its chunk paths must
-        be exactly those the store's metadata give the batch. In a store of
-        format 2 the batch's message and time are written here first (they
-        share chunks with other batches there, so only one process may write
-        them).
+    def commit_all(self, batches: list[WrittenBatch]) -> None:
+        """Commit batches written by :func:`sweep.store.write.write_batch_data`: write their commit records.
+
+        Each record's chunk table comes from the batch's writer; its chunk
+        paths must be exactly those the store's metadata give the batch. In a
+        store of format 2 the batches' messages and times are written here
+        first (they share chunks with other batches there, so only one
+        process may write them).  The records sharing a chunk of
+        ``batch_commit`` are written together (:func:`write_commits`).
 
         Raises:
-            ValueError: the table names other chunks than the batch has.
+            ValueError: a table names other chunks than its batch has (nothing is committed).
             OSError: the store cannot be written.
         """
-        keys = batch_chunks(self.group, written.index, self.layout)
-        if sorted(written.chunks) != keys:
-            raise ValueError(f"{store_root(self.group)}: batch {written.index} was written with "
-                             f"other chunks ({sorted(written.chunks)[:3]}...) than the store has "
-                             f"({keys[:3]}...)")
+        for written in batches:
+            keys = batch_chunks(self.group, written.index, self.layout)
+            if sorted(written.chunks) != keys:
+                raise ValueError(f"{store_root(self.group)}: batch {written.index} was written with "
+                                 f"other chunks ({sorted(written.chunks)[:3]}...) than the store has "
+                                 f"({keys[:3]}...)")
         if self.shared_message:
-            self.group["batch_message"][written.index] = written.message
-            self.group["batch_seconds"][written.index] = written.seconds
-        write_commit(self.group, written.index, written.chunks, self.records)
+            for written in batches:
+                self.group["batch_message"][written.index] = written.message
+                self.group["batch_seconds"][written.index] = written.seconds
+        write_commits(self.group, {w.index: w.chunks for w in batches}, self.records, self._known)
 
 
 def commit_batch(path, written: WrittenBatch) -> None:

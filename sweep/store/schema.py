@@ -24,11 +24,13 @@ variable):
 - ``batch_message(batch)`` text (why a batch failed, empty otherwise) and
   ``batch_seconds(batch)`` (compute time of the batch on its worker), one chunk
   per batch from format 3 on (format 2 shared a chunk among 1,024 batches);
-- ``batch_commit(batch)`` text, one chunk per batch: the batch's *commit
-  record*, empty until the batch is complete (store format 2;
-  :mod:`sweep.store.commit`).
+- ``batch_commit(batch)`` text: the batch's *commit record*, empty until the
+  batch is complete (store format 2; :mod:`sweep.store.commit`); one chunk
+  holds the records of :data:`COMMIT_GROUP` consecutive batches from format 4
+  on (one chunk per batch before), so that the driver commits a task's
+  batches with one write.
 
-Every chunk of a format-3 store also carries a CRC32C checksum (Zarr's
+Every chunk of a store of format 3 on also carries a CRC32C checksum (Zarr's
 ``crc32c`` codec) that any Zarr reader checks when it decodes the chunk.
 
 Stores of format 1 (written before commit records existed) can still be read
@@ -56,7 +58,7 @@ import zarr
 from sweep.location import StoreLocation, is_url
 
 __all__ = [
-    "RESERVED", "STORE_FORMAT", "FAILURE_ARRAYS", "BatchResult", "Schema", "WrittenBatch",
+    "RESERVED", "STORE_FORMAT", "COMMIT_GROUP", "FAILURE_ARRAYS", "BatchResult", "Schema", "WrittenBatch",
     "effective_batch", "batch_slices", "place", "is_store", "store_attrs", "store_format", "legacy_message",
     "resume_target", "batch_index", "store_root", "batch_arrays", "chunk_layout", "batch_chunks", "digest",
     "chunk_table",
@@ -72,8 +74,13 @@ RESERVED = ("status", "steps", "batch_message", "batch_seconds", "batch_commit",
 #: 1: no commit records (status fill value 0); 2: commit records, status fill value pending;
 #: 3: ``failure_time`` and ``failure_reason`` per point, ``batch_message`` and ``batch_seconds``
 #: one chunk per batch, all under the commit records; every chunk carries a CRC32C checksum
-#: (Zarr's ``crc32c`` codec).
-STORE_FORMAT = 3
+#: (Zarr's ``crc32c`` codec); 4: ``batch_commit`` in chunks of :data:`COMMIT_GROUP` batches.
+STORE_FORMAT = 4
+
+#: Commit records per chunk of ``batch_commit`` in a new store (format 4; the
+#: most batches a task runs, :data:`sweep.run.driver.TASK_MOST_BATCHES`, is
+#: the same): a task's batches are committed with one write.
+COMMIT_GROUP = 32
 
 #: The per-point failure variables (store format 3 on), in the order a batch writes them.
 FAILURE_ARRAYS = ("failure_time", "failure_reason")

@@ -30,8 +30,8 @@ from solver.results.solution import package_versions
 from sweep.folders import publish, temporary_sibling
 from sweep.location import StoreLocation, is_url
 from sweep.store.check import StoreCheck, check_store
-from sweep.store.schema import (STORE_FORMAT, Schema, batch_slices, effective_batch, legacy_message, place,
-                                store_attrs)
+from sweep.store.schema import (COMMIT_GROUP, STORE_FORMAT, Schema, batch_slices, effective_batch, legacy_message,
+                                place, store_attrs)
 from sweep.template_record import TEMPLATE_ARRAY, repair_coordinates, write_template_record
 
 __all__ = [
@@ -223,9 +223,11 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     encoding["failure_time"] = {"chunks": (batch,), "fill_value": np.nan}
     encoding["failure_reason"] = {"chunks": (batch,)}
     # One chunk (file) per batch, so that a worker writes its batch's message and time
-    # without touching another batch's, and committing a batch rewrites no other record.
-    for name in ("batch_message", "batch_seconds", "batch_commit"):
+    # without touching another batch's; the commit records, which the driver alone
+    # writes, in chunks of COMMIT_GROUP batches: one write commits a task's batches.
+    for name in ("batch_message", "batch_seconds"):
         encoding[name] = {"chunks": (1,)}
+    encoding["batch_commit"] = {"chunks": (min(COMMIT_GROUP, n_batches),)}
     for name in [*encoding, *coords]:
         encoding.setdefault(name, {})["compressors"] = (
             _CHECKSUM_ONLY if name in schema.variables else _COMPRESSORS)

@@ -2,8 +2,9 @@
 
 The real pipeline (:func:`sweep.run.run_sweep` with a ``distributed.Client``: a
 ``dask scheduler`` process, N ``dask worker`` processes of one thread each,
-tasks of :func:`sweep.run.run_and_write_batch`, the workers writing their
-batches into a local Zarr store, the driver committing each batch) runs a
+tasks of :func:`sweep.run.run_and_write_batches` sized by
+:func:`sweep.run.task_runs`, the workers writing their batches into a local
+Zarr store, the driver committing each task's batches) runs a
 sweep whose batch function returns pre-computed results at once
 (:mod:`scale_batch`), so nothing but the pipeline is measured. The results have
 exactly the shapes of the real RSCR sweep (``configs/sweeps/rscr_lengths_angles.yaml``:
@@ -15,17 +16,22 @@ For each N (``--workers``, default 1,2,4,8,16,32,64), on a fresh cluster
 
 - points/s: points / wall time of the ``run_sweep`` call (store
   preparation, tasks, commits);
+- the Dask tasks the batches went in;
 - the driver's CPU share (its process's CPU seconds / wall seconds, all its
-  threads) and CPU per batch; the scheduler's, and the workers' CPU per batch
-  (their checks, writes, read-back and checksums);
+  threads) and CPU per batch; the scheduler's CPU per task, and the workers'
+  CPU per batch (their checks, writes, read-back and checksums);
 - peak resident memory of the driver during the sweep (sampled) and of the
   largest worker (its peak over its life).
 
 Then, for comparison, the old path's rate: the driver writing everything
 itself (:func:`sweep.store.write_batch` of the same results, one process, no
-Dask), and an extrapolation from the measured driver CPU per batch: how many
-workers one driver could feed at ``--point-ms`` per point and worker, and what
-the scheduler and the storage would then have to sustain.
+Dask), and an extrapolation: the driver's CPU split into a cost per task and
+a cost per batch (least squares over the runs, whose tasks hold different
+numbers of batches), the ceiling that gives for long sweeps (tasks of 32
+batches) and for a sweep of 100 batches per worker on 1,000 workers (the tasks
+:func:`sweep.run.task_runs` would make), how many workers one driver could
+feed at ``--point-ms`` per point and worker, and what the scheduler and the
+storage would then have to sustain.
 
 The scheduler runs in its own process (a LocalCluster's would share the
 driver's, and its CPU time would count as the driver's). The workers run
@@ -219,6 +225,7 @@ class Run:
     workers: int
     points: int
     batches: int
+    tasks: int
     wall: float              # the whole run_sweep call
     prepare: float           # of which before the first task
     prepare_cpu: float       # the driver's CPU then
@@ -308,7 +315,7 @@ def measure(n: int, spec, context: CannedContext, args, work: Path, store: Path)
         cluster.close()
     t_submit, cpu_submit = clocked.at or (t0, cpu0)
     failed = sum(k for name, k in summary.store_by_status.items() if name != "success")
-    return Run(n, like.n_points, like.n_batches, t1 - t0, t_submit - t0, cpu_submit - cpu0,
+    return Run(n, like.n_points, like.n_batches, summary.tasks, t1 - t0, t_submit - t0, cpu_submit - cpu0,
                cpu1 - cpu_submit, sched1 - sched0, workers1 - workers0, rss.peak, worker_rss,
                failed + like.n_points - summary.points_run)
 
@@ -376,6 +383,7 @@ def table(runs: list[Run]) -> list[str]:
     cols = [("N", 3, lambda r: f"{r.workers}"),
             ("points", 7, lambda r: f"{r.points}"),
             ("batches", 7, lambda r: f"{r.batches}"),
+            ("tasks", 5, lambda r: f"{r.tasks}"),
             ("prep s", 6, lambda r: f"{r.prepare:.2f}"),
             ("prep CPU s", 10, lambda r: f"{r.prepare_cpu:.2f}"),
             ("tasks s", 7, lambda r: f"{r.tasks_wall:.2f}"),
@@ -384,7 +392,7 @@ def table(runs: list[Run]) -> list[str]:
             ("driver CPU", 10, lambda r: f"{100 * r.driver_cpu / r.tasks_wall:.0f}%"),
             ("driver ms/batch", 15, lambda r: f"{r.driver_ms_per_batch:.2f}"),
             ("sched CPU", 9, lambda r: f"{100 * r.scheduler_cpu / r.wall:.0f}%"),
-            ("sched ms/task", 13, lambda r: f"{1e3 * r.scheduler_cpu / r.batches:.2f}"),
+            ("sched ms/task", 13, lambda r: f"{1e3 * r.scheduler_cpu / r.tasks:.2f}"),
             ("worker ms/batch", 15, lambda r: f"{1e3 * r.worker_cpu / r.batches:.1f}"),
             ("driver RSS MB", 13, lambda r: f"{r.driver_rss / MB:.0f}"),
             ("worker RSS MB", 13, lambda r: f"{r.worker_rss / MB:.0f}"),
@@ -408,8 +416,10 @@ def extrapolation(runs: list[Run], old_rate: float, batch: int, point_ms: float,
         files: chunk files per batch.
         batch_bytes: bytes on disk per batch.
     """
+    from sweep.run import TASK_MOST_BATCHES, task_runs
+
     driver = [r.driver_ms_per_batch for r in runs]
-    sched = [1e3 * r.scheduler_cpu / r.batches for r in runs]
+    sched = [1e3 * r.scheduler_cpu / r.tasks for r in runs]
     worker = [1e3 * r.worker_cpu / r.batches for r in runs]
     d, s, w = statistics.median(driver), statistics.median(sched), statistics.median(worker)
     batches_per_s = 1e3 / d
@@ -420,25 +430,54 @@ def extrapolation(runs: list[Run], old_rate: float, batch: int, point_ms: float,
     lines = [
         f"Extrapolation (medians over N = {ns}; CPU times, so they hold while the process has a core):",
         f"  driver CPU per batch: {d:.2f} ms (range {min(driver):.2f}-{max(driver):.2f} over N)",
-        f"  driver-limited ceiling: {batches_per_s:.0f} batches/s x {batch} points = {ceiling:,.0f} points/s",
+        f"  driver-limited ceiling at these sweeps' task sizes: {batches_per_s:.0f} batches/s x {batch} points "
+        f"= {ceiling:,.0f} points/s",
+    ]
+    per_task, per_batch = _split_driver_cpu(runs)
+    if per_task is not None:
+        long = per_task / TASK_MOST_BATCHES + per_batch
+        big_b, big_n = 100 * 1000, 1000
+        big_tasks = len(task_runs(list(range(big_b)), big_n))
+        big = (per_task * big_tasks + per_batch * big_b) / big_b
+        lines += [
+            f"  driver CPU = {per_task:.2f} ms a task + {per_batch:.2f} ms a batch (least squares over the runs)",
+            f"  long sweeps (tasks of {TASK_MOST_BATCHES} batches): {long:.2f} ms a batch -> ceiling "
+            f"{1e3 / long * batch:,.0f} points/s",
+            f"  1,000 workers, 100 batches each ({big_b:,} batches in {big_tasks:,} tasks by task_runs): "
+            f"{big:.2f} ms a batch -> ceiling {1e3 / big * batch:,.0f} points/s; the scheduler would then run "
+            f"{1e3 / big * big_tasks / big_b:,.0f} tasks/s",
+        ]
+        ceiling = 1e3 / long * batch
+        fed = ceiling / per_worker
+    lines += [
         f"  at {point_ms:g} ms per point and worker (--point-ms) a worker computes {per_worker:.0f} points/s:"
-        f" one driver could feed about {fed:,.0f} workers",
+        f" one driver could feed about {fed:,.0f} workers (long sweeps)",
         f"  old path (the driver writing every batch itself): {old_rate:,.0f} points/s -> about "
-        f"{old_rate / per_worker:,.0f} workers; the driver-limited ceiling is {ceiling / old_rate:.1f}x that",
-        f"  next limits at the driver's ceiling ({batches_per_s:.0f} tasks/s):",
+        f"{old_rate / per_worker:,.0f} workers; the driver-limited ceiling (long sweeps) is "
+        f"{ceiling / old_rate:.1f}x that",
+        f"  next limits at that ceiling ({ceiling / batch:,.0f} batches/s, "
+        f"{ceiling / batch / TASK_MOST_BATCHES:,.0f} tasks/s):",
         f"    scheduler: {s:.2f} ms of its CPU per task measured here -> about "
-        f"{(f'{1e3 / s:,.0f}' if s > 0 else 'n/a (too little CPU to measure)')} tasks/s on one core "
-        f"({batches_per_s * s / 1e3:.2f} of a core at the driver's ceiling); Dask's scheduler is usually "
-        f"quoted at a few thousand tasks/s",
+        f"{(f'{1e3 / s:,.0f}' if s > 0 else 'n/a (too little CPU to measure)')} tasks/s on one core; "
+        f"Dask's scheduler is usually quoted at a few thousand tasks/s",
         f"    storage: a batch is {files:.0f} chunk files ({batch_bytes / MB:.2f} MB) written, renamed and "
-        f"checksummed by its worker from the bytes it wrote, and 1 commit record written by the driver: at {batches_per_s:.0f} "
-        f"batches/s {batches_per_s * (files + 1):,.0f} file writes/s and "
-        f"{batches_per_s * batch_bytes / MB:,.0f} MB/s",
+        f"checksummed by its worker from the bytes it wrote, and a task's commit records one file written by "
+        f"the driver: {ceiling / batch * files:,.0f} file writes/s and {ceiling / batch * batch_bytes / MB:,.0f} MB/s",
         f"    workers: writing a batch costs its worker {w:.1f} ms of CPU, "
         f"{100 * w / (batch * point_ms):.1f}% of the batch's {batch * point_ms / 1e3:.2f} s of compute at "
         f"{point_ms:g} ms per point",
     ]
     return lines
+
+
+def _split_driver_cpu(runs: list[Run]) -> tuple[float | None, float | None]:
+    """The driver's task-phase CPU as ``a`` ms a task + ``b`` ms a batch, by least squares; None where undetermined."""
+    if len({round(r.tasks / r.batches, 3) for r in runs}) < 2:
+        return None, None
+    A = np.array([[r.tasks, r.batches] for r in runs], dtype=float)
+    y = np.array([1e3 * r.driver_cpu for r in runs])
+    (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
+    return float(a), float(b)
 
 
 def command_line(argv: list[str] | None) -> str:
@@ -564,11 +603,12 @@ def main(argv=None) -> int:
             shutil.rmtree(old_store)
 
     say("Workers write, the driver commits. prep: run_sweep's store preparation (the template), before "
-        "the first task; tasks: from the first task's submission to the call's end; points/s: points / "
+        "the first task; tasks: the Dask tasks the batches went in (sweep.run.task_runs); tasks s: from the "
+        "first task's submission to the call's end; points/s: points / "
         "wall of the whole call, tasks points/s: of the task phase; driver CPU: its CPU seconds / wall "
         "seconds in the task phase, ms/batch its CPU per batch there; sched and worker: CPU over the "
-        "whole call (ms/task, ms/batch: per batch; worker: all workers together); RSS: peak resident "
-        "memory, the driver's during the call, the largest worker's over its life:")
+        "whole call (sched ms/task: per Dask task; worker ms/batch: per batch, all workers together); RSS: "
+        "peak resident memory, the driver's during the call, the largest worker's over its life:")
     for line in table(runs):
         say(line)
     say()
