@@ -32,8 +32,7 @@ from sweep.run.cluster import (WORKER_TIMEOUT, WorkerWatch, check_dask_target, m
                                start_client, worker_lost_message, worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch, run_and_write_batches)
-from sweep.store import (BatchCommitter, BatchResult, Schema, batch_slices, plan_store, read_status,
-                         write_batch_data)
+from sweep.store import BatchCommitter, BatchResult, Schema, batch_slices, plan_store, write_batch_data
 
 __all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog", "task_runs",
            "TASK_MOST_BATCHES", "TASK_SHARE"]
@@ -49,7 +48,7 @@ TASK_SHARE = 1 / 8
 
 
 def task_runs(batches: list[int], threads: int, most: int = TASK_MOST_BATCHES,
-              share: float = TASK_SHARE, boundary: int = 1) -> list[list[int]]:
+              share: float = TASK_SHARE, boundary: int = 1, size: int | None = None) -> list[list[int]]:
     """The batches of a sweep grouped into tasks: runs of consecutive batch indices, in order.
 
     Each run holds ``floor(share * left / threads)`` batches, ``left`` being
@@ -64,6 +63,8 @@ def task_runs(batches: list[int], threads: int, most: int = TASK_MOST_BATCHES,
         most: the most batches a run holds.
         share: see :data:`TASK_SHARE`.
         boundary: batches per chunk of commit records (1: no boundary).
+        size: runs of this many batches (gaps and boundaries still cut
+            them) instead of the guided sizes.
 
     Returns:
         The runs, which together are ``batches``.
@@ -71,9 +72,9 @@ def task_runs(batches: list[int], threads: int, most: int = TASK_MOST_BATCHES,
     runs: list[list[int]] = []
     i, n = 0, len(batches)
     while i < n:
-        size = max(1, min(most, int(share * (n - i) / threads))) if threads > 0 else 1
+        want = size or (max(1, min(most, int(share * (n - i) / threads))) if threads > 0 else 1)
         run = [batches[i]]
-        while (len(run) < size and i + len(run) < n and batches[i + len(run)] == run[-1] + 1
+        while (len(run) < want and i + len(run) < n and batches[i + len(run)] == run[-1] + 1
                and (boundary <= 1 or batches[i + len(run)] % boundary)):
             run.append(batches[i + len(run)])
         runs.append(run)
@@ -134,7 +135,8 @@ class SweepSummary:
             records and were therefore run again.
         points_run: points written by this run.
         by_status: status name -> points of this run.
-        store_by_status: status name -> points in the whole store afterwards.
+        store_by_status: status name -> points in the whole store afterwards
+            (the points of batches not done count as pending).
         batch_seconds: batch index -> compute time on its worker.
         batch_compile_seconds: batch index -> the part of it spent tracing
             and compiling (NaN where not measured: a batch lost with its
@@ -225,7 +227,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
               mode: str = "resume", progress: bool = True, *, schema: Schema | None = None,
               attrs: Mapping | None = None, jax_cache_dir: str | None = None,
               verify: bool = True, client=None, progress_every: float | None = None,
-              worker_timeout: float | None = None) -> SweepSummary:
+              worker_timeout: float | None = None, task_batches: int | None = None) -> SweepSummary:
     """Run (or resume) a sweep into a Zarr store.
 
     Args:
@@ -265,6 +267,9 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             returning one, called only when there are batches to run;
             instead of ``workers``, ``scheduler``, ``scheduler_file`` and
             ``cluster`` (a structural sweep's groups share one).
+        task_batches: batches per Dask task, fixed (at most one chunk of
+            commit records); None (default): the guided sizes of
+            :func:`task_runs`.
 
     Returns:
         A :class:`SweepSummary`.
@@ -287,6 +292,8 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     cache_dir = jax_cache_dir or default_jax_cache_dir()
     store_path = str(store_path)
     cluster_file = None
+    if task_batches is not None and (not isinstance(task_batches, int) or task_batches < 1):
+        raise ValueError(f"run_sweep: task_batches must be a whole number >= 1 or None, got {task_batches!r}")
     if client is not None and (workers == 0 or scheduler or scheduler_file or cluster):
         raise ValueError("run_sweep: give a client or workers/scheduler/scheduler_file/cluster, not both")
     if workers != 0 and client is None:
@@ -303,6 +310,10 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         summary.batches_damaged = dict(check.damaged)
     run_codes: list[np.ndarray] = []
     failed_so_far = [0]
+    # The store's status as the check read it (batches not done: pending), kept up to date
+    # here: reading every status chunk back at the end cost the driver ~1 ms a batch.
+    store_codes = (check.codes.copy() if check is not None and check.codes is not None
+                   else np.full(n_points, st.PENDING, dtype=np.int8))
 
     def finish(run: list[int], outcomes: list) -> None:
         # A task's batches arrive written (committed here, with one write where they share a
@@ -328,7 +339,9 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             summary.batch_seconds[outcome.index] = float(outcome.seconds)
             summary.batch_compile_seconds[outcome.index] = float(getattr(outcome, "compile_seconds", math.nan))
             run_codes.append(outcome.status)
-            failed_so_far[0] += int(st.is_failure(outcome.status).sum())
+            store_codes[slices[outcome.index]] = outcome.status
+        if written:
+            failed_so_far[0] += int(st.is_failure(np.concatenate([w.status for w in written])).sum())
         bar.update(len(written))
         failed = failed_so_far[0]
         if failed:
@@ -362,7 +375,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         else:
             summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
                 todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
-                store_token, committer.records.chunks[0],
+                store_token, committer.records.chunks[0], task_batches,
                 workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client,
                 WORKER_TIMEOUT if worker_timeout is None else worker_timeout)
     finally:
@@ -371,7 +384,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     if run_codes:
         summary.by_status = _counts(np.concatenate(run_codes))
         summary.points_run = int(sum(len(c) for c in run_codes))
-    summary.store_by_status = _counts(read_status(store_path))
+    summary.store_by_status = _counts(store_codes)
     busy = sum(summary.batch_seconds.values())
     if summary.wall_seconds > 0:
         summary.overhead_fraction = max(0.0, 1.0 - busy / (summary.wall_seconds * summary.threads))
@@ -414,8 +427,8 @@ class ProgressLog:
 
 
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
-              store_token, commit_chunk, workers, scheduler, scheduler_file, cluster, cluster_file, t_start,
-              client=None, worker_timeout: float = 0.0):
+              store_token, commit_chunk, task_batches, workers, scheduler, scheduler_file, cluster, cluster_file,
+              t_start, client=None, worker_timeout: float = 0.0):
     """Submit the batches (in tasks of :func:`task_runs`) and commit them as they complete; (startup, wall, threads).
 
     With a ``client``, the batches go to it and it stays open (its owner
@@ -457,7 +470,7 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             summary.tasks += 1
             return fut
 
-        for run in task_runs(todo, _known_threads(client), boundary=commit_chunk):
+        for run in task_runs(todo, _known_threads(client), boundary=commit_chunk, size=task_batches):
             submit(run)
         threads = worker_threads(client)
         watch = WorkerWatch(client, lambda: [f for _, f in list(futures.values())], worker_timeout,

@@ -26,8 +26,8 @@ For each N (``--workers``, default 1,2,4,8,16,32,64), on a fresh cluster
 Then, for comparison, the old path's rate: the driver writing everything
 itself (:func:`sweep.store.write_batch` of the same results, one process, no
 Dask), and an extrapolation: the driver's CPU split into a cost per task and
-a cost per batch (least squares over the runs, whose tasks hold different
-numbers of batches), the ceiling that gives for long sweeps (tasks of 32
+a cost per batch (measured on one worker with tasks of 1 and of 32 batches,
+``run_sweep(task_batches=k)``), the ceiling that gives for long sweeps (tasks of 32
 batches) and for a sweep of 100 batches per worker on 1,000 workers (the tasks
 :func:`sweep.run.task_runs` would make), how many workers one driver could
 feed at ``--point-ms`` per point and worker, and what the scheduler and the
@@ -320,6 +320,57 @@ def measure(n: int, spec, context: CannedContext, args, work: Path, store: Path)
                failed + like.n_points - summary.points_run)
 
 
+@dataclass
+class TaskSplit:
+    """The driver's task-phase CPU on one worker with tasks of a fixed size: ms per task and per batch."""
+
+    per_task: float
+    per_batch: float
+    rows: list[str]
+
+
+def task_split(spec, context: CannedContext, args, work: Path, repeats: int = 2) -> TaskSplit:
+    """Measure the driver's CPU with tasks of one batch and of ``TASK_MOST_BATCHES``, alternately, on 1 worker.
+
+    ``run_sweep(task_batches=k)`` fixes the tasks' size; with T_k tasks for
+    the same B batches the driver's CPU is ``T_k a + B b``: two sizes give
+    ``a`` (a task) and ``b`` (a batch).  Medians over ``repeats`` runs each.
+    """
+    from sweep.run import TASK_MOST_BATCHES, run_sweep
+
+    sizes = (TASK_MOST_BATCHES, 1)
+    cpu: dict[int, list[float]] = {k: [] for k in sizes}
+    tasks: dict[int, int] = {}
+    cluster = Cluster(1, work, timeout=args.start_timeout)
+    try:
+        client = cluster.client
+        client.run(warm, context, args.batch)
+        warm_store = work / "split_warm.zarr"
+        run_sweep(sweep_like(spec, 2 * args.batch, args.batch, "split warm-up"), canned_batch, context,
+                  warm_store, mode="overwrite", progress=False, client=client)
+        shutil.rmtree(warm_store)
+        like = sweep_like(spec, args.min_points, args.batch, "split")
+        for rep in range(repeats):
+            for k in sizes:
+                store = work / f"split_{k}_{rep}.zarr"
+                clocked = SubmitClock(client)
+                summary = run_sweep(like, canned_batch, context, store, mode="overwrite", progress=False,
+                                    client=clocked, task_batches=k)
+                cpu[k].append(1e3 * (cpu_seconds() - clocked.at[1]))
+                tasks[k] = summary.tasks
+                shutil.rmtree(store)
+    finally:
+        cluster.close()
+    big, one = (statistics.median(cpu[k]) for k in sizes)
+    b_count = like.n_batches
+    per_task = (one - big) / (tasks[1] - tasks[sizes[0]])
+    per_batch = (one - per_task * tasks[1]) / b_count
+    rows = [f"  tasks of {k:2d} batches: {tasks[k]:3d} tasks for {b_count} batches, driver CPU in the task phase "
+            f"{', '.join(f'{c:.0f}' for c in cpu[k])} ms ({statistics.median(cpu[k]) / b_count:.2f} ms a batch)"
+            for k in sizes]
+    return TaskSplit(per_task, per_batch, rows)
+
+
 def old_path(spec, context: CannedContext, n_points: int, batch: int, store: Path) -> tuple[float, int]:
     """Points/s of the driver writing everything (:func:`sweep.store.write_batch`), one process.
 
@@ -405,7 +456,7 @@ def table(runs: list[Run]) -> list[str]:
 
 
 def extrapolation(runs: list[Run], old_rate: float, batch: int, point_ms: float,
-                  files: float, batch_bytes: float) -> list[str]:
+                  files: float, batch_bytes: float, split: TaskSplit | None = None) -> list[str]:
     """What the measured per-batch costs imply for one driver and many workers.
 
     Args:
@@ -415,6 +466,7 @@ def extrapolation(runs: list[Run], old_rate: float, batch: int, point_ms: float,
         point_ms: compute time per point and worker, ms (``--point-ms``).
         files: chunk files per batch.
         batch_bytes: bytes on disk per batch.
+        split: the driver's CPU per task and per batch (:func:`task_split`).
     """
     from sweep.run import TASK_MOST_BATCHES, task_runs
 
@@ -433,14 +485,18 @@ def extrapolation(runs: list[Run], old_rate: float, batch: int, point_ms: float,
         f"  driver-limited ceiling at these sweeps' task sizes: {batches_per_s:.0f} batches/s x {batch} points "
         f"= {ceiling:,.0f} points/s",
     ]
-    per_task, per_batch = _split_driver_cpu(runs)
-    if per_task is not None:
+    which = "these sweeps"
+    if split is not None:
+        which = "long sweeps"
+        per_task, per_batch = split.per_task, split.per_batch
         long = per_task / TASK_MOST_BATCHES + per_batch
         big_b, big_n = 100 * 1000, 1000
         big_tasks = len(task_runs(list(range(big_b)), big_n))
         big = (per_task * big_tasks + per_batch * big_b) / big_b
         lines += [
-            f"  driver CPU = {per_task:.2f} ms a task + {per_batch:.2f} ms a batch (least squares over the runs)",
+            "  the driver's CPU split, on 1 worker with tasks of a fixed size (run_sweep(task_batches=k)):",
+            *split.rows,
+            f"  -> driver CPU = {per_task:.2f} ms a task + {per_batch:.2f} ms a batch",
             f"  long sweeps (tasks of {TASK_MOST_BATCHES} batches): {long:.2f} ms a batch -> ceiling "
             f"{1e3 / long * batch:,.0f} points/s",
             f"  1,000 workers, 100 batches each ({big_b:,} batches in {big_tasks:,} tasks by task_runs): "
@@ -451,9 +507,9 @@ def extrapolation(runs: list[Run], old_rate: float, batch: int, point_ms: float,
         fed = ceiling / per_worker
     lines += [
         f"  at {point_ms:g} ms per point and worker (--point-ms) a worker computes {per_worker:.0f} points/s:"
-        f" one driver could feed about {fed:,.0f} workers (long sweeps)",
+        f" one driver could feed about {fed:,.0f} workers ({which})",
         f"  old path (the driver writing every batch itself): {old_rate:,.0f} points/s -> about "
-        f"{old_rate / per_worker:,.0f} workers; the driver-limited ceiling (long sweeps) is "
+        f"{old_rate / per_worker:,.0f} workers; the driver-limited ceiling ({which}) is "
         f"{ceiling / old_rate:.1f}x that",
         f"  next limits at that ceiling ({ceiling / batch:,.0f} batches/s, "
         f"{ceiling / batch / TASK_MOST_BATCHES:,.0f} tasks/s):",
@@ -468,16 +524,6 @@ def extrapolation(runs: list[Run], old_rate: float, batch: int, point_ms: float,
         f"{point_ms:g} ms per point",
     ]
     return lines
-
-
-def _split_driver_cpu(runs: list[Run]) -> tuple[float | None, float | None]:
-    """The driver's task-phase CPU as ``a`` ms a task + ``b`` ms a batch, by least squares; None where undetermined."""
-    if len({round(r.tasks / r.batches, 3) for r in runs}) < 2:
-        return None, None
-    A = np.array([[r.tasks, r.batches] for r in runs], dtype=float)
-    y = np.array([1e3 * r.driver_cpu for r in runs])
-    (a, b), *_ = np.linalg.lstsq(A, y, rcond=None)
-    return float(a), float(b)
 
 
 def command_line(argv: list[str] | None) -> str:
@@ -597,6 +643,7 @@ def main(argv=None) -> int:
             print(f"  N = {n}: {run.rate:,.0f} points/s", file=sys.stderr, flush=True)
             if keep is None:
                 shutil.rmtree(store)
+        split = task_split(spec, context, args, work) if not quick else None
         old_store = folder / "old_path.zarr"
         old_rate, old_n = old_path(spec, context, args.old_points, args.batch, old_store)
         if keep is None:
@@ -616,7 +663,7 @@ def main(argv=None) -> int:
         f"the same results in one process, no Dask), {old_n} points: {old_rate:,.0f} points/s")
     say()
     if runs:
-        for line in extrapolation(runs, old_rate, args.batch, args.point_ms, files, batch_bytes):
+        for line in extrapolation(runs, old_rate, args.batch, args.point_ms, files, batch_bytes, split):
             say(line)
     load = os.getloadavg()
     say(f"load average at the end {load[0]:.2f} (1 min), {load[1]:.2f} (5 min)")
