@@ -14,7 +14,13 @@ call in-process": for the pendulum (20,000 lengths, Batch 1,000) and the RSCR
   start (``SweepSummary.wall_seconds``).
 
 The ratio is pipeline wall / in-process wall, per batch. With one worker,
-nothing runs in parallel: it is the pipeline's cost over the solve.
+nothing runs in parallel: it is the pipeline's cost over the solve.  The
+worker is a single-threaded process pinned to one core (as every sweep's
+workers, one per core); the in-process batches are timed twice, as they run
+and with every thread of the process pinned to one core, and the ratio is
+given against both: a batch computes on one thread either way, but a thread
+free to move between cores ran it 10-15 % slower here, and the second is the
+pipeline's cost over the same call in the same conditions.
 
 Run: ``.venv/bin/python workflows/benchmarks/bench_sweep_vs_solve.py [--only pendulum,rscr]
 [--out FILE]``.
@@ -55,11 +61,17 @@ def measure(name: str, text: str, folder: Path) -> dict:
     model = load_model(spec)
     first = {k: np.asarray(v[model_batches[0]], float) for k, v in spec.points.items()}
     solve_batch(model, first, params=context.constants, t_eval=context.time)        # compile
-    t0 = time.perf_counter()
-    for sl in model_batches:
-        solve_batch(model, {k: np.asarray(v[sl], float) for k, v in spec.points.items()},
-                    params=context.constants, t_eval=context.time)
-    in_process = time.perf_counter() - t0
+
+    def in_process_seconds() -> float:
+        t0 = time.perf_counter()
+        for sl in model_batches:
+            solve_batch(model, {k: np.asarray(v[sl], float) for k, v in spec.points.items()},
+                        params=context.constants, t_eval=context.time)
+        return time.perf_counter() - t0
+
+    in_process = in_process_seconds()
+    with one_core():
+        in_process_one_core = in_process_seconds()
 
     with dask_client(workers=1) as client:
         warm = SimpleNamespace(points={k: v[:spec.batch] for k, v in spec.points.items()},
@@ -71,8 +83,34 @@ def measure(name: str, text: str, folder: Path) -> dict:
     n = len(model_batches)
     busy = sum(summary.batch_seconds.values())
     return {"name": name, "points": spec.n_points, "batches": n,
-            "in_process": in_process / n, "pipeline": summary.wall_seconds / n,
+            "in_process": in_process / n, "in_process_one_core": in_process_one_core / n,
+            "pipeline": summary.wall_seconds / n,
             "batch_fn": busy / n, "total": summary.total_seconds}
+
+
+class one_core:
+    """Every thread of this process pinned to its first allowed core while inside (Linux; elsewhere nothing)."""
+
+    def __enter__(self):
+        self.saved = {}
+        if not hasattr(os, "sched_setaffinity") or not os.path.isdir("/proc/self/task"):
+            return self
+        core = {min(os.sched_getaffinity(0))}
+        for tid in map(int, os.listdir("/proc/self/task")):
+            try:
+                self.saved[tid] = os.sched_getaffinity(tid)
+                os.sched_setaffinity(tid, core)
+            except OSError:       # a thread that ended meanwhile
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for tid, cores in self.saved.items():
+            try:
+                os.sched_setaffinity(tid, cores)
+            except OSError:
+                pass
+        return False
 
 
 def main(argv=None) -> int:
@@ -94,18 +132,21 @@ def main(argv=None) -> int:
     lines = [f"$ {' '.join(shlex.quote(a) for a in ['.venv/bin/python', os.path.relpath(__file__, ROOT), *(argv if argv is not None else sys.argv[1:])])}",
              f"# {datetime.datetime.now():%Y-%m-%d %H:%M}; {os.cpu_count()} cores; one worker process "
              f"(one thread), local Zarr store; ms per batch",
-             f"{'sweep':10} {'points':>7} {'batches':>7} {'solve_batch':>12} {'sweep batch':>12} "
-             f"{'of which worker':>16} {'ratio':>6}"]
+             f"{'sweep':10} {'points':>7} {'batches':>7} {'solve_batch':>12} {'on 1 core':>10} "
+             f"{'sweep batch':>12} {'of which worker':>16} {'ratio':>6} {'vs 1 core':>10}"]
     with tempfile.TemporaryDirectory(prefix="mechsweep-bench-") as tmp:
         for name in args.only.split(","):
             r = measure(name, CASES[name], Path(tmp))
             lines.append(f"{r['name']:10} {r['points']:7d} {r['batches']:7d} {1e3 * r['in_process']:12.1f} "
+                         f"{1e3 * r['in_process_one_core']:10.1f} "
                          f"{1e3 * r['pipeline']:12.1f} {1e3 * r['batch_fn']:16.1f} "
-                         f"{r['pipeline'] / r['in_process']:6.2f}")
+                         f"{r['pipeline'] / r['in_process']:6.2f} {r['pipeline'] / r['in_process_one_core']:10.2f}")
             print(lines[-1], flush=True)
-    lines.append("# solve_batch: in-process solver.solve_batch per batch; sweep batch: run_sweep wall time "
-                 "per batch (tasks, worker's batch function and writes, driver's commits); of which "
-                 "worker: the batch function's own time on the worker")
+    lines.append("# solve_batch: in-process solver.solve_batch per batch; on 1 core: the same "
+                 "with every thread of the process pinned to one core, as a sweep worker is; sweep batch: "
+                 "run_sweep wall time per batch (tasks, worker's batch function and writes, driver's "
+                 "commits); of which worker: the batch function's own time on the worker; ratio: sweep "
+                 "batch / solve_batch; vs 1 core: sweep batch / solve_batch on 1 core")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
