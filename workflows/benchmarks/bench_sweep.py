@@ -230,7 +230,7 @@ def timed_sweep(client, address, spec_like, context, store, cache_dir) -> dict:
             "busy": sum(summary.batch_seconds.values()),
             "integration": after[0] - before[0], "calls": after[1] - before[1],
             "threads": summary.threads, "points": summary.points_run, "failed": failed,
-            "batches": len(summary.batches_run)}
+            "batches": len(summary.batches_run), "tasks": summary.tasks}
 
 
 def overhead_lines(label: str, r: dict) -> tuple[list[str], float]:
@@ -247,7 +247,8 @@ def overhead_lines(label: str, r: dict) -> tuple[list[str], float]:
     overhead = 1.0 - r["integration"] / worker_time
     inside = (r["busy"] - r["integration"]) / worker_time
     outside = 1.0 - r["busy"] / worker_time
-    return [f"  {label}: wall {r['wall']:8.2f} s for {r['points']} points in {r['batches']} tasks "
+    return [f"  {label}: wall {r['wall']:8.2f} s for {r['points']} points in {r['batches']} batches "
+            f"({r['tasks']} Dask tasks) "
             f"({1e3 * r['wall'] / r['points']:.1f} ms/point), {r['failed']} failed; "
             f"inside integration {r['integration']:.2f} s ({r['calls']} calls)",
             f"    overhead (1 - integration / (wall x {r['threads']} workers)) {100 * overhead:5.1f}%"
@@ -314,7 +315,7 @@ def main(argv=None) -> int:
             f"jax {jax.__version__} ({jax.devices()[0].platform}), python {platform.python_version()}; "
             f"load average at start {load0[0]:.2f}")
         say(f"pipeline: Dask LocalCluster, single-threaded worker processes pinned to one core each, the workers "
-            f"write their batches into the Zarr store and the driver commits them; batched = {args.batch} points per task ({spec.n_batches} tasks)")
+            f"write their batches into the Zarr store and the driver commits them; batched = {args.batch} points per batch ({spec.n_batches} batches, in tasks of one or more: sweep.run.task_runs)")
 
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                dashboard_address=None)
