@@ -498,9 +498,8 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
                 futures.clear()
                 break
             if isinstance(result, KilledWorker):
-                sizes = [slices[i].stop - slices[i].start for i in run]
-                lost = _lost_batch(client, result, max(sizes), batch_size, since, run[0], waited)
-                result = [BatchResult.failed(n, st.WORKER_LOST, lost.message) for n in sizes]
+                result = _lost_batches(client, result, [slices[i].stop - slices[i].start for i in run],
+                                       batch_size, since, run, waited)
             elif isinstance(result, BaseException):  # infrastructure errors become data
                 result = [BatchResult.failed(slices[i].stop - slices[i].start, st.ERROR,
                                              f"{type(result).__name__}: {result}") for i in run]
@@ -533,11 +532,12 @@ def _known_threads(client) -> int:
         return 0
 
 
-def _lost_batch(client, exc, n: int, batch: int, since: float, index: int, waited: set) -> BatchResult:
-    """The failed result of a batch whose workers died (``KilledWorker``), saying whether memory killed them.
+def _lost_batches(client, exc, sizes: list[int], batch: int, since: float, run: list[int],
+                  waited: set) -> list[BatchResult]:
+    """The failed results of a task's batches whose workers died (``KilledWorker``), saying whether memory killed them.
 
     The nanny's event may come a moment after the loss: it is waited for
-    (2 s at most) once per lost worker, not once per batch it held.
+    (2 s at most) once per lost worker, not once per task it held.
     """
     worker = getattr(getattr(exc, "last_worker", None), "address", None)
     wait = 0.0 if worker in waited else 2.0
@@ -545,8 +545,9 @@ def _lost_batch(client, exc, n: int, batch: int, since: float, index: int, waite
     # ``since`` less a minute: the scheduler's clock may be another host's.
     message = worker_lost_message(exc, memory_kills(client, since - 60.0, wait=wait, worker=worker), batch)
     if "killed for memory" in message:
-        log.warning(f"batch {index}: {message}")
-    return BatchResult.failed(n, st.WORKER_LOST, message)
+        which = f"batch {run[0]}" if len(run) == 1 else f"batches {run[0]}-{run[-1]}"
+        log.warning(f"{which}: {message}")
+    return [BatchResult.failed(n, st.WORKER_LOST, message) for n in sizes]
 
 
 def _quiet_shutdown() -> None:
