@@ -1,4 +1,4 @@
-"""The driver of a sweep: plan the store, submit tasks of consecutive batches, commit each batch as it completes.
+"""The driver of a sweep: plan the store, submit tasks of consecutive batches, commit them as tasks complete.
 
 The driver is the only writer of commit records; a batch's data never pass
 through it (its worker wrote them, :mod:`sweep.run.worker`), except for a
