@@ -331,6 +331,22 @@ def test_driver_killed_mid_sweep_resumes_only_unfinished_batches(healthy, tmp_pa
     assert store.check_store(path, "decode").ok
 
 
+def sweep_killing_one_worker(procs, spec, ctx, path, condition) -> list[int]:
+    """Run the toy sweep on ``procs`` while a watcher SIGKILLs the worker ``condition`` names.
+
+    Checks that one worker was killed, that every batch was committed once and the store equals the
+    serial loop and decodes; returns the batches in the order their runs started (the log).
+    """
+    watcher, killed = kill_when(ctx.log, spec, condition)
+    summary = run_sweep(spec, toy_batch, ctx, path, scheduler=procs.address, progress=False)
+    watcher.join()
+    assert len(killed) == 1
+    assert sorted(summary.batches_run) == list(range(spec.n_batches))       # each batch committed once
+    assert_store_equals(path, serial_reference(spec, ctx))
+    assert store.check_store(path, "decode").ok
+    return [b for _, b, _ in read_log(ctx.log, spec)]
+
+
 @pytest.mark.parametrize("kind", ["local", "s3"])
 def test_a_worker_killed_mid_sweep_loses_and_duplicates_no_point(fresh, tmp_path, s3, kind):
     procs = fresh()
@@ -341,15 +357,7 @@ def test_a_worker_killed_mid_sweep_loses_and_duplicates_no_point(fresh, tmp_path
     def third_start(lines):   # kill the worker that just started the third batch, mid-task
         return lines[2][2] if len(lines) >= 3 and lines[2][2] in worker_pids else None
 
-    watcher, killed = kill_when(ctx.log, spec, third_start)
-    path = store_in(kind, tmp_path, s3)
-    summary = run_sweep(spec, toy_batch, ctx, path, scheduler=procs.address, progress=False)
-    watcher.join()
-    assert len(killed) == 1
-    assert sorted(summary.batches_run) == list(range(12))         # each batch written once
-    assert_store_equals(path, serial_reference(spec, ctx))
-    assert store.check_store(path, "decode").ok
-    runs = [b for _, b, _ in read_log(ctx.log, spec)]
+    runs = sweep_killing_one_worker(procs, spec, ctx, store_in(kind, tmp_path, s3), third_start)
     assert len(runs) > 12 and set(runs) == set(range(12))       # the killed task ran again
 
 
@@ -360,16 +368,8 @@ def test_a_worker_killed_in_a_task_of_several_batches_loses_and_duplicates_no_po
     ctx = ToyContext(sleep=0.1, log=str(tmp_path / "log"))
     worker_pids = {p.pid for p in procs.workers}
     # The worker that starts batch 1 is in the middle of its first task (batches 0-2): kill it then.
-    watcher, killed = kill_when(ctx.log, spec, lambda lines: next(
+    runs = sweep_killing_one_worker(procs, spec, ctx, tmp_path / "s.zarr", lambda lines: next(
         (pid for _, b, pid in lines if b == 1 and pid in worker_pids), None))
-    path = tmp_path / "s.zarr"
-    summary = run_sweep(spec, toy_batch, ctx, path, scheduler=procs.address, progress=False)
-    watcher.join()
-    assert len(killed) == 1
-    assert sorted(summary.batches_run) == list(range(48))         # each batch committed once
-    assert_store_equals(path, serial_reference(spec, ctx))
-    assert store.check_store(path, "decode").ok
-    runs = [b for _, b, _ in read_log(ctx.log, spec)]
     assert runs.count(0) == 2 and runs.count(1) == 2               # the killed task ran again, whole
 
 
