@@ -194,7 +194,8 @@ def test_tasks_of_several_batches_shrink_to_one_and_equal_a_serial_loop(healthy,
         submitted, submit = [], client.submit
         client.submit = lambda *args, **kw: (submitted.append(kw["key"]), submit(*args, **kw))[1]
         summary = run_sweep(spec, toy_batch, ctx, path, client=client, progress=False)
-    assert len(submitted) == len(runs) < 64
+    assert len(submitted) == len(runs) == summary.tasks < 64
+    assert f"this run wrote 64 batches (64 points) in {len(runs)} Dask tasks" in str(summary)
     assert_store_equals(path, serial_reference(spec, ctx))
     assert sorted(summary.batches_run) == list(range(64)) and summary.points_run == 64
     assert sorted(b for _, b, _ in read_log(ctx.log, spec)) == list(range(64))   # each batch ran once

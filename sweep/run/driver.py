@@ -189,7 +189,8 @@ class SweepSummary:
         per = (f"{np.mean(list(self.batch_seconds.values())):.3g} s/batch"
                if self.batch_seconds else "no batches run")
         lines = [f"{self.store}: {self.n_points} points in {self.n_batches} batches; "
-                 f"this run wrote {len(self.batches_run)} batches ({self.points_run} points)",
+                 f"this run wrote {len(self.batches_run)} batches ({self.points_run} points)"
+                 + (f" in {self.tasks} Dask tasks" if self.tasks else ""),
                  f"store status: {counts}",
                  f"wall {format_seconds(max(self.total_seconds, self.wall_seconds + self.startup_seconds))} "
                  f"({self.startup_seconds:.3g} s store and cluster start-up, {self.wall_seconds:.3g} s "
