@@ -50,6 +50,26 @@ def test_a_sweep_into_s3_equals_the_local_one_and_checks_clean(s3, reference, ca
     assert isinstance(stamp, str) and stamp == s3.fs().info(f"{s3.bucket}/toy.zarr/x/c/1/0")["ETag"]
 
 
+def test_commit_records_of_a_partial_last_chunk_in_s3_are_kept_across_runs(s3, tmp_path):
+    # 40 one-point batches: records in chunks of 32 and 8 (the last chunk partial); the second chunk's
+    # records are written by two runs, the second keeping the first's.
+    from sweep.run import run_sweep
+    from toybatch import ToyContext, grid_spec, serial_reference, toy_batch
+
+    spec = grid_spec(np.linspace(1.0, 4.0, 20), [0.1, 0.5], batch=1)
+    url = s3.url(f"{tmp_path.name}/partial.zarr")
+    ctx = ToyContext(omega_max=3.5)
+    first = run_sweep(spec, toy_batch, ctx, url, workers=0, progress=False)
+    assert zarr.open_group(url, mode="r")["batch_commit"].chunks == (store.COMMIT_GROUP,) == (32,)
+    group = zarr.open_group(url, mode="r+")
+    group["batch_commit"][36] = ""                               # batch 36 never committed
+    again = run_sweep(spec, toy_batch, ctx, url, workers=0, progress=False)
+    assert sorted(first.batches_run) == list(range(40)) and again.batches_run == [36]
+    check = store.check_store(url, "decode")
+    assert check.ok and check.done == list(range(40))
+    np.testing.assert_array_equal(store.open_store(url).status.values, serial_reference(spec, ctx)["status"])
+
+
 def test_no_credential_is_written_into_the_store(s3):
     url = s3.url("secret.zarr")
     resume_toy(url, None)
