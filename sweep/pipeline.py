@@ -55,7 +55,7 @@ class SweepContext:
         schema: :class:`sweep.store.Schema` of the per-point outputs.
         attrs: dataset attributes (model text, solver settings, structure).
         key: the model's hash (the worker's cache key).
-        batch: points per task: the sweep's ``Batch``, or its number of
+        batch: points per batch: the sweep's ``Batch``, or its number of
             points where that is fewer (:func:`sweep.store.effective_batch`);
             shorter batches are padded to it.
         structural: structural parameter -> whole value of a structure

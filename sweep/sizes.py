@@ -213,7 +213,7 @@ def check_batch_memory(spec, context, model=None) -> str:
         model: the sweep's built model (default: built again from the context).
 
     Returns:
-        ``"  batch:     4 points per task: about 1.1 KiB of outputs per batch; ..."``.
+        ``"  batch:     4 points per batch: about 1.1 KiB of outputs per batch; ..."``.
 
     Raises:
         InputError: the estimate over :data:`MAX_WORKER_BYTES` (environment
@@ -240,6 +240,6 @@ def check_batch_memory(spec, context, model=None) -> str:
     requested = int(getattr(spec, "requested_batch", size))
     note = (f" (Batch {requested} is more than the {spec.n_points} points, so one batch of "
             f"{size})" if requested > size else "")
-    return (f"  batch:     {size} point{'' if size == 1 else 's'} per task{note}: about "
+    return (f"  batch:     {size} point{'' if size == 1 else 's'} per batch{note}: about "
             f"{format_bytes(8.0 * size * per)} of outputs per batch; estimated peak memory of a "
             f"worker: about {format_bytes(estimate.total)} ({estimate.parts()})")

@@ -19,7 +19,7 @@ parameters vary (docs/reference/sweep-files.md)::
       variables: [B, C1]                  # default: all
       samples: 201                        # or dt: 0.01
       metrics: {maxB: {of: By, reduce: max}}
-    Batch: 64                             # points per task = Zarr chunk
+    Batch: 64                             # points per batch = Zarr chunk
 
 Axis kinds: ``values`` (a list), ``linspace: [a, b, n]`` and ``logspace: [a, b,
 n]`` as in numpy (logspace in decades: ``10**a .. 10**b``), and ``range:
@@ -184,7 +184,7 @@ class SweepSpec:
         points: name -> float64 array of length ``n_points`` (swept names only).
         n_points: number of points.
         requested_batch: the file's ``Batch`` as given (default 64).
-        batch: (property) points per task (= Zarr chunk along ``point``):
+        batch: (property) points per batch (= Zarr chunk along ``point``):
             ``Batch``, or the number of points where that is fewer, so a
             small sweep is never padded to a large ``Batch``.
         outputs: the Outputs settings.
@@ -210,7 +210,7 @@ class SweepSpec:
 
     @property
     def batch(self) -> int:
-        """Points per task and per Zarr chunk: :func:`sweep.store.effective_batch`
+        """Points per batch and per Zarr chunk: :func:`sweep.store.effective_batch`
         of ``Batch`` and the number of points (a structure group's own points
         for a group's spec)."""
         return effective_batch(self.requested_batch, self.n_points)
@@ -660,7 +660,7 @@ def _check_sizes(r: _Reader, n_points: int, batch: int, outputs: Outputs,
     cap = limit("MAX_BATCH", MAX_BATCH)
     if batch > cap:
         shown = batch if batch < 10 ** 15 else f"{batch:.3g}"
-        raise r.fail(f"Batch = {shown} points per task is more than the limit of {cap} "
+        raise r.fail(f"Batch = {shown} points per batch is more than the limit of {cap} "
                      f"(MAX_BATCH): every batch is padded to Batch points and integrated at "
                      f"once in memory; lower Batch (64 to 1024 is typical), or "
                      f"{how_to_raise('MAX_BATCH')}", ("Batch",))

@@ -203,7 +203,7 @@ def test_dry_run_counts_a_batch_of_the_sweeps_points_not_of_a_larger_batch(tmp_p
     assert code == 0, err
     assert "  points:    10 in 1 batch of 10 (Batch 5000 is more than the points)" in out
     line = next(x for x in out.splitlines() if x.startswith("  batch:"))
-    assert line.startswith("  batch:     10 points per task (Batch 5000 is more than the 10 "
+    assert line.startswith("  batch:     10 points per batch (Batch 5000 is more than the 10 "
                            "points, so one batch of 10): about ")
     assert re.search(r" MiB of outputs per batch; estimated peak memory of a worker: about [0-9.]+ GiB "
                      r"\(300 MiB at start, [0-9.]+ MiB compiling, [0-9.]+ MiB working set\)$", line), line

@@ -158,7 +158,7 @@ SWEEP_CASES = {
         "MECHSWEEP_MAX_OUTPUT_BYTES to raise it"),
     "batch_1e30": (
         SWEEP + "Batch: 1e30\n",
-        "TMP/s.yaml:3: Batch: Batch = 1e+30 points per task is more than the limit of 100000 "
+        "TMP/s.yaml:3: Batch: Batch = 1e+30 points per batch is more than the limit of 100000 "
         "(MAX_BATCH): every batch is padded to Batch points and integrated at once in memory; "
         "lower Batch (64 to 1024 is typical), or set the environment variable MECHSWEEP_MAX_BATCH "
         "to raise it"),

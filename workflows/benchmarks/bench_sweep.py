@@ -10,8 +10,8 @@ through the real pipeline (:func:`sweep.run.run_sweep` with
 Dask LocalCluster of single-threaded worker processes, and measures:
 
 (a) 2 workers against 1, batched (target >= 1.8x);
-(b) batched jit+vmap (``--batch`` points per task) against one point per
-    task, both on 1 worker; one point per task runs on the first ``--single``
+(b) batched jit+vmap (``--batch`` points per batch) against one point per
+    batch, both on 1 worker; one point per batch runs on the first ``--single``
     points only and is scaled to the whole sweep (said so in the output)
     (target >= 5x);
 (c) the pipeline's own overhead: everything but integration, i.e. the share of
@@ -86,7 +86,7 @@ def write_sweep(folder: Path, n: int, batch: int, tend: float) -> Path:
     Args:
         folder: where to write it.
         n: number of points.
-        batch: points per task.
+        batch: points per batch.
         tend: end time of each simulation.
 
     Returns:
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
     """
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=2000, help="sweep size (default 2000)")
-    ap.add_argument("--batch", type=int, default=100, help="points per task, batched (default 100)")
+    ap.add_argument("--batch", type=int, default=100, help="points per batch, batched (default 100)")
     ap.add_argument("--single", type=int, default=100,
                     help="points run one per task, scaled to --points (default 100)")
     ap.add_argument("--tend", type=float, default=2.0, help="simulated time per point (default 2)")
@@ -300,7 +300,7 @@ def main(argv=None) -> int:
         one = dataclasses.replace(context, batch=1)
         first = {k: v[:single] for k, v in spec.points.items()}
         spec_single = SimpleNamespace(points=first, batch=1, hash=spec.hash + "-single",
-                                      title=spec.title + " (one point per task)",
+                                      title=spec.title + " (one point per batch)",
                                       n_points=single, n_batches=single)
         # Warm-up batches: the sweep's first batch, and its first point alone.
         probe = {k: v[:args.batch] for k, v in spec.points.items()}
@@ -336,7 +336,7 @@ def main(argv=None) -> int:
             # ---- 2 workers, batched
             b2 = timed_sweep(client, cluster.scheduler_address, spec, context,
                              tmp / "b2.zarr", cache_dir)
-            # ---- 1 worker: batched, then one point per task
+            # ---- 1 worker: batched, then one point per batch
             cluster.scale(1)
             deadline = time.monotonic() + 120
             while len(client.scheduler_info()["workers"]) != 1:
@@ -364,16 +364,16 @@ def main(argv=None) -> int:
     ok &= speed_w >= TARGETS["workers"]
     say(f"  speed-up 2 workers / 1 worker: {speed_w:.2f}x (target >= {TARGETS['workers']}x)")
 
-    say(f"(b) batched ({args.batch} points per task) against one point per task, 1 worker:")
+    say(f"(b) batched ({args.batch} points per batch) against one point per batch, 1 worker:")
     scaled = s1["wall"] * spec.n_points / s1["points"]
-    say(f"  one point per task: {s1['wall']:.2f} s for the first {s1['points']} points "
+    say(f"  one point per batch: {s1['wall']:.2f} s for the first {s1['points']} points "
         f"({1e3 * s1['wall'] / s1['points']:.1f} ms/point), scaled x{spec.n_points / s1['points']:g} "
         f"-> {scaled:.1f} s for {spec.n_points}; {s1['failed']} failed; "
         f"inside integration {s1['integration']:.2f} s")
     say(f"  batched: {b1['wall']:.2f} s for {b1['points']} points")
     speed_b = scaled / b1["wall"]
     ok &= speed_b >= TARGETS["batching"]
-    say(f"  speed-up batched / one point per task: {speed_b:.1f}x (target >= {TARGETS['batching']:g}x)")
+    say(f"  speed-up batched / one point per batch: {speed_b:.1f}x (target >= {TARGETS['batching']:g}x)")
 
     say("(c) pipeline overhead (everything but the integration call), batched:")
     _, o1 = overhead_lines("", b1)
