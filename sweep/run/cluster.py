@@ -268,13 +268,17 @@ def say_dashboard(client) -> None:
         pass
 
 
-def worker_threads(client) -> int:
-    """The worker threads the client's cluster has now (at least 1; 1 when the scheduler does not say)."""
+def worker_threads(client, least: int = 1) -> int:
+    """The worker threads the client's cluster has now, at least ``least`` (also when the scheduler does not say).
+
+    The overhead estimate divides by it (``least=1``); the tasks' sizes take
+    0 for a cluster whose workers are not there yet (one batch a task).
+    """
     try:
-        return max(1, sum(w.get("nthreads", 1)
-                          for w in client.scheduler_info()["workers"].values()))
-    except Exception:  # noqa: BLE001 - only used for the overhead estimate
-        return 1
+        return max(least, sum(int(w.get("nthreads", 1))
+                              for w in client.scheduler_info()["workers"].values()))
+    except Exception:  # noqa: BLE001 - an estimate: the overhead's, the tasks' sizes
+        return least
 
 
 #: The topic of the event a Dask nanny logs on the scheduler when it restarts its worker

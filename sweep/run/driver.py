@@ -32,15 +32,17 @@ from sweep.run.cluster import (WORKER_TIMEOUT, WorkerWatch, check_dask_target, m
                                start_client, worker_lost_message, worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch, run_and_write_batches)
-from sweep.store import BatchCommitter, BatchResult, Schema, batch_slices, plan_store, write_batch_data
+from sweep.store import (COMMIT_GROUP, BatchCommitter, BatchResult, Schema, batch_slices, plan_store,
+                         write_batch_data)
 
 __all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog", "task_runs",
            "TASK_MOST_BATCHES", "TASK_SHARE"]
 
 log = get_logger("sweep")
 
-#: The most batches one task runs.
-TASK_MOST_BATCHES = 32
+#: The most batches one task runs: a chunk of commit records, so that a
+#: task's batches are committed with one write.
+TASK_MOST_BATCHES = COMMIT_GROUP
 #: A task takes at most this fraction of the batches left per worker thread
 #: (guided self-scheduling): the tasks shrink as the sweep ends, down to one
 #: batch, so that no worker is left with a long task while the others idle.
@@ -471,9 +473,10 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             summary.tasks += 1
             return fut
 
-        for run in task_runs(todo, _known_threads(client), boundary=commit_chunk, size=task_batches):
+        known = worker_threads(client, least=0)
+        for run in task_runs(todo, known, boundary=commit_chunk, size=task_batches):
             submit(run)
-        threads = worker_threads(client)
+        threads = max(known, 1)
         watch = WorkerWatch(client, lambda: [f for _, f in list(futures.values())], worker_timeout,
                             after_first=cluster is not None)
         # Results are fetched by as_completed's own thread as tasks finish, not one by one here.
@@ -523,14 +526,6 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             client.close()
         if own is not None:
             own.close()
-
-
-def _known_threads(client) -> int:
-    """The worker threads the scheduler knows of now (0 when none, or when it does not say)."""
-    try:
-        return sum(int(w.get("nthreads", 1)) for w in client.scheduler_info(n_workers=-1)["workers"].values())
-    except Exception:  # noqa: BLE001 - then the tasks are single batches
-        return 0
 
 
 def _lost_batches(client, exc, sizes: list[int], batch: int, since: float, run: list[int],

@@ -77,9 +77,9 @@ RESERVED = ("status", "steps", "batch_message", "batch_seconds", "batch_commit",
 #: (Zarr's ``crc32c`` codec); 4: ``batch_commit`` in chunks of :data:`COMMIT_GROUP` batches.
 STORE_FORMAT = 4
 
-#: Commit records per chunk of ``batch_commit`` in a new store (format 4; the
-#: most batches a task runs, :data:`sweep.run.driver.TASK_MOST_BATCHES`, is
-#: the same): a task's batches are committed with one write.
+#: Commit records per chunk of ``batch_commit`` in a new store (format 4), and
+#: the most batches a task runs (:data:`sweep.run.driver.TASK_MOST_BATCHES`):
+#: a task's batches are committed with one write.
 COMMIT_GROUP = 32
 
 #: The per-point failure variables (store format 3 on), in the order a batch writes them.

@@ -254,24 +254,19 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     return ds, encoding
 
 
-# The template's numpy arrays, every value their fill value: Zarr looks at each of their
-# chunks in turn before it skips it (about 0.7 ms a chunk), which made a store's preparation
-# cost milliseconds a batch.  They are written as one chunk each (skipped at once), then
-# given their chunk grid in the metadata: no chunk of theirs exists either way.
+# The template's numpy arrays (_template fills them with their fill values): Zarr looks at
+# each of their chunks in turn before it skips it (about 0.7 ms a chunk), which made a store's
+# preparation cost milliseconds a batch.  They are written as one chunk each (skipped at
+# once), then given their chunk grid in the metadata: no chunk of theirs exists either way.
 _EMPTY_IN_TEMPLATE = ("failure_reason", "batch_message", "batch_seconds", "batch_commit")
 
 
 def _write_template(ds: xr.Dataset, encoding: dict, where) -> None:
     """Write the template into the local folder ``where`` (metadata, coordinates; no batch's chunk)."""
-    regrid = {}
     encoding = {name: dict(e) for name, e in encoding.items()}
-    for name in _EMPTY_IN_TEMPLATE:
-        if name in ds and ds[name].size:
-            values = np.asarray(ds[name].values)
-            empty = (values == "").all() if values.dtype == object else np.isnan(values).all()
-            if empty:
-                regrid[name] = list(encoding[name]["chunks"])
-                encoding[name]["chunks"] = ds[name].shape
+    regrid = {name: list(encoding[name]["chunks"]) for name in _EMPTY_IN_TEMPLATE if name in ds}
+    for name in regrid:
+        encoding[name]["chunks"] = ds[name].shape
     with warnings.catch_warnings():
         # Consolidated metadata (so that a plain xr.open_zarr is quick and quiet) is
         # a zarr-python extension of format 3; it never changes after the template.
