@@ -536,6 +536,37 @@ def test_pin_to_core_keeps_a_process_on_one_allowed_core():
     assert out.split() == ["True", "True"]
 
 
+def page_faults_per_reused_array() -> float:
+    """Minor page faults while allocating, filling and freeing the same 8 MB array ten times over."""
+    import resource
+
+    np.ones(1 << 20)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        np.ones(1 << 20)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator and page-fault counts")
+def test_keep_freed_memory_lets_a_process_reuse_a_freed_array_without_faulting_its_pages_in_again():
+    # Dask's nanny starts workers so that every freed block goes back to the system at once.
+    code = ("import sys; sys.path[:0] = [%r]; from test_run_dask import page_faults_per_reused_array as f;"
+            "from sweep.run import keep_freed_memory; before = f(); kept = keep_freed_memory();"
+            "print(before, kept, f())" % os.path.dirname(__file__))
+    out = subprocess.run([sys.executable, "-c", code], env=child_env(MALLOC_TRIM_THRESHOLD_="65536"),
+                         capture_output=True, text=True, timeout=60, check=True).stdout.split()
+    assert float(out[0]) > 100, "an 8 MB array freed and allocated again faults its pages in (64 KiB trim)"
+    assert out[1] == "True"
+    assert float(out[2]) < 10
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator and page-fault counts")
+def test_the_workers_of_a_local_cluster_keep_the_memory_their_batches_free(tmp_path):
+    with sweep.run.dask_client(workers=1, jax_cache_dir=str(tmp_path / "jax")) as client:
+        faults = client.submit(page_faults_per_reused_array, pure=False).result(timeout=60)
+    assert faults < 10
+
+
 def test_a_worker_that_fails_its_check_gets_no_work_and_its_batches_go_elsewhere(tmp_path, capfd):
     # Two workers, one of which cannot start JAX (a platform that is not there): the sweep
     # completes on the other, names the unfit worker once, and turns nothing into a failure.

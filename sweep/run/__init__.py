@@ -53,8 +53,8 @@ from sweep.run.cluster import (CLUSTER_KEYS, MEMORY_RESTART_EVENT, WORKER_TIMEOU
 from sweep.run.driver import (TASK_MOST_BATCHES, TASK_SHARE, ProgressLog, SweepSummary, format_seconds, interrupt,
                               run_sweep, task_runs)
 from sweep.run.worker import (CACHE_MIN_COMPILE_SECONDS, JaxSetup, Unfit, WriteFailed, check_result, check_worker,
-                              checked_or_failed, configure_jax, default_jax_cache_dir, package_version, pin_to_core,
-                              run_and_write_batch, run_and_write_batches, run_batch_task)
+                              checked_or_failed, configure_jax, default_jax_cache_dir, keep_freed_memory,
+                              package_version, pin_to_core, run_and_write_batch, run_and_write_batches, run_batch_task)
 from sweep.store import BatchResult
 
 __all__ = [
@@ -65,5 +65,5 @@ __all__ = [
     "worker_threads", "ProgressLog", "format_seconds", "interrupt", "CACHE_MIN_COMPILE_SECONDS", "Unfit",
     "WriteFailed", "check_worker", "checked_or_failed", "package_version", "pin_to_core", "run_and_write_batch",
     "MEMORY_RESTART_EVENT", "memory_kills", "worker_lost_message", "run_and_write_batches", "task_runs",
-    "TASK_MOST_BATCHES", "TASK_SHARE",
+    "TASK_MOST_BATCHES", "TASK_SHARE", "keep_freed_memory",
 ]

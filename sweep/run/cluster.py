@@ -189,7 +189,7 @@ def dask_client(workers=None, scheduler=None, scheduler_file=None, cluster=None,
     client, own = start_client(workers, scheduler, scheduler_file, cluster, cluster_file)
     try:
         client.register_plugin(JaxSetup(jax_cache_dir or default_jax_cache_dir(),
-                                        pin=isinstance(own, LocalCluster)))
+                                        pin=isinstance(own, LocalCluster), own_workers=own is not None))
         yield client
     finally:
         client.close()

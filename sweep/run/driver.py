@@ -452,8 +452,10 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             from distributed import LocalCluster
 
             # The LocalCluster started here has one single-threaded worker per
-            # core: pin each to its own core.
-            client.register_plugin(JaxSetup(cache_dir, pin=isinstance(own, LocalCluster)))
+            # core: pin each to its own core.  Workers started here are this
+            # run's own: they keep the memory a batch frees for the next one.
+            client.register_plugin(JaxSetup(cache_dir, pin=isinstance(own, LocalCluster),
+                                            own_workers=own is not None))
         startup = time.perf_counter() - t_start
         t0, since = time.perf_counter(), time.time()
         batch_size = max(sl.stop - sl.start for sl in slices) if len(slices) else 1

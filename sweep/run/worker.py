@@ -27,7 +27,8 @@ from sweep.jax_cache import CACHE_MIN_COMPILE_SECONDS, configure_jax, default_ja
 from sweep.store import BatchResult, Schema, WrittenBatch, write_batch_data, writer_group
 
 __all__ = [
-    "default_jax_cache_dir", "CACHE_MIN_COMPILE_SECONDS", "configure_jax", "pin_to_core", "JaxSetup",
+    "default_jax_cache_dir", "CACHE_MIN_COMPILE_SECONDS", "configure_jax", "pin_to_core", "keep_freed_memory",
+    "JaxSetup",
     "run_batch_task", "check_result", "checked_or_failed", "WriteFailed", "Unfit", "package_version",
     "check_worker", "run_and_write_batch", "run_and_write_batches",
 ]
@@ -63,6 +64,44 @@ def pin_to_core(index: int) -> int | None:
     return core
 
 
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+# Blocks up to this size come from the heap, not from a mapping of their own (see keep_freed_memory).
+HEAP_BLOCK_MAX = 64 << 20
+# Free memory at the heap's top kept for the next batch rather than returned to the system.
+HEAP_TOP_KEPT = 128 << 20
+
+
+def keep_freed_memory() -> bool:
+    """Let this process reuse the memory a batch frees for the next one (glibc; elsewhere nothing).
+
+    Dask's nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``, so
+    that they hand freed memory back to the system at once.  A sweep's batches
+    allocate and free the same large arrays batch after batch (the solution,
+    its dataset, the encoded chunks): each block over glibc's mapping
+    threshold was a fresh mapping of its own, its pages faulted in on first
+    touch and unmapped again on free.  A pendulum batch of 1,000 points spent
+    about a third of a worker's time outside its solve that way
+    (``workflows/benchmarks/results/sweep_vs_solve.txt``).  Here blocks up to
+    :data:`HEAP_BLOCK_MAX` come from the heap and up to :data:`HEAP_TOP_KEPT`
+    of free memory at its top is kept: a worker's resident memory stays near
+    its largest batch's, which it needs again for the next batch anyway.
+
+    Returns:
+        Whether the allocator took the settings (False off glibc).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, HEAP_BLOCK_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, HEAP_TOP_KEPT))
+
+
 class JaxSetup(_WorkerPlugin):
     """Worker plugin: :func:`configure_jax` on every worker, also ones joining later.
 
@@ -71,17 +110,24 @@ class JaxSetup(_WorkerPlugin):
         pin: also pin each worker to one core by its name (for the workers of
             a LocalCluster on this machine, named 0, 1, ...; never for
             clusters that others share).
+        own_workers: the workers were started for this run (a LocalCluster or
+            a cluster file's): they also keep the memory a batch frees for
+            the next one (:func:`keep_freed_memory`); never for a scheduler
+            that others share.
     """
 
     name = "mechsweep-jax-setup"
 
-    def __init__(self, cache_dir: str, pin: bool = False):
+    def __init__(self, cache_dir: str, pin: bool = False, own_workers: bool = False):
         self.cache_dir = cache_dir
         self.pin = pin
+        self.own_workers = own_workers
 
     def setup(self, worker) -> None:
         """Called by Dask when the plugin reaches a worker."""
         configure_jax(self.cache_dir)
+        if self.own_workers:
+            keep_freed_memory()
         if self.pin and isinstance(worker.name, int):
             pin_to_core(worker.name)
 

@@ -324,8 +324,8 @@ def main(argv=None) -> int:
             # Both workers compile both batch shapes at once (the worker kept
             # for the 1-worker runs needs both).
             client.wait_for_workers(2, timeout=300)
-            # As run_sweep does for its own LocalCluster: one core per worker.
-            client.register_plugin(JaxSetup(cache_dir, pin=True))
+            # As run_sweep does for its own LocalCluster: one core per worker, freed memory kept.
+            client.register_plugin(JaxSetup(cache_dir, pin=True, own_workers=True))
             both = list(client.scheduler_info()["workers"])
             warm_b = warm_workers(client, both, probe, context, cache_dir)
             warm_s = warm_workers(client, both, probe1, one, cache_dir)

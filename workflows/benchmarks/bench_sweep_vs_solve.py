@@ -20,7 +20,10 @@ workers, one per core); the in-process batches are timed twice, as they run
 and with every thread of the process pinned to one core, and the ratio is
 given against both: a batch computes on one thread either way, but a thread
 free to move between cores ran it 10-15 % slower here, and the second is the
-pipeline's cost over the same call in the same conditions.
+pipeline's cost over the same call in the same conditions.  A sweep's own
+workers also keep the memory a batch frees for the next one
+(``sweep.run.keep_freed_memory``); the in-process batches are timed a third
+time, last, with this process set so too.
 
 Run: ``.venv/bin/python workflows/benchmarks/bench_sweep_vs_solve.py [--only pendulum,rscr]
 [--out FILE]``.
@@ -30,8 +33,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,6 +77,11 @@ def measure(name: str, text: str, folder: Path) -> dict:
     in_process = in_process_seconds()
     with one_core():
         in_process_one_core = in_process_seconds()
+    # Last: the allocator's settings cannot be taken back.
+    from sweep.run import keep_freed_memory
+
+    keep_freed_memory()
+    in_process_kept = in_process_seconds()
 
     with dask_client(workers=1) as client:
         warm = SimpleNamespace(points={k: v[:spec.batch] for k, v in spec.points.items()},
@@ -84,6 +94,7 @@ def measure(name: str, text: str, folder: Path) -> dict:
     busy = sum(summary.batch_seconds.values())
     return {"name": name, "points": spec.n_points, "batches": n,
             "in_process": in_process / n, "in_process_one_core": in_process_one_core / n,
+            "in_process_kept": in_process_kept / n,
             "pipeline": summary.wall_seconds / n,
             "batch_fn": busy / n, "total": summary.total_seconds}
 
@@ -125,28 +136,39 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="pendulum,rscr", help="sweeps to run: pendulum, rscr")
     ap.add_argument("--out", default=None, help="also write the results here, under the command line")
+    ap.add_argument("--row", action="store_true", help=argparse.SUPPRESS)   # one sweep, its figures as JSON
     args = ap.parse_args(argv)
     sys.path[:0] = [ROOT, HERE]
     from bench_batch_overhead import CASES
 
+    if args.row:
+        with tempfile.TemporaryDirectory(prefix="mechsweep-bench-") as tmp:
+            print("ROW " + json.dumps(measure(args.only, CASES[args.only], Path(tmp))), flush=True)
+        return 0
+
     lines = [f"$ {' '.join(shlex.quote(a) for a in ['.venv/bin/python', os.path.relpath(__file__, ROOT), *(argv if argv is not None else sys.argv[1:])])}",
              f"# {datetime.datetime.now():%Y-%m-%d %H:%M}; {os.cpu_count()} cores; one worker process "
              f"(one thread), local Zarr store; ms per batch",
-             f"{'sweep':10} {'points':>7} {'batches':>7} {'solve_batch':>12} {'on 1 core':>10} "
-             f"{'sweep batch':>12} {'of which worker':>16} {'ratio':>6} {'vs 1 core':>10}"]
-    with tempfile.TemporaryDirectory(prefix="mechsweep-bench-") as tmp:
-        for name in args.only.split(","):
-            r = measure(name, CASES[name], Path(tmp))
-            lines.append(f"{r['name']:10} {r['points']:7d} {r['batches']:7d} {1e3 * r['in_process']:12.1f} "
-                         f"{1e3 * r['in_process_one_core']:10.1f} "
-                         f"{1e3 * r['pipeline']:12.1f} {1e3 * r['batch_fn']:16.1f} "
-                         f"{r['pipeline'] / r['in_process']:6.2f} {r['pipeline'] / r['in_process_one_core']:10.2f}")
-            print(lines[-1], flush=True)
+             f"{'sweep':10} {'points':>7} {'batches':>7} {'solve_batch':>12} {'on 1 core':>10} {'kept':>8} "
+             f"{'sweep batch':>12} {'of which worker':>16} {'ratio':>6} {'vs 1 core':>10} {'vs kept':>8}"]
+    for name in args.only.split(","):
+        # Each sweep in a process of its own: the last in-process timing changes the
+        # process's allocator for good.
+        out = subprocess.run([sys.executable, __file__, "--only", name, "--row"], capture_output=True, text=True,
+                             check=True).stdout
+        r = json.loads(next(line for line in out.splitlines() if line.startswith("ROW "))[4:])
+        lines.append(f"{r['name']:10} {r['points']:7d} {r['batches']:7d} {1e3 * r['in_process']:12.1f} "
+                     f"{1e3 * r['in_process_one_core']:10.1f} {1e3 * r['in_process_kept']:8.1f} "
+                     f"{1e3 * r['pipeline']:12.1f} {1e3 * r['batch_fn']:16.1f} "
+                     f"{r['pipeline'] / r['in_process']:6.2f} {r['pipeline'] / r['in_process_one_core']:10.2f} "
+                     f"{r['pipeline'] / r['in_process_kept']:8.2f}")
+        print(lines[-1], flush=True)
     lines.append("# solve_batch: in-process solver.solve_batch per batch; on 1 core: the same "
-                 "with every thread of the process pinned to one core, as a sweep worker is; sweep batch: "
+                 "with every thread of the process pinned to one core, as a sweep worker is; kept: the same, unpinned, "
+                 "after keep_freed_memory(), as a sweep's own workers run; sweep batch: "
                  "run_sweep wall time per batch (tasks, worker's batch function and writes, driver's "
                  "commits); of which worker: the batch function's own time on the worker; ratio: sweep "
-                 "batch / solve_batch; vs 1 core: sweep batch / solve_batch on 1 core")
+                 "batch / solve_batch; vs 1 core: sweep batch / solve_batch on 1 core; vs kept: sweep batch / kept")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
