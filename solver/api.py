@@ -575,25 +575,26 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     balance = comp.balance_series(res["values"], t_eval, full, energy) if needed(*balance_names) else None
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear, "optimize": integ.optimize, "slots": int(slots)}
+    times, reasons = failure_records(comp, model if model is not None else dae, res["status"], t0,
+                                     res["t_final"], res["z_final"], res["u_final"], full,
+                                     violated=[v if not ok_i else () for v, ok_i in zip(violated, ok)],
+                                     messages=messages)
+    failures = {
+        "failure_time": (times, {"long_name": "time at which the point failed (NaN: it did not)",
+                                 "units": getattr(dae, "time_units", "s")}),
+        "failure_reason": (np.array(reasons, dtype=object),
+                           {"long_name": "why the point failed, naming the model's parts (empty: it did not)"})}
     ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
                              constants=constants, settings=settings, messages=messages, title=title,
-                             extra_attrs=extra_attrs, mask_failed=mask_failed, outputs=want)
+                             extra_attrs=extra_attrs, mask_failed=mask_failed, outputs=want, point_data=failures)
     if names:
         ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=False,
                                  mask_failed=mask_failed, outputs=want)
         if "event_tangents" in res:
             ds = _with_event_sensitivities(ds, dae, res["event_tangents"], names, res["status"], single=False,
                                            outputs=want)
-    times, reasons = failure_records(comp, model if model is not None else dae, res["status"], t0,
-                                     res["t_final"], res["z_final"], res["u_final"], full,
-                                     violated=[v if not ok_i else () for v, ok_i in zip(violated, ok)],
-                                     messages=messages)
     if not mask_failed:
         ds = _mask_after_failure(ds, times, res["status"])
-    ds["failure_time"] = ("point", times, {"long_name": "time at which the point failed (NaN: it did not)",
-                                           "units": getattr(dae, "time_units", "s")})
-    ds["failure_reason"] = ("point", np.array(reasons, dtype=object),
-                            {"long_name": "why the point failed, naming the model's parts (empty: it did not)"})
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
     return ds
 

@@ -588,8 +588,12 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
                             sensitivities=sens or None, mask_failed=False,
                             outputs=solver_outputs(model.dae, context))
     # No run parameter varies (a group over structural values only): one
-    # solve serves its B identical points.
-    ds = ds.isel(point=slice(0, B) if padded else np.zeros(B, dtype=int))
+    # solve serves its B identical points.  Else only a short batch's padding
+    # is dropped (a whole batch is not copied for nothing).
+    if not padded:
+        ds = ds.isel(point=np.zeros(B, dtype=int))
+    elif pad:
+        ds = ds.isel(point=slice(0, B))
     status = ds["status"].values.astype(np.int8)
     failed = codes.is_failure(status)
     data = {name: np.ascontiguousarray(ds[name].values, dtype=float)

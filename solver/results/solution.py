@@ -196,7 +196,7 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
                         balance: Mapping | None = None, swept: Mapping | None = None, constants: Mapping | None = None,
                         settings: Mapping | None = None, messages: Sequence[str] | None = None,
                         title: str | None = None, extra_attrs: Mapping | None = None,
-                        mask_failed: bool = True, outputs=None) -> xr.Dataset:
+                        mask_failed: bool = True, outputs=None, point_data: Mapping | None = None) -> xr.Dataset:
     """Assemble the Dataset of a batch of runs (dims ``point``, ``time``, components).
 
     Args:
@@ -223,6 +223,9 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
             to hold (a set); None: all.  ``status`` and ``steps`` are always
             there; a series left out is neither copied nor masked (its
             ``residual``, ``energy`` or ``balance`` may then be None).
+        point_data: more variables of dim ``point``, name -> ``(values,
+            attrs)`` (the failure time and reason): part of the Dataset as
+            built (each added afterwards cost an xarray merge, milliseconds).
 
     Returns:
         xarray.Dataset: variables as :func:`output_layout` names them with a
@@ -233,6 +236,7 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
                                          swept=swept, constants=constants, settings=settings, messages=messages,
                                          title=title, extra_attrs=extra_attrs, mask_failed=mask_failed,
                                          outputs=outputs)
+    data.update({name: (("point",), values, attrs) for name, (values, attrs) in (point_data or {}).items()})
     return xr.Dataset({k: xr.Variable(*v) for k, v in data.items()},
                       coords={k: xr.Variable(*v) for k, v in coords.items()}, attrs=attrs)
 
