@@ -9,7 +9,8 @@ through the real pipeline (:func:`sweep.run.run_sweep` with
 :func:`sweep.pipeline.batch_fn`, a Zarr store written by the workers and committed by the driver) on a
 Dask LocalCluster of single-threaded worker processes, and measures:
 
-(a) 2 workers against 1, batched (target >= 1.8x);
+(a) 2 workers against 1, batched (target >= 1.9x), beside the speed-up that the
+    integration calls alone got (their summed time on 1 worker over 2: the machine's bound);
 (b) batched jit+vmap (``--batch`` points per batch) against one point per
     batch, both on 1 worker; one point per batch runs on the first ``--single``
     points only and is scaled to the whole sweep (said so in the output)
@@ -17,7 +18,7 @@ Dask LocalCluster of single-threaded worker processes, and measures:
 (c) the pipeline's own overhead: everything but integration, i.e. the share of
     the workers' time (wall time x workers, from the store's preparation to
     the last batch written) not spent inside the batch's one jit+vmap
-    integration call, which is timed on the workers (target < 10%).  The
+    integration call, which is timed on the workers (target <= 5%).  The
     overhead is split into the batch function outside that call
     (initialisation by batched Newton, residuals, metrics) and the rest
     (scheduling, transfers, store writes, idle workers).
@@ -57,7 +58,8 @@ from solver import status as st  # noqa: E402
 from sweep.run import JaxSetup, configure_jax, default_jax_cache_dir, run_batch_task, run_sweep  # noqa: E402
 
 BOX = {"L2": (0.98, 1.18), "L3": (0.32, 0.40), "gamma": (1.25, 1.45)}
-TARGETS = {"workers": 1.8, "batching": 5.0, "overhead": 0.10}
+# The cluster-scale issue's targets (2 workers >= 1.9x 1 worker, overhead <= 5 %); batching from an earlier one.
+TARGETS = {"workers": 1.9, "batching": 5.0, "overhead": 0.05}
 
 
 def grid_sizes(n: int) -> tuple[int, int, int]:
@@ -226,7 +228,7 @@ def timed_sweep(client, address, spec_like, context, store, cache_dir) -> dict:
                         jax_cache_dir=cache_dir)
     after = clock(client, context.key)
     failed = sum(n for name, n in summary.store_by_status.items() if name != "success")
-    return {"wall": summary.startup_seconds + summary.wall_seconds,
+    return {"wall": summary.startup_seconds + summary.wall_seconds, "startup": summary.startup_seconds,
             "busy": sum(summary.batch_seconds.values()),
             "integration": after[0] - before[0], "calls": after[1] - before[1],
             "threads": summary.threads, "points": summary.points_run, "failed": failed,
@@ -247,13 +249,15 @@ def overhead_lines(label: str, r: dict) -> tuple[list[str], float]:
     overhead = 1.0 - r["integration"] / worker_time
     inside = (r["busy"] - r["integration"]) / worker_time
     outside = 1.0 - r["busy"] / worker_time
+    startup = r["startup"] / r["wall"]
     return [f"  {label}: wall {r['wall']:8.2f} s for {r['points']} points in {r['batches']} batches "
             f"({r['tasks']} Dask tasks) "
             f"({1e3 * r['wall'] / r['points']:.1f} ms/point), {r['failed']} failed; "
             f"inside integration {r['integration']:.2f} s ({r['calls']} calls)",
             f"    overhead (1 - integration / (wall x {r['threads']} workers)) {100 * overhead:5.1f}%"
             f" = batch function outside integration {100 * inside:.1f}%"
-            f" + outside the batch function {100 * outside:.1f}%"], overhead
+            f" + outside the batch function {100 * outside:.1f}%"
+            f" (of which the store's preparation and the client's start {100 * startup:.1f}%)"], overhead
 
 
 def main(argv=None) -> int:
@@ -363,6 +367,12 @@ def main(argv=None) -> int:
     speed_w = b1["wall"] / b2["wall"]
     ok &= speed_w >= TARGETS["workers"]
     say(f"  speed-up 2 workers / 1 worker: {speed_w:.2f}x (target >= {TARGETS['workers']}x)")
+    # The same integration calls took longer side by side than one after another: what the
+    # machine allows the sweep, whatever its pipeline costs.
+    bound = 2 * b1["integration"] / b2["integration"]
+    say(f"  the integration calls alone: {b1['integration']:.2f} s on 1 worker, {b2['integration']:.2f} s summed "
+        f"over 2 side by side: at most {bound:.2f}x on this machine with no pipeline at all; the sweep got "
+        f"{100 * speed_w / bound:.0f}% of that")
 
     say(f"(b) batched ({args.batch} points per batch) against one point per batch, 1 worker:")
     scaled = s1["wall"] * spec.n_points / s1["points"]
@@ -378,9 +388,9 @@ def main(argv=None) -> int:
     say("(c) pipeline overhead (everything but the integration call), batched:")
     _, o1 = overhead_lines("", b1)
     _, o2 = overhead_lines("", b2)
-    ok &= max(o1, o2) < TARGETS["overhead"]
+    ok &= max(o1, o2) <= TARGETS["overhead"]
     say(f"  1 worker {100 * o1:.1f}%, 2 workers {100 * o2:.1f}% of the workers' time "
-        f"(target < {100 * TARGETS['overhead']:.0f}%)")
+        f"(target <= {100 * TARGETS['overhead']:.0f}%)")
     failed = b1["failed"] + b2["failed"] + s1["failed"]
     if failed:
         ok = False
