@@ -452,6 +452,47 @@ def test_default_local_cluster(tmp_path):
     assert_store_equals(tmp_path / "s.zarr", serial_reference(spec, ctx))
 
 
+@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
+def test_a_new_stores_template_is_written_while_its_local_cluster_starts(tmp_path, monkeypatch):
+    import sweep.run.driver as driver
+
+    starting = []
+
+    def plan_store(*args, **kwargs):
+        starting.append(any(t.name == "mechsweep-client-start" for t in threading.enumerate()))
+        return store.plan_store(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "plan_store", plan_store)
+    spec = grid_spec([1, 2, 3], [0.1, 0.5], batch=2)
+    ctx = ToyContext()
+    summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", workers=1, progress=False)
+    assert starting == [True] and sorted(summary.batches_run) == [0, 1, 2]
+    # A finished store has nothing left to run: no cluster is started for it.
+    starting.clear()
+    summary = run_sweep(spec, toy_batch, ctx, tmp_path / "s.zarr", workers=1, progress=False)
+    assert starting == [False] and summary.batches_run == []
+
+
+@pytest.mark.filterwarnings("ignore:Port 8787 is already in use")
+def test_a_store_that_cannot_be_prepared_closes_the_cluster_started_meanwhile(tmp_path):
+    import psutil
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    not_a_store = tmp_path / "results"
+    not_a_store.mkdir()
+    (not_a_store / "notes.txt").write_text("keep me")
+    with pytest.raises(InputError, match="refusing to delete it even with --overwrite"):
+        run_sweep(grid_spec([1, 2], [0.1], batch=1), toy_batch, ToyContext(), not_a_store, workers=1,
+                  mode="overwrite", progress=False)
+    assert (not_a_store / "notes.txt").read_text() == "keep me"
+    # The cluster's start was waited for, then the cluster closed: no thread or process of it is left.
+    assert not any(t.name == "mechsweep-client-start" for t in threading.enumerate())
+    # (multiprocessing's resource tracker, started with the first spawned process, stays for this one's life)
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before and p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE and "resource_tracker" not in " ".join(p.cmdline())]
+    assert left == []
+
+
 def test_cluster_file_starts_the_named_cluster(tmp_path):
     config = tmp_path / "cluster.yaml"
     config.write_text("module: distributed\nclass: LocalCluster\n"

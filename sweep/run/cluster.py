@@ -19,6 +19,7 @@ from sweep.yamlschema import validate
 
 __all__ = [
     "CLUSTER_KEYS", "local_cores", "load_cluster_config", "make_cluster", "check_dask_target", "start_client",
+    "ClientStart",
     "dask_client", "WORKER_TIMEOUT", "WorkerWatch", "say_dashboard", "worker_threads",
     "MEMORY_RESTART_EVENT", "memory_kills", "worker_lost_message",
 ]
@@ -158,6 +159,51 @@ def start_client(workers, scheduler, scheduler_file, cluster, cluster_file):
     n = workers or cores or 1
     own = LocalCluster(n_workers=n, threads_per_worker=1, processes=True)
     return Client(own), own
+
+
+class ClientStart:
+    """:func:`start_client` begun in a thread, so that the caller can prepare a store meanwhile.
+
+    A ``LocalCluster`` takes seconds to start its worker processes, and a
+    new sweep store's template takes from a tenth of a second (a local
+    folder) to seconds (an object store, request by request): the sweep
+    prepares its store while its cluster starts.
+
+    Args:
+        *args: as for :func:`start_client`.
+    """
+
+    def __init__(self, *args):
+        self._result = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, args=args, name="mechsweep-client-start", daemon=True)
+        self._thread.start()
+
+    def _start(self, *args) -> None:
+        try:
+            self._result = start_client(*args)
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by result()
+            self._error = exc
+
+    def result(self):
+        """``(client, cluster)`` as :func:`start_client` returns them, once started.
+
+        Raises:
+            Whatever :func:`start_client` raised.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def close(self) -> None:
+        """Wait for the start, then close the client and the cluster it started (for a run with nothing to do)."""
+        self._thread.join()
+        if self._result is not None:
+            client, own = self._result
+            client.close()
+            if own is not None:
+                own.close()
 
 
 @contextlib.contextmanager

@@ -28,8 +28,9 @@ import zarr
 
 from solver import status as st
 from sweep.log import get_logger
-from sweep.run.cluster import (WORKER_TIMEOUT, WorkerWatch, check_dask_target, memory_kills, say_dashboard,
-                               start_client, worker_lost_message, worker_threads)
+from sweep.location import StoreLocation
+from sweep.run.cluster import (WORKER_TIMEOUT, ClientStart, WorkerWatch, check_dask_target, memory_kills,
+                               say_dashboard, start_client, worker_lost_message, worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch, run_and_write_batches)
 from sweep.store import (COMMIT_GROUP, BatchCommitter, BatchResult, Schema, batch_slices, plan_store,
@@ -307,7 +308,22 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     if getattr(spec_like, "n_batches", len(slices)) != len(slices):
         raise ValueError(f"the spec has {spec_like.n_batches} batches, but {n_points} points in "
                          f"batches of {batch} make {len(slices)}")
-    todo, check = plan_store(store_path, spec_hash, points, schema, attrs, batch, mode, verify)
+    # A new store (or one overwritten) has every batch to run: its cluster starts while
+    # its template is written, not after.  An existing store may have nothing left to run.
+    starting = None
+    if workers != 0 and client is None and (mode == "overwrite" or not StoreLocation(store_path).exists()):
+        starting = ClientStart(workers, scheduler, scheduler_file, cluster, cluster_file)
+    try:
+        todo, check = plan_store(store_path, spec_hash, points, schema, attrs, batch, mode, verify)
+        group = zarr.open_group(store_path, mode="r+")
+        committer = BatchCommitter(group) if todo else None
+    except BaseException:
+        if starting is not None:
+            starting.close()
+        raise
+    if starting is not None and not todo:
+        starting.close()
+        starting = None
     summary = SweepSummary(store_path, n_points, len(slices))
     if check is not None:
         summary.batches_damaged = dict(check.damaged)
@@ -354,8 +370,6 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         if failed_write is not None:
             raise failed_write
 
-    group = zarr.open_group(store_path, mode="r+")
-    committer = BatchCommitter(group) if todo else None
     store_token = f"{group.attrs.get('created')} {group.attrs.get('sweep_hash')}"
     if "://" not in store_path:
         store_path = os.path.abspath(store_path)      # workers may run in another directory
@@ -380,7 +394,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
                 todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
                 store_token, committer.records.chunks[0], task_batches,
                 workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client,
-                WORKER_TIMEOUT if worker_timeout is None else worker_timeout)
+                WORKER_TIMEOUT if worker_timeout is None else worker_timeout, starting)
     finally:
         bar.close()
 
@@ -431,11 +445,12 @@ class ProgressLog:
 
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
               store_token, commit_chunk, task_batches, workers, scheduler, scheduler_file, cluster, cluster_file,
-              t_start, client=None, worker_timeout: float = 0.0):
+              t_start, client=None, worker_timeout: float = 0.0, starting: ClientStart | None = None):
     """Submit the batches (in tasks of :func:`task_runs`) and commit them as they complete; (startup, wall, threads).
 
     With a ``client``, the batches go to it and it stays open (its owner
-    registered :class:`JaxSetup`); else a client is made here and closed.
+    registered :class:`JaxSetup`); else a client is made here (or taken
+    from ``starting``, begun while the store was prepared) and closed.
     """
     from distributed import KilledWorker, as_completed
 
@@ -444,7 +459,8 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
     if callable(client):
         client = client()
     if not shared:
-        client, own = start_client(workers, scheduler, scheduler_file, cluster, cluster_file)
+        client, own = (starting.result() if starting is not None
+                       else start_client(workers, scheduler, scheduler_file, cluster, cluster_file))
     futures, watch = {}, None
     try:
         if not shared:
