@@ -370,8 +370,15 @@ def test_a_store_of_format_2_is_read_checked_and_resumed(reference, tmp_path, ca
         "pos/c/3/0/0", "status/c/3", "steps/c/3", "x/c/3/0", "x_end/c/3"]
     assert status_cli(path, capsys, "--verify")[0] == 0
     new, old = xr.open_zarr(reference), xr.open_zarr(path)
-    for name in ("x", "pos", "x_end", "status", "steps", "batch_message"):
+    for name in ("status", "steps", "batch_message"):
         np.testing.assert_array_equal(old[name].values, new[name].values)
+    # The first three batches' series were computed by the numpy of the release that wrote the
+    # store: numpy's vectorised cos and exp may differ from today's in the last bit.
+    for name in ("x", "pos", "x_end"):
+        a, b = old[name].values, new[name].values
+        assert np.array_equal(np.isnan(a), np.isnan(b))
+        np.testing.assert_array_max_ulp(np.nan_to_num(a), np.nan_to_num(b), maxulp=2)
+    np.testing.assert_array_equal(old["x"].values[12:], new["x"].values[12:])   # the batch resumed here
 
 
 
