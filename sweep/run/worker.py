@@ -113,7 +113,10 @@ class JaxSetup(_WorkerPlugin):
         own_workers: the workers were started for this run (a LocalCluster or
             a cluster file's): they also keep the memory a batch frees for
             the next one (:func:`keep_freed_memory`); never for a scheduler
-            that others share.
+            that others share, nor for workers that are threads of the
+            process that made the plugin (its allocator is its own: it
+            changes even the last bits of numpy's results, whose vector
+            loops depend on the arrays' alignment).
     """
 
     name = "mechsweep-jax-setup"
@@ -122,11 +125,12 @@ class JaxSetup(_WorkerPlugin):
         self.cache_dir = cache_dir
         self.pin = pin
         self.own_workers = own_workers
+        self.maker_pid = os.getpid()
 
     def setup(self, worker) -> None:
         """Called by Dask when the plugin reaches a worker."""
         configure_jax(self.cache_dir)
-        if self.own_workers:
+        if self.own_workers and os.getpid() != self.maker_pid:
             keep_freed_memory()
         if self.pin and isinstance(worker.name, int):
             pin_to_core(worker.name)
