@@ -80,9 +80,9 @@ def keep_freed_memory() -> bool:
     allocate and free the same large arrays batch after batch (the solution,
     its dataset, the encoded chunks): each block over glibc's mapping
     threshold was a fresh mapping of its own, its pages faulted in on first
-    touch and unmapped again on free.  A pendulum batch of 1,000 points spent
-    about a third of a worker's time outside its solve that way
-    (``workflows/benchmarks/results/sweep_vs_solve.txt``).  Here blocks up to
+    touch and unmapped again on free.  That cost a worker about a fifth of
+    its time on a pendulum batch of 1,000 points (117-135 against 93-100 ms
+    a batch; ``workflows/benchmarks/results/sweep_vs_solve.txt``).  Here blocks up to
     :data:`HEAP_BLOCK_MAX` come from the heap and up to :data:`HEAP_TOP_KEPT`
     of free memory at its top is kept: a worker's resident memory stays near
     its largest batch's, which it needs again for the next batch anyway.
