@@ -157,9 +157,12 @@ def write_batch_data(path, batch_slice: slice, result: BatchResult) -> WrittenBa
         if value is None:
             value = np.full(shape, np.nan)
         else:
-            value = np.array(value, dtype=np.float64).reshape(shape)
+            value = np.asarray(value, dtype=np.float64).reshape(shape)
             series = arrays[name].metadata.dimension_names[1:2] == ("time",) and after.size
-            value[after if series else bad] = np.nan
+            mask = after if series else bad
+            if mask.any():          # copied only to be masked: the result's arrays stay as they are
+                value = value.copy()
+                value[mask] = np.nan
         writes.append((name, batch_slice, value))
     for name, column in zip(FAILURE_ARRAYS, (times, reasons)):
         if name in arrays:
@@ -211,7 +214,7 @@ def _write_chunks(arrays: Mapping[str, zarr.Array], writes: list) -> None:
             continue
         data = _plain_chunk_bytes(array, value)
         if not _put_local(array.store_path.store, key, data):
-            later.append((array, selection, data, key))
+            later.append((array, selection, _zarr_buffer(data), key))
     if not later:
         return
 
@@ -240,7 +243,7 @@ def _put_local(store, key: str, data) -> bool:
     inner = store._store if isinstance(store, _RecordingStore) else store
     if not isinstance(inner, zarr.storage.LocalStore) or inner.read_only:
         return False
-    raw = data.to_bytes()
+    raw = data if isinstance(data, (bytes, bytearray)) else data.to_bytes()
     path = inner.root / key
     tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")
     try:
@@ -332,24 +335,40 @@ def _plain_chunk_key(array: zarr.Array, selection, shape) -> str | None:
     return f"{array.path}/{key}" if array.path else key
 
 
-def _plain_chunk_bytes(array: zarr.Array, value):
-    """A whole chunk encoded as the array's codecs say (:func:`_chunk_encoders`): the bytes Zarr writes."""
+def _plain_chunk_bytes(array: zarr.Array, value) -> bytes | bytearray:
+    """A whole chunk encoded as the array's codecs say (:func:`_chunk_encoders`): the bytes Zarr writes.
+
+    Numbers are copied once, into the chunk's bytes with room for the CRC32C
+    after them (a chunk of a pendulum batch's series is 0.8 MB, and every
+    further copy was a pass over it).
+    """
     import google_crc32c
-    from zarr.core.buffer import default_buffer_prototype
 
     text, zstd = _chunk_encoders(array)
     if text:
         from numcodecs import VLenUTF8
 
         data = bytes(VLenUTF8().encode(np.asarray(value, dtype=object).reshape(-1)))
+    elif zstd is None:
+        values = np.ascontiguousarray(value, dtype=array.dtype.newbyteorder("<"))
+        chunk = bytearray(values.nbytes + 4)
+        memoryview(chunk)[:-4] = memoryview(values).cast("B")
+        chunk[-4:] = int(google_crc32c.value(values)).to_bytes(4, "little")
+        return chunk
     else:
         data = np.ascontiguousarray(value, dtype=array.dtype.newbyteorder("<")).tobytes()
     if zstd is not None:
         from numcodecs import Zstd
 
         data = bytes(Zstd(level=zstd[0], checksum=zstd[1]).encode(data))
-    crc = int(google_crc32c.value(data)).to_bytes(4, "little")
-    return default_buffer_prototype().buffer.from_bytes(data + crc)
+    return data + int(google_crc32c.value(data)).to_bytes(4, "little")
+
+
+def _zarr_buffer(data):
+    """Encoded chunk bytes as the Zarr buffer a store's ``set`` takes."""
+    from zarr.core.buffer import default_buffer_prototype
+
+    return default_buffer_prototype().buffer.from_bytes(bytes(data))
 
 
 def failure_columns(result: BatchResult, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
