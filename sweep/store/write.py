@@ -230,8 +230,8 @@ def _write_chunks(arrays: Mapping[str, zarr.Array], writes: list) -> None:
     sync(write_all())
 
 
-def _put_local(store, key: str, data) -> bool:
-    """Write one value of a local store in this thread; False (nothing written) for another store.
+def _put_local(store, key: str, data: bytes | bytearray) -> bool:
+    """Write one encoded chunk (:func:`_plain_chunk_bytes`) into a local store in this thread; False for another store.
 
     As Zarr's ``LocalStore`` writes it: a temporary file beside the
     destination, then a rename over it (atomic); the rename is what a
@@ -243,7 +243,6 @@ def _put_local(store, key: str, data) -> bool:
     inner = store._store if isinstance(store, _RecordingStore) else store
     if not isinstance(inner, zarr.storage.LocalStore) or inner.read_only:
         return False
-    raw = data if isinstance(data, (bytes, bytearray)) else data.to_bytes()
     path = inner.root / key
     tmp = path.with_suffix(f".{uuid.uuid4().hex}.partial")
     try:
@@ -253,13 +252,13 @@ def _put_local(store, key: str, data) -> bool:
             path.parent.mkdir(parents=True, exist_ok=True)
             f = open(tmp, "wb")
         with f:
-            f.write(raw)
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if isinstance(store, _RecordingStore):
-        store.written[key] = raw
+        store.written[key] = data
     return True
 
 
@@ -349,14 +348,14 @@ def _plain_chunk_bytes(array: zarr.Array, value) -> bytes | bytearray:
         from numcodecs import VLenUTF8
 
         data = bytes(VLenUTF8().encode(np.asarray(value, dtype=object).reshape(-1)))
-    elif zstd is None:
-        values = np.ascontiguousarray(value, dtype=array.dtype.newbyteorder("<"))
-        chunk = bytearray(values.nbytes + 4)
-        memoryview(chunk)[:-4] = memoryview(values).cast("B")
-        chunk[-4:] = int(google_crc32c.value(values)).to_bytes(4, "little")
-        return chunk
     else:
-        data = np.ascontiguousarray(value, dtype=array.dtype.newbyteorder("<")).tobytes()
+        values = np.ascontiguousarray(value, dtype=array.dtype.newbyteorder("<"))
+        if zstd is None:
+            chunk = bytearray(values.nbytes + 4)
+            memoryview(chunk)[:-4] = memoryview(values).cast("B")
+            chunk[-4:] = int(google_crc32c.value(values)).to_bytes(4, "little")
+            return chunk
+        data = values.tobytes()
     if zstd is not None:
         from numcodecs import Zstd
 
