@@ -218,7 +218,13 @@ ON_THE_UNKNOWN = {
     "abs": lambda y, t: jnp.abs(y - 2.0),
     "where": lambda y, t: jnp.where(y > 0, y * _b(t), -y),
     "chain": lambda y, t: jnp.exp(jnp.sin(y) * _b(t)) / (1.0 + y * y),
+    # Powers of one base folded into one (ScalarBuilder._fold_powers).
+    "powers_of_a_norm": lambda y, t: 0.5 / jnp.sqrt(y * y + _b(t)) / (jnp.sqrt(y * y + _b(t)) * jnp.sqrt(y * y + _b(t))),
+    "quotient_of_powers": lambda y, t: jnp.sqrt(y * y + _b(t)) / (y * y + _b(t)),
+    "reciprocal_roots": lambda y, t: (2.0 / jnp.sqrt(y + 2.0)) * (3.0 / jnp.sqrt(y + 2.0)),
 }
+# What each folds into: no square root is left, and at most one quotient.
+FOLDED = {"powers_of_a_norm": ("powc", 0), "quotient_of_powers": ("powc", 0), "reciprocal_roots": ("div", 1)}
 
 
 def test_every_operation_on_an_unknown_gives_the_exact_series():
@@ -237,3 +243,39 @@ def test_every_operation_on_an_unknown_gives_the_exact_series():
         f = jax.jacfwd(f)
     for n in names:
         np.testing.assert_allclose(np.asarray(X[n][: order + 1]), ref, rtol=1e-11, atol=1e-12, err_msg=n)
+
+
+def test_powers_of_one_base_become_one_power():
+    """x^p · x^q = x^(p+q): a gravitational pair's Lagrangian, differentiated,
+    reads (1/2)/sqrt(s) · 1/(sqrt(s)·sqrt(s)) for s^(-3/2) (s the squared
+    distance).  The tape keeps one power per pair, no square root and no
+    quotient; the series are exact (the operations above, against nested
+    jacfwd) and the Pleiades reach their published positions
+    (test_seed_models.py)."""
+    from pathlib import Path
+
+    model = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "pleiades.yaml")
+    cp = compact_of(model.dae, 12)
+    kinds = {}
+    for g in cp.groups:
+        kinds[g.kind] = kinds.get(g.kind, 0) + g.size
+    assert kinds == {"lin": 63, "mul": 84, "powc": 21}, kinds  # 21 pairs: dx², dy², s^(-3/2), two forces
+    (powers,) = [g for g in cp.groups if g.kind == "powc"]
+    consts = np.asarray(cp.constant_values(cp.prog.constants(model.params)))
+    exponents = {float(consts[int(src)]) for src in np.ravel(powers.ops[1].src)}
+    assert exponents == {-1.5}
+
+
+@pytest.mark.parametrize("name", sorted(FOLDED))
+def test_the_folded_operations_keep_no_root(name):
+    f = ON_THE_UNKNOWN[name]
+    dae = solver.DAE(lambda t, v, p: [v["y"][1] - f(v["y"][0], 0.3)], ["y"])
+    kinds = [g.kind for g in compact_of(dae, 6).groups]
+    kind, n_div = FOLDED[name]
+    assert kind in kinds and "sqrt" not in kinds and kinds.count("div") == n_div, kinds
+
+
+def test_a_plain_square_stays_a_product():
+    """x · x is left a product (its recurrence never divides by x, a power's does)."""
+    dae = solver.DAE(lambda t, v, p: [v["y"][1] - v["y"][0] * v["y"][0]], ["y"])
+    assert [g.kind for g in compact_of(dae, 6).groups] == ["mul"]

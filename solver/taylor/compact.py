@@ -24,6 +24,9 @@ Decomposition (:class:`~solver.taylor.compact_build.ScalarBuilder`):
   functions, atan2, abs, selections, piecewise-constant functions); tan,
   tanh, the logistic function, integer powers, max and min are written
   with those.
+* Products and quotients of powers of one base become one power
+  (``x^p · x^q = x^(p+q)``: a gravitational pair's ``s^(-3/2)`` is one
+  operation, not five).
 
 Because every scalar has its own order offset, no window of orders is
 recomputed (the array engines need one when a vector mixes elements of
@@ -31,7 +34,9 @@ different offsets, as the natural coordinates of a 3-D rigid body do):
 each stage computes every live scalar at order ``k + off`` exactly once
 per pass.
 
-The pieces: the decomposition (:mod:`solver.taylor.compact_build`), the
+The pieces: the decomposition (:mod:`solver.taylor.compact_build`, which
+folds products of powers of one base into one power:
+:mod:`solver.taylor.compact_powers`), the
 coefficient table's operands and groups (:mod:`solver.taylor.compact_table`),
 each kind's recurrence and commit delta (:mod:`solver.taylor.compact_kinds`)
 and batch-last evaluation under ``vmap`` (:mod:`solver.taylor.compact_batch`).

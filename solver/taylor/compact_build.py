@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from solver.dae.concrete import evaluate
 from solver.dae.derivative import ddt_p
 from solver.dae.primitives import UnsupportedPrimitiveError
+from solver.taylor.compact_powers import PowerFolding
 from solver.taylor.ir import Lit, is_float
 from solver.taylor.program import TaylorProgram
 
@@ -60,7 +61,7 @@ def _key(sc: dict) -> tuple:
     return tuple(sorted(sc.items()))
 
 
-class ScalarBuilder:
+class ScalarBuilder(PowerFolding):
     """Decompose a :class:`TaylorProgram`'s cleaned jaxpr into scalar atoms.
 
     Node kinds (``self.kind[i]``): ``const`` (param: source), ``time``,
@@ -78,6 +79,7 @@ class ScalarBuilder:
         self._lins: dict = {}
         self.H: list[dict] = [{}]  # interned scalars; handle 0 is zero
         self._handles: dict = {(): 0}
+        self._power: dict = {}  # see PowerFolding
         self.ONE = self._const(("lit", 1.0))
         self.ZERO = self._const(("lit", 0.0))
         self.TIME = self._node("time", (), None)
@@ -414,6 +416,9 @@ class ScalarBuilder:
             r = self.scale_by_const(a, b)
             if r is not None:
                 return r
+        folded = self._fold_powers(a, b, 1.0)
+        if folded is not None:
+            return folded
         x, y = sorted((self.mat(a), self.mat(b)))
         return self.atom_sc(self._atom("mul", (x, y)))
 
@@ -429,12 +434,22 @@ class ScalarBuilder:
                 r = self.scale_by_const(a, self.atom_sc(self._const(("recip", cn))))
                 if r is not None:
                     return self.scale(r, 1.0 / cw)
-        return self.atom_sc(self._atom("div", (self.mat(a), self.mat(b))))
+        folded = self._fold_powers(a, b, -1.0)
+        if folded is not None:
+            return folded
+        node = self._atom("div", (self.mat(a), self.mat(b)))
+        if self.mat(a) == self.ONE:
+            self._power.setdefault(node, (self.h(b), -1.0))
+        return self.atom_sc(node)
 
     def _unary(self, kind, a, f0, param=None):
         ka = self.known(a)
         if ka is not None:
             return self.known_sc(float(f0(ka)))
+        if kind == "sqrt":
+            node = self._atom(kind, (self.mat(a),), param)
+            self._power.setdefault(node, (self.h(a), 0.5))
+            return self.atom_sc(node)
         return self.atom_sc(self._atom(kind, (self.mat(a),), param))
 
     def _sincos(self, a, hyper: bool):
