@@ -279,3 +279,24 @@ def test_a_plain_square_stays_a_product():
     """x · x is left a product (its recurrence never divides by x, a power's does)."""
     dae = solver.DAE(lambda t, v, p: [v["y"][1] - v["y"][0] * v["y"][0]], ["y"])
     assert [g.kind for g in compact_of(dae, 6).groups] == ["mul"]
+
+
+def scaled_twice(t, v, p):
+    y = v["y"]
+    return [y[1] - p["a"] * (p["b"] * y[0]) - y[0] / (p["a"] * p["b"])]
+
+
+def test_a_parameter_times_a_parameter_times_a_series_stays_linear():
+    """a · (b · y) and y / (a · b) with parameters a, b are linear in y: the
+    tape keeps them as terms whose constant factor is the product a · b (or
+    its reciprocal), with no product or quotient to evaluate at every order.
+    y' = (ab + 1/(ab)) y, so y(t) = exp((ab + 1/(ab)) t) for each (a, b) of a batch."""
+    dae = solver.DAE(scaled_twice, ["y"], {"a": 1.0, "b": 1.0})
+    assert compact_of(dae, 8).groups == []
+    a, b = np.array([0.5, 1.0, 2.0]), np.array([0.8, 1.5, 0.25])
+    t1 = 0.7
+    batch = solver.solve_batch(dae, {"a": a, "b": b}, values={"y": 1.0}, fixed=["y"], t_span=(0.0, t1),
+                               t_eval=np.array([0.0, t1]), tol=1e-12, mode="compact")
+    assert np.all(batch.status.values == 0)
+    rate = a * b + 1.0 / (a * b)
+    np.testing.assert_allclose(batch.y.values[:, -1], np.exp(rate * t1), rtol=1e-10)

@@ -237,7 +237,7 @@ class CompactProgram:
             return [a for a, _, _ in b.param[i]] + [cc for _, cc, _ in b.param[i] if cc >= 0]
         if kind == "const":
             src = b.param[i]
-            return [src[1]] if src[0] == "recip" else []
+            return list(src[1:]) if src[0] in ("recip", "prod") else []
         if kind == "cos":
             return []
         return list(b.args[i])
@@ -305,11 +305,13 @@ class CompactProgram:
                 if node not in flat_cache:
                     flat_cache[node] = jnp.ravel(jnp.asarray(consts[node])).astype(jnp.float64)
                 vals.append(flat_cache[node][i])
-            else:  # ("recip", const node): after the base constants
+            else:  # ("recip", c) or ("prod", c1, c2) of constant nodes: after the base constants
                 vals.append(None)
-        for k, src in enumerate(self.const_sources):
+        for k, src in enumerate(self.const_sources):  # in creation order: a factor before its product
             if src[0] == "recip":
                 vals[k] = 1.0 / vals[self._const_index[src[1]]]
+            elif src[0] == "prod":
+                vals[k] = vals[self._const_index[src[1]]] * vals[self._const_index[src[2]]]
         return jnp.stack(vals)
 
     def init(self, t0, consts):

@@ -166,15 +166,38 @@ class ScalarBuilder(PowerFolding):
         return self._lins[k]
 
     def scale_by_const(self, sc, c_sc):
-        """``sc`` times a non-series scalar ``c_sc`` (a single constant term)."""
+        """``sc`` times a non-series scalar ``c_sc`` (a single constant term), or None.
+
+        A term that has a constant factor already gets the product of the two
+        as its factor (a constant node computed with the others), so that a
+        parameter times a parameter times a series stays linear: as a
+        product node it cost a Cauchy sum over every order.
+        """
         kv = self.known(c_sc)
         if kv is not None:
             return self.scale(sc, kv)
-        if len(c_sc) == 1 and all(c == -1 for (_, c) in sc):
-            (cn, cc), cw = next(iter(c_sc.items()))
-            if cc == -1:
-                return {(a, cn): w * cw for (a, _), w in sc.items()}
-        return None
+        cn = self._single_constant(c_sc)
+        if cn is None:
+            return None
+        cn, cw = cn
+        out: dict = {}
+        for (a, c), w in sc.items():
+            key = (a, cn if c == -1 else self._const_product(c, cn))
+            out[key] = out.get(key, 0.0) + w * cw
+        return {t: w for t, w in out.items() if w != 0.0}
+
+    def _single_constant(self, c_sc):
+        """A non-series scalar of one term as (constant node, weight), factors multiplied out; else None."""
+        if len(c_sc) != 1:
+            return None
+        (cn, cc), cw = next(iter(c_sc.items()))
+        if not self.is_const_node(cn):
+            return None
+        return (cn if cc == -1 else self._const_product(cn, cc)), cw
+
+    def _const_product(self, c1, c2):
+        """The constant node ``c1 · c2`` (computed with the constants, see CompactProgram.constant_values)."""
+        return self._const(("prod",) + tuple(sorted((c1, c2))))
 
     # ------------------------------------------------------------ constants
     def _concrete_constants(self):
@@ -428,9 +451,10 @@ class ScalarBuilder(PowerFolding):
             return self.scale(a, 1.0 / kb)  # kb == 0 gives inf, as the array engines do
         if not a:
             return {}
-        if not self.is_series(b) and len(b) == 1:
-            (cn, cc), cw = next(iter(b.items()))
-            if cc == -1:
+        if not self.is_series(b):
+            single = self._single_constant(b)
+            if single is not None:
+                cn, cw = single
                 r = self.scale_by_const(a, self.atom_sc(self._const(("recip", cn))))
                 if r is not None:
                     return self.scale(r, 1.0 / cw)
