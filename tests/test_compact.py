@@ -223,6 +223,11 @@ ON_THE_UNKNOWN = {
     "quotient_of_powers": lambda y, t: jnp.sqrt(y * y + _b(t)) / (y * y + _b(t)),
     "reciprocal_roots": lambda y, t: (2.0 / jnp.sqrt(y + 2.0)) * (3.0 / jnp.sqrt(y + 2.0)),
 }
+# The same with parameters as the constant factors (a ScalarBuilder product of constants).
+WITH_PARAMETERS = {
+    "powers_of_a_norm": lambda y, p: p["a"] / jnp.sqrt(y * y + 1.5) / (p["b"] * jnp.sqrt(y * y + 1.5) ** 2),
+    "quotient_of_powers": lambda y, p: p["a"] * jnp.sqrt(y * y + 1.5) / (p["b"] * (y * y + 1.5)),
+}
 # What each folds into: no square root is left, and at most one quotient.
 FOLDED = {"powers_of_a_norm": ("powc", 0), "quotient_of_powers": ("powc", 0), "reciprocal_roots": ("div", 1)}
 
@@ -273,6 +278,26 @@ def test_the_folded_operations_keep_no_root(name):
     kinds = [g.kind for g in compact_of(dae, 6).groups]
     kind, n_div = FOLDED[name]
     assert kind in kinds and "sqrt" not in kinds and kinds.count("div") == n_div, kinds
+
+
+@pytest.mark.parametrize("name", sorted(WITH_PARAMETERS))
+def test_powers_with_parameter_factors_fold_and_keep_their_values(name):
+    """y' = f(y; a, b) with parameter factors: one power in the tape, and the
+    first stage's coefficients (y' and y''/2 at the initial point) equal f and
+    f' f computed by JAX at the same point."""
+    f = WITH_PARAMETERS[name]
+    dae = solver.DAE(lambda t, v, p: [v["y"][1] - f(v["y"][0], p)], ["y"], {"a": 1.3, "b": 0.7})
+    kinds = [g.kind for g in compact_of(dae, 6).groups]
+    assert "powc" in kinds and "sqrt" not in kinds and "div" not in kinds, kinds
+    integ = integrator_for(dae, 6, mode="compact")
+    params = {"a": jnp.asarray(1.3), "b": jnp.asarray(0.7)}
+    consts = integ.prog.constants(params)
+    y0 = 0.4
+    X, _, status, _ = jax.jit(lambda: integ.series(jnp.array([y0]), jnp.zeros(1), 0.0, consts))()
+    assert int(status) == 0
+    g = lambda y: f(y, params)
+    np.testing.assert_allclose(float(np.ravel(X["y"])[1]), float(g(y0)), rtol=1e-13)
+    np.testing.assert_allclose(float(np.ravel(X["y"])[2]), float(jax.grad(g)(y0) * g(y0)) / 2, rtol=1e-12)
 
 
 def test_a_plain_square_stays_a_product():

@@ -28,11 +28,15 @@ class PowerFolding:
 
         A single term is a power of its atom's base when the atom was
         recorded as one (``recorded``), else the first power of the atom; a
-        combination of several terms is the first power of itself.
+        combination of several terms is the first power of itself, or of
+        itself without the constant factor all its terms share.
         """
         if not sc or not self.is_series(sc):
             return None
         if len(sc) > 1:
+            factors = {cf for (_, cf) in sc}
+            if len(factors) == 1 and min(factors) >= 0:
+                return 1.0, min(factors), self.h({(a, -1): w for (a, _), w in sc.items()}), 1.0, False
             return 1.0, -1, self.h(sc), 1.0, False
         (a, cf), w = next(iter(sc.items()))
         if a in self._power:
@@ -49,11 +53,8 @@ class PowerFolding:
         kv = self.known(sc)
         if kv is not None:
             return kv, -1
-        if len(sc) == 1:
-            (cn, cc), w = next(iter(sc.items()))
-            if cc == -1:
-                return w, cn
-        return None
+        single = self._single_constant(sc)
+        return None if single is None else (single[1], single[0])
 
     def _fold_powers(self, a, b, sign: float):
         """``a · b^sign`` as one power when both are powers of one base and one a recorded power, else None.
@@ -85,13 +86,12 @@ class PowerFolding:
         if pa is None or pb is None or pa[2] != pb[2] or not (pa[4] or pb[4]):
             return None
         (wa, ca, base, ea, _), (wb, cb, _, eb, _) = pa, pb
-        if cb >= 0 and (sign < 0 or ca >= 0):
-            return None  # a quotient by a parameter's factor, or two factors: not one term
-        power = self._power_sc(base, ea + sign * eb)
-        out = self.scale(power, wa * (wb if sign > 0 else 1.0 / wb))
-        cf = ca if ca >= 0 else cb
-        if cf >= 0:
-            out = self.scale_by_const(out, self.atom_sc(cf))
+        out = self.scale(self._power_sc(base, ea + sign * eb), wa * (wb if sign > 0 else 1.0 / wb))
+        if cb >= 0 and sign < 0:
+            cb = self._const(("recip", cb))
+        for cf in (ca, cb):  # the operands' constant factors, multiplied into the terms' own
+            if cf >= 0:
+                out = self.scale_by_const(out, self.atom_sc(cf))
         return out
 
     def _power_sc(self, base: int, e: float):
