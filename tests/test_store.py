@@ -297,8 +297,8 @@ def test_whole_chunks_written_directly_are_the_bytes_zarr_writes(tmp_path, monke
     direct = []
     plain_key = write_module._plain_chunk_key
 
-    def spy(array, selection, shape):
-        key = plain_key(array, selection, shape)
+    def spy(array, selection, shape, encoders):
+        key = plain_key(array, selection, shape, encoders)
         direct.append(key)
         return key
 

@@ -461,8 +461,9 @@ class ScalarBuilder(PowerFolding):
         folded = self._fold_powers(a, b, -1.0)
         if folded is not None:
             return folded
-        node = self._atom("div", (self.mat(a), self.mat(b)))
-        if self.mat(a) == self.ONE:
+        num = self.mat(a)
+        node = self._atom("div", (num, self.mat(b)))
+        if num == self.ONE:
             self._power.setdefault(node, (self.h(b), -1.0))
         return self.atom_sc(node)
 

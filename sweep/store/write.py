@@ -208,11 +208,12 @@ def _write_chunks(arrays: Mapping[str, zarr.Array], writes: list) -> None:
     later = []
     for name, selection, value in writes:
         array = arrays[name]
-        key = _plain_chunk_key(array, selection, np.shape(value))
+        encoders = _chunk_encoders(array)
+        key = _plain_chunk_key(array, selection, np.shape(value), encoders)
         if key is None:
             later.append((array, selection, value, None))
             continue
-        data = _plain_chunk_bytes(array, value)
+        data = _plain_chunk_bytes(array, value, encoders)
         if not _put_local(array.store_path.store, key, data):
             later.append((array, selection, _zarr_buffer(data), key))
     if not later:
@@ -312,17 +313,17 @@ def _chunk_encoders(array: zarr.Array) -> tuple | None:
     return text, zstd
 
 
-def _plain_chunk_key(array: zarr.Array, selection, shape) -> str | None:
+def _plain_chunk_key(array: zarr.Array, selection, shape, encoders: tuple | None) -> str | None:
     """The store key of the one whole chunk that ``array[selection] = value`` writes, or None.
 
-    None unless mechsweep encodes the array's chunks (:func:`_chunk_encoders`:
+    None unless mechsweep encodes the array's chunks (``encoders``, :func:`_chunk_encoders`'s answer:
     numbers as bytes or texts as variable-length UTF-8, optionally
     Zstandard, then CRC32C), its chunk grid is regular with chunks spanning
     every axis but the first, and the selection is a slice of the first axis
     covering exactly one chunk, inside the array, with a value of the chunk's
     shape.
     """
-    if not isinstance(selection, slice) or selection.step not in (None, 1) or _chunk_encoders(array) is None:
+    if not isinstance(selection, slice) or selection.step not in (None, 1) or encoders is None:
         return None
     chunks, shape_all = array.chunks, array.shape
     if not chunks or tuple(chunks[1:]) != tuple(shape_all[1:]) or tuple(shape) != tuple(chunks):
@@ -334,8 +335,11 @@ def _plain_chunk_key(array: zarr.Array, selection, shape) -> str | None:
     return f"{array.path}/{key}" if array.path else key
 
 
-def _plain_chunk_bytes(array: zarr.Array, value) -> bytes | bytearray:
-    """A whole chunk encoded as the array's codecs say (:func:`_chunk_encoders`): the bytes Zarr writes.
+def _plain_chunk_bytes(array: zarr.Array, value, encoders: tuple) -> bytes | bytearray:
+    """A whole chunk encoded as the array's codecs say: the bytes Zarr writes.
+
+    ``encoders`` is :func:`_chunk_encoders`'s answer for the array, computed
+    once per write by the caller.
 
     Numbers are copied once, into the chunk's bytes with room for the CRC32C
     after them (a chunk of a pendulum batch's series is 0.8 MB, and every
@@ -343,7 +347,7 @@ def _plain_chunk_bytes(array: zarr.Array, value) -> bytes | bytearray:
     """
     import google_crc32c
 
-    text, zstd = _chunk_encoders(array)
+    text, zstd = encoders
     if text:
         from numcodecs import VLenUTF8
 
