@@ -14,6 +14,7 @@ the workers (:func:`task_runs`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import sys
@@ -34,7 +35,7 @@ from sweep.run.cluster import (WORKER_TIMEOUT, ClientStart, WorkerWatch, check_d
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch, run_and_write_batches)
 from sweep.store import (COMMIT_GROUP, BatchCommitter, BatchResult, Schema, batch_slices, plan_store,
-                         write_batch_data)
+                         write_batch_data, writer_group)
 
 __all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog", "task_runs",
            "TASK_MOST_BATCHES", "TASK_SHARE"]
@@ -317,6 +318,10 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         todo, check = plan_store(store_path, spec_hash, points, schema, attrs, batch, mode, verify)
         group = zarr.open_group(store_path, mode="r+")
         committer = BatchCommitter(group) if todo else None
+        # The batches this process writes go through a group that records the bytes it
+        # writes: their chunk table is computed from them, not read back (on an object
+        # store two requests a chunk).  Opened once, when first needed.
+        writer = functools.cache(lambda: writer_group(store_path))
     except BaseException:
         if starting is not None:
             starting.close()
@@ -349,7 +354,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
                     break
                 if isinstance(outcome, BatchResult):
                     sl = slices[index]
-                    outcome = write_batch_data(group, sl, checked_or_failed(outcome, schema, sl.stop - sl.start))
+                    outcome = write_batch_data(writer(), sl, checked_or_failed(outcome, schema, sl.stop - sl.start))
                 written.append(outcome)
             if written:
                 committer.commit_all(written)
@@ -387,7 +392,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
             for index in todo:
                 sl = slices[index]
                 finish([index], [run_and_write_batch(batch_fn, {k: v[sl] for k, v in points.items()},
-                                                     context, cache_dir, group, sl, schema)])
+                                                     context, cache_dir, writer(), sl, schema)])
             summary.wall_seconds = time.perf_counter() - t0
         else:
             summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
