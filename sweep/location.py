@@ -187,7 +187,31 @@ class StoreLocation:
                 raise FileNotFoundError(path)
             return await self.fs._cat_file(path), _stamp(info)
 
-        return dict(zip(keys, self._gather(one, [self._key(k) for k in keys])))
+        def plain(path):
+            return self.fs.cat_file(path), _stamp(self.fs.info(path))
+
+        return dict(zip(keys, self._gather(one, plain, [self._key(k) for k in keys])))
+
+    def read_bytes_many(self, keys: list[str]) -> dict[str, bytes | None]:
+        """The bytes of each file ``keys`` (None for a missing one), without their stamps.
+
+        One request a file on an object store, where :meth:`read_many` makes
+        two (the stamp is the object's ETag, from its own request).
+        """
+        if not self.remote or not keys:
+            out = {}
+            for key in keys:
+                try:
+                    with open(self._key(key), "rb") as f:
+                        out[key] = f.read()
+                except FileNotFoundError:
+                    out[key] = None
+            return out
+
+        async def one(path):
+            return await self.fs._cat_file(path)
+
+        return dict(zip(keys, self._gather(one, self.fs.cat_file, [self._key(k) for k in keys])))
 
     def stats(self, keys: list[str]) -> dict[str, tuple[int, int | str] | None]:
         """:meth:`stat` of each key; on an object store from one listing of the store."""
@@ -203,7 +227,8 @@ class StoreLocation:
             found[path.removeprefix(self.root + "/")] = (int(info["size"]), _stamp(info))
         return {key: found.get(key) for key in keys}
 
-    def _gather(self, one, paths: list[str], limit: int = 32) -> list:
+    def _gather(self, one, plain, paths: list[str], limit: int = 32) -> list:
+        """``one(path)`` of each path, concurrently (``plain(path)`` one by one on a synchronous file system)."""
         import asyncio
 
         from fsspec.asyn import sync
@@ -228,8 +253,7 @@ class StoreLocation:
         out = []
         for path in paths:                       # a synchronous file system: one by one
             try:
-                info = self.fs.info(path)
-                out.append((self.fs.cat_file(path), _stamp(info)))
+                out.append(plain(path))
             except FileNotFoundError:
                 out.append(None)
         return out

@@ -142,8 +142,14 @@ def check_store(path, level: str = "quick") -> StoreCheck:
     records = _read_records(group, len(slices))
     layout = chunk_layout(group)
     stats = root.stats([k for i in range(len(slices)) if records[i] for k in batch_chunks(group, i, layout)])
+    found = [_committed_chunks(group, i, records[i], layout) for i in range(len(slices))]
+    # Every chunk to read, of all batches together: on an object store the requests of many
+    # batches overlap instead of one batch's waiting for the last (see _digests).
+    digests = _digests(root, [key for entry in found if isinstance(entry, tuple)
+                              for key in _chunks_to_read(*entry, level, stats)])
+    arrays: dict = {}
     for i, sl in enumerate(slices):
-        problems = _check_batch(group, root, i, sl, records[i], codes, level, layout, stats)
+        problems = _check_batch(group, i, sl, found[i], codes, level, stats, digests, arrays)
         if problems is None:
             check.pending.append(i)
         elif problems:
@@ -220,64 +226,103 @@ def _read_records(group: zarr.Group, n_batches: int) -> list[str | Exception]:
         return out
 
 
-def _check_batch(group: zarr.Group, root: StoreLocation, index: int, sl: slice, record,
-                 codes: np.ndarray, level: str, layout, stats: Mapping) -> list[str] | None:
-    """Problems of one batch; ``None`` when it is pending (no record, no status)."""
-    keys = batch_chunks(group, index, layout)
+def _committed_chunks(group: zarr.Group, index: int, record, layout) -> tuple | list[str] | None:
+    """``(chunks, keys)`` of a committed batch: its record's chunk table and the chunk paths it must have.
+
+    ``None`` when the batch is pending (no record); a list of problems when
+    its record is unusable.
+    """
     if isinstance(record, Exception):
         return [f"commit record undecodable ({type(record).__name__}: {record})"]
     if not record:
         # Chunks without a commit record are a batch its worker wrote and the driver never
         # committed (the run stopped in between): not done, run again, but not damage.
         return None
+    keys = batch_chunks(group, index, layout)
     chunks, why = parse_record(record, keys)
-    if chunks is None:
-        return [why]
-    problems = _check_chunks(root, chunks, keys, level, stats)
+    return [why] if chunks is None else (chunks, keys)
+
+
+def _check_batch(group: zarr.Group, index: int, sl: slice, found, codes: np.ndarray, level: str,
+                 stats: Mapping, digests: Mapping, arrays: dict) -> list[str] | None:
+    """Problems of one batch (``found``: :func:`_committed_chunks`); ``None`` when it is pending.
+
+    ``arrays``: as for :func:`_decode_batch`.
+    """
+    if not isinstance(found, tuple):
+        return found
+    chunks, keys = found
+    problems = _check_chunks(chunks, keys, stats, digests)
     if not problems and level == "decode":
-        problems = _decode_batch(group, sl)
+        problems = _decode_batch(group, sl, arrays)
     if not problems and (codes[sl] == st.PENDING).any():
         problems = ["status holds pending points although the batch is committed"]
     return problems
 
 
-def _check_chunks(root: StoreLocation, chunks: Mapping[str, list], keys: list[str], level: str,
-                  stats: Mapping) -> list[str]:
-    """Why the committed chunk files ``keys`` are not as committed; empty when they are.
+def _chunks_to_read(chunks: Mapping[str, list], keys: list[str], level: str, stats: Mapping) -> list[str]:
+    """The chunks of a committed batch whose checksum must be read: all present ones but, at the quick
+    level, those whose size and stamp are the committed ones (an untouched chunk needs no reading).
 
     ``stats``: key -> (size, stamp) or None, as :meth:`StoreLocation.stats` gives.
     """
-    problems, to_read = {}, []
+    out = []
     for key in keys:
-        size, stamp, _ = chunks[key]
+        found = stats.get(key)
+        if found is not None and found[0] == chunks[key][0] and (level != "quick" or found[1] != chunks[key][1]):
+            out.append(key)
+    return out
+
+
+# Chunks read at once by _digests: the requests of an object store overlap, up to
+# StoreLocation.read_many's own limit, and no more than this many chunks are held in memory.
+_READ_WINDOW = 256
+
+
+def _digests(root: StoreLocation, keys: list[str]) -> dict[str, str | None]:
+    """The SHA-256 of each chunk file ``keys`` as stored now (None for a missing one)."""
+    out = {}
+    for start in range(0, len(keys), _READ_WINDOW):
+        for key, data in root.read_bytes_many(keys[start:start + _READ_WINDOW]).items():
+            out[key] = None if data is None else digest(data)
+    return out
+
+
+def _check_chunks(chunks: Mapping[str, list], keys: list[str], stats: Mapping, digests: Mapping) -> list[str]:
+    """Why the committed chunk files ``keys`` are not as committed; empty when they are.
+
+    ``stats``: key -> (size, stamp) or None, as :meth:`StoreLocation.stats` gives;
+    ``digests``: key -> the SHA-256 of the chunks read (:func:`_chunks_to_read`), None if
+    missing by the time they were read.
+    """
+    problems = []
+    for key in keys:
+        size, _, committed = chunks[key]
         found = stats.get(key)
         if found is None:
-            problems[key] = f"chunk {key} missing"
+            problems.append(f"chunk {key} missing")
         elif found[0] != size:
-            problems[key] = f"chunk {key} corrupt: {found[0]} bytes, committed {size}"
-        elif level != "quick" or found[1] != stamp:
-            to_read.append(key)   # an untouched chunk needs no reading at the quick level
-    for key, got in root.read_many(to_read).items():
-        problems[key] = _chunk_problem(key, chunks[key], got)
-    return [problems[k] for k in keys if problems.get(k)]
+            problems.append(f"chunk {key} corrupt: {found[0]} bytes, committed {size}")
+        elif key in digests:
+            if digests[key] is None:
+                problems.append(f"chunk {key} missing")
+            elif digests[key] != committed:
+                problems.append(f"chunk {key} corrupt: checksum differs from the commit record")
+    return problems
 
 
-def _chunk_problem(key: str, entry: list, got) -> str:
-    """Why one chunk read back is not as committed; empty when it is."""
-    if got is None:
-        return f"chunk {key} missing"
-    data, committed = got[0], entry[2]
-    if digest(data) != committed:
-        return f"chunk {key} corrupt: checksum differs from the commit record"
-    return ""
+def _decode_batch(group: zarr.Group, sl: slice, arrays: dict) -> list[str]:
+    """Decode every chunk of a batch; why each undecodable one fails.
 
-
-def _decode_batch(group: zarr.Group, sl: slice) -> list[str]:
-    """Decode every chunk of a batch; why each undecodable one fails."""
+    ``arrays``: the batch arrays looked up so far, by name (filled here): each
+    lookup reads the array's metadata, a request on an object store.
+    """
     problems = []
     for name in batch_arrays(group):
         try:
-            group[name][sl]
+            if name not in arrays:
+                arrays[name] = group[name]
+            arrays[name][sl]
         except Exception as exc:  # noqa: BLE001 - codecs raise many types for bad bytes
             problems.append(f"array {name}: a chunk of the batch is undecodable "
                             f"({type(exc).__name__}: {exc})")
