@@ -301,17 +301,31 @@ def batch_arrays(group: zarr.Group) -> list[str]:
     return [*group.attrs["sweep_outputs"], "steps", *later, "status"]
 
 
-def chunk_layout(group: zarr.Group, arrays: Mapping | None = None) -> list:
-    """Per batch array: its name, its metadata and the chunk coordinates after ``point``.
+# A batch index that no store reaches, formatted into a chunk key to find where the index goes.
+_INDEX_MARK = 9_876_543_210_123
 
-    Looked up once per check or write (a Zarr array lookup costs more than a
-    ``stat``); ``arrays`` are already opened batch arrays by name.
+
+def chunk_layout(group: zarr.Group, arrays: Mapping | None = None) -> list:
+    """Per batch array: its name and the chunk keys of a batch around the batch's index.
+
+    Each entry is ``(name, templates)``: for each chunk of a batch (its
+    coordinates after ``point``), the text before and after the batch index
+    in the chunk's key, as the array's chunk key encoding writes it.  Looked
+    up once per check or write (a Zarr array lookup costs more than a
+    ``stat``, an encoding of a key more than joining three strings);
+    ``arrays`` are already opened batch arrays by name.
     """
     layout = []
+    mark = str(_INDEX_MARK)
     for name in batch_arrays(group):
         array = arrays[name] if arrays is not None else group[name]
-        rest = list(itertools.product(*(range(n) for n in array.cdata_shape[1:])))
-        layout.append((name, array.metadata, rest))
+        templates = []
+        for coords in itertools.product(*(range(n) for n in array.cdata_shape[1:])):
+            before, found, after = f"{name}/{array.metadata.encode_chunk_key((_INDEX_MARK, *coords))}".partition(mark)
+            if not found or mark in after:
+                raise ValueError(f"{name}: its chunk key encoding does not write the batch index as a number")
+            templates.append((before, after))
+        layout.append((name, templates))
     return layout
 
 
@@ -321,10 +335,9 @@ def batch_chunks(group: zarr.Group, index: int, layout=None) -> list[str]:
     The paths come from the store's own metadata, never from a commit record,
     so a record cannot make a check read a file outside the store.
     """
-    keys = []
-    for name, meta, rest in layout if layout is not None else chunk_layout(group):
-        keys += [f"{name}/{meta.encode_chunk_key((index, *coords))}" for coords in rest]
-    return sorted(keys)
+    i = str(index)
+    return sorted([before + i + after for _, templates in (layout if layout is not None else chunk_layout(group))
+                   for before, after in templates])
 
 
 def digest(data: bytes) -> str:
