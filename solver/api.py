@@ -276,7 +276,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             ``compact`` (a scalar tape evaluated in groups, program size
             independent of the order and of the number of parts),
             ``looped`` (a loop over the orders) or ``auto`` (for one run
-            unrolled up to 5,000 operations, compact above: compiling is
+            unrolled up to 3,000 operations, compact above: compiling is
             most of a single run; :func:`solver.integrate.integrator.choose_mode`).
         optimize: compile with LLVM's optimisation (default).  ``False``
             compiles up to 2x faster and runs several times slower (same
