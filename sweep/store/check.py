@@ -261,8 +261,8 @@ def _check_batch(group: zarr.Group, index: int, sl: slice, found, codes: np.ndar
 
 
 def _chunks_to_read(chunks: Mapping[str, list], keys: list[str], level: str, stats: Mapping) -> list[str]:
-    """The chunks of a committed batch whose checksum must be read: all present ones but, at the quick
-    level, those whose size and stamp are the committed ones (an untouched chunk needs no reading).
+    """The chunks of a committed batch whose checksum must be read: those present with their committed
+    size; at the quick level only those of them whose stamp changed (an untouched chunk needs no reading).
 
     ``stats``: key -> (size, stamp) or None, as :meth:`StoreLocation.stats` gives.
     """
