@@ -29,6 +29,7 @@ from solver.integrate.sensitivity import (check_names, fixed_value_tangents, par
 from solver.results.balance import balance_layout
 from solver.results.solution import (build_batch_dataset, build_dataset, event_layout, output_layout,
                                      samples_after_failure)
+from solver.taylor.compact import CompactUnsupportedError
 
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
 
@@ -277,7 +278,8 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             independent of the order and of the number of parts),
             ``looped`` (a loop over the orders) or ``auto`` (for one run
             unrolled up to 3,000 operations, compact above: compiling is
-            most of a single run; :func:`solver.integrate.integrator.choose_mode`).
+            most of a single run; :func:`solver.integrate.integrator.choose_mode`;
+            with ``sensitivities``, compact wherever the model allows it).
         optimize: compile with LLVM's optimisation (default).  ``False``
             compiles up to 2x faster and runs several times slower (same
             results up to rounding): for a first look at a large model,
@@ -308,15 +310,33 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
                       ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities, optimize)
 
 
+def _single_run_model(dae, order: int, linear: str, mode: str, optimize: bool, forward: bool) -> Compiled:
+    """The compiled model of a single run; with ``forward`` (sensitivities) and ``mode="auto"``, the compact engine.
+
+    The forward-mode program differentiates the whole run: on the compact
+    engine it compiles faster than on the unrolled one even where the plain
+    run's unrolled program compiles as fast (the pendulum: 7.5-7.8 s against
+    10.3-10.4 s after a plain solve, its run as fast;
+    ``workflows/benchmarks/results/compiles.txt``).  Where the compact
+    decomposition does not apply, ``auto``'s own choice.
+    """
+    if forward and mode == "auto":
+        try:
+            return compiled_model(dae, order, linear, "compact", batch=False, optimize=optimize)
+        except CompactUnsupportedError:
+            pass
+    return compiled_model(dae, order, linear, mode, batch=False, optimize=optimize)
+
+
 def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_steps, h_max, init,
            ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities, optimize):
     wall0 = _time.perf_counter()
     t0, t1 = _time_span(t_span)
     tol, p = _check_settings(tol, order)
-    comp = compiled_model(dae, p, linear, mode, batch=False, optimize=optimize)
+    names = check_names(dae, sensitivities)
+    comp = _single_run_model(dae, p, linear, mode, optimize, forward=bool(names))
     integ = comp.integrator
     pvals = dae.param_values(params)
-    names = check_names(dae, sensitivities)
     spec = parse_values(integ, values(pvals) if callable(values) else values, fixed)
     z0 = comp.consistent_point(pvals, t0, spec, method=init, ipopt_options=ipopt_options)
     t_eval = _output_times(t0, t1, t_eval, samples)
