@@ -141,12 +141,12 @@ def check_store(path, level: str = "quick") -> StoreCheck:
     root = store_root(group)
     records = _read_records(group, len(slices))
     layout = chunk_layout(group)
-    stats = root.stats([k for i in range(len(slices)) if records[i] for k in batch_chunks(group, i, layout)])
     found = [_committed_chunks(group, i, records[i], layout) for i in range(len(slices))]
+    committed = [entry for entry in found if isinstance(entry, tuple)]
+    stats = root.stats([key for _, keys in committed for key in keys])
     # Every chunk to read, of all batches together: on an object store the requests of many
     # batches overlap instead of one batch's waiting for the last (see _digests).
-    digests = _digests(root, [key for entry in found if isinstance(entry, tuple)
-                              for key in _chunks_to_read(*entry, level, stats)])
+    digests = _digests(root, [key for entry in committed for key in _chunks_to_read(*entry, level, stats)])
     arrays: dict = {}
     for i, sl in enumerate(slices):
         problems = _check_batch(group, i, sl, found[i], codes, level, stats, digests, arrays)
