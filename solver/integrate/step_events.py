@@ -20,9 +20,9 @@ of size h from t it
    crossing of a *terminal* event or of an impact (an event with a
    ``reset``);
 4. cuts the step there: the state at the crossing from the Taylor
-   polynomial, projected onto the constraints, and for an impact the
-   event's ``reset`` (the post-impact velocities) applied and projected
-   again, so the series restarts from a consistent state;
+   polynomial, for an impact with the event's ``reset`` (the post-impact
+   velocities) applied, projected onto the constraints, so the series
+   restarts from a consistent state;
 5. records every kept crossing up to the cut in time order: the event's
    index, its time, the values and derivatives of every variable there
    (before an impact's reset), the event function's rate dg/dt (for a
@@ -338,9 +338,8 @@ class EventStepper:
 
         M = RECORDS_PER_STEP
 
-        def detect(last, found, u, sign, rows=M):
-            # found, u, sign: (events, L) crossings, the earliest first; the
-            # block's first `rows` rows are computed, the rest are empty.
+        def detect(last, found, u, sign):
+            # found, u, sign: (events, L) crossings, the earliest first.
             L = found.shape[1]
             s = u * h
             signs = jnp.asarray(self.signs)[:, None]
@@ -351,17 +350,16 @@ class EventStepper:
             seen = keep & (s <= s_cut)
             rec = seen & jnp.asarray(self.recorded)[:, None]
             flat = jnp.where(rec, s, jnp.inf).reshape(-1)
-            pick = earliest(flat, rec.reshape(-1), rows)   # (rows, events * L) one-hots
+            pick = earliest(flat, rec.reshape(-1), M)   # (M, events * L) one-hots
             ok = pick.sum(axis=1) > 0
             s_at = jnp.where(ok, pick @ jnp.where(rec.reshape(-1), flat, 0.0), 0.0)
             e_m = (pick @ (jnp.arange(flat.shape[0]) // L).astype(dt)).astype(jnp.int32)
             vals = jax.vmap(integ.dense, in_axes=(None, 0))(X, s_at)
             _, rate = jax.vmap(polynomial_value)(jnp.einsum("me,ek->mk", jax.nn.one_hot(e_m, n_ev, dtype=dt), C),
                                                  s_at)
-            row = [e_m.astype(dt)[:, None], (t + s_at)[:, None], rate[:, None], jnp.full((rows, 1), jnp.nan, dt)]
-            row += [vals[v.name].reshape(rows, -1) for v in integ.dae.variables]
-            block = jnp.where(ok[:, None], jnp.concatenate(row, axis=1), self._empty_rows((rows,)))
-            block = jnp.concatenate([block, self._empty_rows((M - rows,))]) if rows < M else block
+            row = [e_m.astype(dt)[:, None], (t + s_at)[:, None], rate[:, None], jnp.full((M, 1), jnp.nan, dt)]
+            row += [vals[v.name].reshape(M, -1) for v in integ.dae.variables]
+            block = jnp.where(ok[:, None], jnp.concatenate(row, axis=1), self._empty_rows((M,)))
             t_seen = jnp.max(jnp.where(seen, t + s, -jnp.inf), axis=1)
             if self.switches.any():
                 # Past a switch by a hair: the next series takes the new branch
@@ -371,16 +369,22 @@ class EventStepper:
             return s_cut, which, block, jnp.sum(rec).astype(jnp.int32), jnp.maximum(last, t_seen)
 
         def do_cut(s_cut, which):
+            # An impact's reset applies to the polynomial's state at the
+            # crossing, and one projection serves both: the reset's law reads
+            # the positions there (within the step's tolerance of the
+            # constraints), the projection then moves positions and
+            # velocities onto them together.  Projecting before and after a
+            # reset was a fifth of the event step's compile.
             zc, uc = integ.advance_state(X, s_cut)
-            zc, _ = integ.project(zc, t + s_cut, consts)
             impulse = jnp.asarray(jnp.nan, dt)
             if self.resets:
                 branches = [lambda z: (z, jnp.asarray(jnp.nan, dt))] + [
-                    self._reset_branch(i, t + s_cut, params, consts) for i in self.resets]
+                    self._reset_branch(i, t + s_cut, params) for i in self.resets]
                 index = jnp.zeros((), jnp.int32)
                 for b, i in enumerate(self.resets):
                     index = jnp.where(which == i, b + 1, index)
                 zc, impulse = lax.switch(index, branches, zc)
+            zc, _ = integ.project(zc, t + s_cut, consts)
             return zc, uc, impulse
 
         def nothing(last):
@@ -413,9 +417,9 @@ class EventStepper:
         def no_crossings():
             return (jnp.zeros((n_ev, L), bool), jnp.zeros((n_ev, L), dt), jnp.ones((n_ev, L), jnp.int32))
 
-        def single_crossings(columns=L):
+        def single_crossings():
             found, u, sign = jax.vmap(single_root)(Cu, Bw)
-            pad = [(0, 0), (0, columns - 1)]
+            pad = [(0, 0), (0, L - 1)]
             return jnp.pad(found, pad), jnp.pad(u, pad), jnp.pad(sign.astype(jnp.int32), pad, constant_values=1)
 
         def all_crossings(Cu):
@@ -446,17 +450,14 @@ class EventStepper:
             crossings = where_tree(single, single_crossings(), hard)
             return where_tree(maybe, detect(last, *crossings), nothing(last))
 
-        def single_records(last):
-            # No event crosses more than once (in any slot): as many rows as
-            # events (the same records as records() would make).
-            return where_tree(maybe, detect(last, *single_crossings(1), rows=min(n_ev, M)), nothing(last))
-
         # The step's records are a block of M rows, built in the branch; the
         # record buffer stays out of every branch and takes the block in one
         # update (selections over the whole buffer cost a step with a
-        # crossing more the larger the capacity).
-        branch = jnp.where(needed(maybe), jnp.where(needed(maybe & ~single), 2, 1), 0)
-        s_cut, which, block, n_new, last_new = lax.switch(branch, [nothing, single_records, records], last)
+        # crossing more the larger the capacity).  One branch serves steps
+        # whose events cross once (the quick way) and those with more
+        # crossings: a second copy of the records for the first kind, with
+        # fewer rows, was a tenth of the run program's compile.
+        s_cut, which, block, n_new, last_new = lax.cond(needed(maybe), records, nothing, last)
         cut = jnp.isfinite(s_cut)
         z, u = zq, uq
         if self.cuts.any():
@@ -496,7 +497,7 @@ class EventStepper:
             status = jnp.where(zeno, jnp.int8(st.ZENO), status)
         return h, z, u, ev, status
 
-    def _reset_branch(self, i, t_star, params, consts):
+    def _reset_branch(self, i, t_star, params):
         integ = self.integ
         e = self.events[i]
 
@@ -513,7 +514,6 @@ class EventStepper:
                     A = A.at[k].set(jnp.reshape(val, A.shape[1:]) / math.factorial(k))
                 Xn[name] = A
             zr = integ.state_from_X(Xn)
-            zr, _ = integ.project(zr, t_star, consts)
             return zr, jnp.reshape(jnp.asarray(impulse, zr.dtype), ())
 
         return branch

@@ -16,8 +16,9 @@ KKT system of the impulse)::
 with ``M = ∂²L/∂q'²``, ``G`` the Jacobian of the bilateral constraints (so
 ``G v⁺ = 0``: the mechanism stays assembled), ``w = ∂g/∂q`` (so the normal
 velocity after is ``w v⁺ = −e w v⁻``) and ``P`` the contact impulse (Siconos's
-reaction ``p`` integrated over the impact), recorded as ``event_impulse``.  The integrator then projects the
-new state onto the constraints and restarts the Taylor series from it.
+reaction ``p`` integrated over the impact), recorded as ``event_impulse``.  The law reads the positions of
+the Taylor polynomial at the crossing; the integrator then projects the new state onto the constraints and
+restarts the Taylor series from it.
 
 When impacts accumulate (``e < 1``: a bouncing body's flights shorten
 geometrically, and infinitely many impacts happen in finite time, the Zeno
