@@ -36,7 +36,6 @@ def test_a_new_store_records_its_coordinates_and_metadata(tmp_path):
 
 
 def test_a_new_stores_empty_text_and_time_arrays_have_their_chunks_and_no_chunk_written(tmp_path):
-    # Written as one chunk and regridded (Zarr looked at each of their empty chunks in turn).
     from toybatch import ToyContext, grid_spec
 
     spec = grid_spec(np.linspace(1.0, 2.0, 50), [0.1, 0.5], batch=3)             # 34 batches
@@ -51,6 +50,50 @@ def test_a_new_stores_empty_text_and_time_arrays_have_their_chunks_and_no_chunk_
         assert not (path / name / "c").exists()
         np.testing.assert_array_equal(group[name][:], np.full(group[name].shape, fill, dtype=group[name].dtype))
     assert store.check_store(path, "decode").ok
+
+
+def _metadata(path):
+    """Every array's and the group's zarr.json, the consolidated copy included, and every file's bytes but those."""
+    meta, files = {}, {}
+    for root, _, names in os.walk(path):
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), path)
+            with open(os.path.join(root, name), "rb") as f:
+                data = f.read()
+            if name == "zarr.json":
+                doc = json.loads(data)
+                doc.get("attributes", {}).pop("created", None)
+                for entry in doc.get("consolidated_metadata", {}).get("metadata", {}).values():
+                    entry.get("attributes", {}).pop("created", None)
+                meta[rel] = doc
+            else:
+                files[rel] = data
+    return meta, files
+
+
+def test_a_template_has_the_metadata_and_files_xarray_writes_for_the_same_dataset(tmp_path):
+    # The template is written with zarr directly; xarray's to_zarr of the same Dataset (with
+    # text coordinates, several dims, swept names out of alphabetical order) is the reference.
+    from sweep.store.template import _template, _template_arrays, _write_template
+    from toybatch import ToyContext
+
+    schema = ToyContext().schema
+    schema.coords["mode"] = np.array(["slow", "fast"])
+    schema.variables["x_modes"] = ("time", "mode")
+    points = {"zeta": np.linspace(0.1, 0.5, 7), "omega": np.linspace(1.0, 2.0, 7)}
+    attrs = {"title": "a toy", "nested": {"a": [1, 2]}}
+    arrays, root_attrs = _template_arrays("hash", points, schema, attrs, 3)
+    _write_template(arrays, root_attrs, tmp_path / "direct.zarr")
+    ds, encoding = _template("hash", points, schema, attrs, 3)
+    ds.to_zarr(str(tmp_path / "xarray.zarr"), mode="w-", compute=False, encoding=encoding, consolidated=True,
+               zarr_format=3)
+    direct, reference = _metadata(tmp_path / "direct.zarr"), _metadata(tmp_path / "xarray.zarr")
+    assert sorted(direct[0]) == sorted(reference[0])
+    for name in reference[0]:
+        assert direct[0][name] == reference[0][name], name
+    assert direct[1] == reference[1]
+    xr.testing.assert_identical(xr.open_zarr(tmp_path / "direct.zarr").load(),
+                                xr.open_zarr(tmp_path / "xarray.zarr").load())
 
 
 @pytest.mark.parametrize("flag", [[], ["--verify"]])

@@ -12,6 +12,8 @@ made again by the next run). An existing store is checked
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import datetime
 import json
 import shutil
@@ -117,9 +119,9 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
                     attrs: Mapping, batch: int) -> None:
     """Write an empty sweep store: coordinates, attributes, pending status.
 
-    The data variables are dask-backed and written with ``compute=False``, so
-    only their metadata reach the disk and every chunk reads as NaN until its
-    batch is written. The store is built in a temporary sibling directory and
+    Only the coordinates' chunks and every array's metadata reach the disk:
+    every other chunk reads as its fill value (NaN, pending) until its batch
+    is written. The store is built in a temporary sibling directory and
     renamed into place, so a half-written template never exists at ``path``.
 
     Args:
@@ -139,7 +141,7 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
         raise FileExistsError(f"{path} exists; remove it or resume it")
     if batch < 1:
         raise ValueError(f"batch must be a positive number of points, got {batch}")
-    ds, encoding = _template(spec_hash, points, schema, attrs, int(batch))
+    arrays, root_attrs = _template_arrays(spec_hash, points, schema, attrs, int(batch))
     if is_url(path):
         # No rename on object storage: built in a local folder and uploaded, its template
         # record last, so that a creation cut short leaves a store without one (made again).
@@ -147,7 +149,7 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
 
         with tempfile.TemporaryDirectory(prefix="mechsweep-template-") as folder:
             local = Path(folder) / "store.zarr"
-            _write_template(ds, encoding, local)
+            _write_template(arrays, root_attrs, local)
             write_template_record(local)
             StoreLocation(path).upload(local, last=(f"{TEMPLATE_ARRAY}/c",))
         return
@@ -155,7 +157,7 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_sibling(path)
     try:
-        _write_template(ds, encoding, tmp)
+        _write_template(arrays, root_attrs, tmp)
         write_template_record(tmp)
         publish(tmp, path)
     finally:
@@ -163,9 +165,24 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
             shutil.rmtree(tmp)
 
 
-def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
-              attrs: Mapping, batch: int) -> tuple[xr.Dataset, dict]:
-    """The template dataset and its encoding (chunking: one batch per chunk)."""
+@dataclasses.dataclass(frozen=True)
+class _TemplateArray:
+    """One array of a store's template: its metadata, and its values for a coordinate."""
+
+    name: str
+    dims: tuple
+    shape: tuple
+    dtype: object            # a numpy dtype, or str for variable-length text
+    chunks: tuple
+    fill_value: object
+    attrs: dict
+    compressors: tuple
+    values: np.ndarray | None = None     # a coordinate's values (written); None: no chunk written
+
+
+def _template_arrays(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
+                     attrs: Mapping, batch: int) -> tuple[list[_TemplateArray], dict]:
+    """The template's arrays (coordinates first) and the store's attributes."""
     names = list(points)
     n = len(next(iter(points.values()))) if points else 0
     if n == 0:
@@ -178,63 +195,47 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
     sizes = schema.sizes()
     n_batches = -(-n // batch)
 
-    coords = {name: ("point", np.asarray(values)) for name, values in points.items()}
-    coords["time"] = ("time", np.asarray(schema.time, dtype=np.float64))
-    for dim, values in schema.coords.items():
-        values = np.asarray(values)
-        coords[dim] = (dim, variable_length_text(values))
+    def coordinate(name, dim, values):
+        values = variable_length_text(np.asarray(values))
+        text = values.dtype == object
+        fill = "" if text else (np.nan if values.dtype.kind == "f" else 0)
+        return _TemplateArray(name, (dim,), values.shape, str if text else values.dtype, values.shape, fill,
+                              dict(schema.attrs.get(name, {})), _COMPRESSORS, values)
 
-    data_vars, encoding = {}, {}
+    arrays = [coordinate(name, "point", values) for name, values in points.items()]
+    arrays.append(coordinate("time", "time", np.asarray(schema.time, dtype=np.float64)))
+    arrays += [coordinate(dim, dim, values) for dim, values in schema.coords.items()]
     for name, dims in schema.variables.items():
         shape = (n,) + tuple(sizes[d] for d in dims)
-        chunks = (batch,) + shape[1:]
-        # One dask chunk: its graph is built and dropped (compute=False), one task, not
-        # one per batch; the store's chunks are the encoding's.
-        data_vars[name] = (("point",) + tuple(dims),
-                           da.full(shape, np.nan, dtype=np.float64, chunks=shape),
-                           dict(schema.attrs.get(name, {})))
-        encoding[name] = {"chunks": chunks, "fill_value": np.nan}
-    # Filled with their fill values, so the template writes no chunk of theirs: each batch
-    # writes its own.  Dask-backed, as the outputs: written with compute=False, not even
-    # looked at chunk by chunk (text is numpy: dask would load it to find its type).
-    data_vars["status"] = ("point", da.full(n, st.PENDING, dtype=np.int8, chunks=n), st.cf_attrs())
-    data_vars["steps"] = ("point", da.full(n, -1, dtype=np.int64, chunks=n),
-                          {"long_name": "accepted integration steps (-1: not run)"})
-    data_vars["failure_time"] = ("point", da.full(n, np.nan, dtype=np.float64, chunks=n),
-                                 {"long_name": "time at which the point failed (NaN: it did not fail, "
-                                               "or failed with its whole batch)",
-                                  "units": str(schema.attrs.get("time", {}).get("units", "s"))})
-    data_vars["failure_reason"] = ("point", np.full(n, "", dtype=object),
-                                   {"long_name": "why the point failed, naming the model's parts "
-                                                 "(empty: it did not fail)"})
-    data_vars["batch_message"] = ("batch", np.full(n_batches, "", dtype=object),
-                                  {"long_name": "why the batch failed (empty: no message)"})
-    data_vars["batch_seconds"] = ("batch", np.full(n_batches, np.nan),
-                                  {"long_name": "compute time of the batch on its worker",
-                                   "units": "s"})
-    data_vars["batch_commit"] = ("batch", np.full(n_batches, "", dtype=object),
-                                 {"long_name": "commit record of the batch: JSON with the "
-                                               "checksums of its chunks and its completion time "
-                                               "(empty: not committed)"})
-    # Fill value = pending / not run: a status or steps chunk that is missing
-    # must never read as a finished point (format 1 filled status with 0 = success).
-    encoding["status"] = {"chunks": (batch,), "fill_value": st.PENDING}
-    encoding["steps"] = {"chunks": (batch,), "fill_value": -1}
-    encoding["failure_time"] = {"chunks": (batch,), "fill_value": np.nan}
-    encoding["failure_reason"] = {"chunks": (batch,)}
-    # One chunk (file) per batch, so that a worker writes its batch's message and time
-    # without touching another batch's; the commit records, which the driver alone
-    # writes, in chunks of COMMIT_GROUP batches: one write commits a task's batches.
-    for name in ("batch_message", "batch_seconds"):
-        encoding[name] = {"chunks": (1,)}
-    encoding["batch_commit"] = {"chunks": (min(COMMIT_GROUP, n_batches),)}
-    for name in [*encoding, *coords]:
-        encoding.setdefault(name, {})["compressors"] = (
-            _CHECKSUM_ONLY if name in schema.variables else _COMPRESSORS)
-    data_vars[TEMPLATE_ARRAY] = ((), np.array("", dtype=object),
+        arrays.append(_TemplateArray(name, ("point",) + tuple(dims), shape, np.dtype(np.float64),
+                                     (batch,) + shape[1:], np.nan, dict(schema.attrs.get(name, {})),
+                                     _CHECKSUM_ONLY))
+    # Fill value = pending / not run: a status or steps chunk that is missing must never read as a
+    # finished point (format 1 filled status with 0 = success).  Every chunk of these arrays is
+    # written by its batch; the per-batch ones (a chunk a batch) by the worker that runs it, the
+    # commit records (which the driver alone writes) in chunks of COMMIT_GROUP batches: one write
+    # commits a task's batches.
+    per_point = [("status", np.int8, st.PENDING, st.cf_attrs()),
+                 ("steps", np.int64, -1, {"long_name": "accepted integration steps (-1: not run)"}),
+                 ("failure_time", np.float64, np.nan,
+                  {"long_name": "time at which the point failed (NaN: it did not fail, "
+                                "or failed with its whole batch)",
+                   "units": str(schema.attrs.get("time", {}).get("units", "s"))}),
+                 ("failure_reason", str, "", {"long_name": "why the point failed, naming the model's parts "
+                                                           "(empty: it did not fail)"})]
+    arrays += [_TemplateArray(name, ("point",), (n,), dtype if dtype is str else np.dtype(dtype), (batch,), fill,
+                              dict(attrs_), _COMPRESSORS) for name, dtype, fill, attrs_ in per_point]
+    per_batch = [("batch_message", str, "", 1, {"long_name": "why the batch failed (empty: no message)"}),
+                 ("batch_seconds", np.float64, np.nan, 1, {"long_name": "compute time of the batch on its worker",
+                                                           "units": "s"}),
+                 ("batch_commit", str, "", min(COMMIT_GROUP, n_batches),
+                  {"long_name": "commit record of the batch: JSON with the checksums of its chunks and its "
+                                "completion time (empty: not committed)"})]
+    arrays += [_TemplateArray(name, ("batch",), (n_batches,), dtype if dtype is str else np.dtype(dtype), (chunk,),
+                              fill, dict(attrs_), _COMPRESSORS) for name, dtype, fill, chunk, attrs_ in per_batch]
+    arrays.append(_TemplateArray(TEMPLATE_ARRAY, (), (), str, (), "",
                                  {"long_name": "template record: JSON with the checksums of the files "
-                                               "written once (coordinates, metadata)"})
-    encoding[TEMPLATE_ARRAY] = {"compressors": _COMPRESSORS}
+                                               "written once (coordinates, metadata)"}, _COMPRESSORS))
 
     all_attrs = {str(k): _attr_value(v) for k, v in attrs.items()}
     all_attrs.update({
@@ -247,58 +248,67 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
         "mechsweep_store_format": STORE_FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     })
-    ds = xr.Dataset(data_vars, coords=coords, attrs=all_attrs)
-    for name, a in schema.attrs.items():
-        if name in ds.coords:
-            ds[name].attrs.update(a)
-    return ds, encoding
+    return arrays, all_attrs
 
 
-# The template's numpy arrays (_template fills them with their fill values): Zarr looks at
-# each of their chunks in turn before it skips it (about 0.7 ms a chunk), which made a store's
-# preparation cost milliseconds a batch.  They are written as one chunk each (skipped at
-# once), then given their chunk grid in the metadata: no chunk of theirs exists either way.
-_EMPTY_IN_TEMPLATE = ("failure_reason", "batch_message", "batch_seconds", "batch_commit")
+def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
+              attrs: Mapping, batch: int) -> tuple[xr.Dataset, dict]:
+    """The template as an xarray Dataset and its ``to_zarr`` encoding (for writers other than this module's).
+
+    The data variables are dask-backed (one chunk each), so that ``to_zarr(...,
+    compute=False, encoding=...)`` writes their metadata and no chunk.
+    """
+    arrays, all_attrs = _template_arrays(spec_hash, points, schema, attrs, batch)
+    coords, data_vars, encoding = {}, {}, {}
+    for a in arrays:
+        if a.values is not None:
+            coords[a.name] = (a.dims, a.values, a.attrs)
+        else:
+            dtype = object if a.dtype is str else a.dtype
+            data = (np.full(a.shape, a.fill_value, dtype=object) if dtype is object
+                    else da.full(a.shape, a.fill_value, dtype=dtype, chunks=a.shape or -1))
+            data_vars[a.name] = (a.dims, data, a.attrs)
+        encoding[a.name] = {"compressors": a.compressors}
+        if a.values is None and a.dims:
+            encoding[a.name]["chunks"] = a.chunks
+            if a.dtype is not str:
+                encoding[a.name]["fill_value"] = a.fill_value
+    return xr.Dataset(data_vars, coords=coords, attrs=all_attrs), encoding
 
 
-def _write_template(ds: xr.Dataset, encoding: dict, where) -> None:
-    """Write the template into the local folder ``where`` (metadata, coordinates; no batch's chunk)."""
-    encoding = {name: dict(e) for name, e in encoding.items()}
-    regrid = {name: list(encoding[name]["chunks"]) for name in _EMPTY_IN_TEMPLATE if name in ds}
-    for name in regrid:
-        encoding[name]["chunks"] = ds[name].shape
+# The attribute xarray gives a float array with a fill value (its bytes, base64): the same
+# metadata as a store xarray writes, so that xarray reads both alike.
+_NAN_FILL = base64.b64encode(np.array(np.nan, dtype="<f8").tobytes()).decode()
+
+
+def _write_template(arrays: list[_TemplateArray], root_attrs: dict, where) -> None:
+    """Write the template into the local folder ``where``: metadata and coordinates, no batch's chunk.
+
+    With zarr directly, not through xarray: the same metadata (the attributes xarray
+    adds: a float array's ``_FillValue``, the ``coordinates`` that tie the swept
+    parameters to every array along ``point``; tests/test_store_template.py compares
+    the two), in a quarter of the time, which a sweep's start-up waited for.
+    """
+    non_dim = [a for a in arrays if a.values is not None and a.name not in a.dims]
+    group = zarr.open_group(str(where), mode="w-", zarr_format=3, attributes=root_attrs)
+    for a in arrays:
+        # Numpy values as JSON ones, as xarray encodes them (a status's flag values).
+        attrs = {k: v.tolist() if isinstance(v, (np.ndarray, np.generic)) else v for k, v in a.attrs.items()}
+        if a.values is None:
+            tied = sorted(c.name for c in non_dim if set(c.dims) <= set(a.dims))
+            if tied:
+                attrs["coordinates"] = " ".join(tied)
+        if a.dtype is not str and a.dtype.kind == "f":
+            attrs["_FillValue"] = _NAN_FILL
+        array = group.create_array(a.name, shape=a.shape, chunks=a.chunks, dtype=a.dtype, fill_value=a.fill_value,
+                                   compressors=a.compressors, dimension_names=a.dims, attributes=attrs)
+        if a.values is not None:
+            array[...] = a.values
     with warnings.catch_warnings():
         # Consolidated metadata (so that a plain xr.open_zarr is quick and quiet) is
         # a zarr-python extension of format 3; it never changes after the template.
         warnings.filterwarnings("ignore", message="Consolidated metadata is currently not")
-        ds.to_zarr(str(where), mode="w-", compute=False, encoding=encoding, consolidated=True,
-                   zarr_format=3)
-    _set_chunk_shapes(Path(where), regrid)
-
-
-def _set_chunk_shapes(where: Path, chunks: Mapping[str, list]) -> None:
-    """Give arrays of a local store that have no chunk written another regular chunk shape.
-
-    Both their own ``zarr.json`` and the consolidated metadata of the root are rewritten.
-    """
-    if not chunks:
-        return
-
-    def regrid(meta: dict, name: str) -> None:
-        assert meta["chunk_grid"]["name"] == "regular", meta["chunk_grid"]
-        meta["chunk_grid"]["configuration"]["chunk_shape"] = chunks[name]
-
-    for name in chunks:
-        assert not (where / name / "c").exists(), f"{name} has chunks written"
-        path = where / name / "zarr.json"
-        meta = json.loads(path.read_text())
-        regrid(meta, name)
-        path.write_text(json.dumps(meta, indent=2))
-    root = where / "zarr.json"
-    meta = json.loads(root.read_text())
-    for name in chunks:
-        regrid(meta["consolidated_metadata"]["metadata"][name], name)
-    root.write_text(json.dumps(meta, indent=2))
+        zarr.consolidate_metadata(str(where))
 
 
 def prepare_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
