@@ -287,10 +287,12 @@ class SeriesStages:
         def residual_and_jacobian(u):
             return g0(u), self.stage0_jacobian(X, u, t0, consts)
 
+        # The factors are those of J without its tangent: a forward-mode run
+        # differentiates the solves (linalg.solve_factored), not the elimination.
         def step(u):
             r, J = residual_and_jacobian(u)
-            fact = linalg.lu_factor(J)
-            return linalg.lu_solve(fact, r), (J, fact)
+            fact = linalg.lu_factor(lax.stop_gradient(J))
+            return linalg.solve_factored(J, fact, r), (J, fact)
 
         n = u_guess.shape[0]
         zeros = jnp.zeros((n, n), u_guess.dtype)
@@ -304,7 +306,7 @@ class SeriesStages:
         # or a LAPACK call.
         # A partial (not a lambda): the compact engine's batched stage loop
         # takes the matrix and the product apart (solve.func, solve.args).
-        inverse = linalg.lu_solve(fact, linalg.identity(n))
+        inverse = linalg.solve_factored(J, fact, linalg.identity(n))
         return u, partial(linalg.apply_inverse, inverse), fact.singular, J
 
     def _stage0_kkt(self, g0, X, u_guess, t0, consts, newton_iters):

@@ -34,10 +34,10 @@ from jax import lax
 
 from solver.dae.trace_flags import TraceFlag
 
-__all__ = ["LU", "lu_factor", "lu_solve", "apply_inverse", "solve", "pivots_singular", "min_norm_factor", "min_norm_step",
-           "min_norm_correction", "identity", "diagonal", "matmul", "dot_general", "native_loops",
-           "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "NATIVE_LOOP_MAX", "CONSTANT_IDENTITY_MAX", "SINGULAR_RTOL",
-           "MIN_NORM_RTOL", "MIN_NORM_ATOL"]
+__all__ = ["LU", "lu_factor", "lu_solve", "solve_factored", "apply_inverse", "solve", "pivots_singular",
+           "min_norm_factor", "min_norm_step", "min_norm_correction", "identity", "diagonal", "matmul", "dot_general",
+           "native_loops", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "NATIVE_LOOP_MAX", "CONSTANT_IDENTITY_MAX",
+           "SINGULAR_RTOL", "MIN_NORM_RTOL", "MIN_NORM_ATOL"]
 
 # Measured on XLA:CPU under vmap (ns per batch element,
 # workflows/benchmarks/results/linalg.txt): the unrolled factor beats getrf
@@ -250,6 +250,36 @@ def lu_solve(fact: LU, b):
     return jnp.stack(y) if n else b
 
 
+@jax.custom_jvp
+def solve_factored(A, fact: LU, b):
+    """``A⁻¹ b`` by A's factorisation, differentiated as a solve, not as the factorisation.
+
+    Forward mode gives ``d(A⁻¹ b) = A⁻¹ (db − dA A⁻¹ b)`` with the same
+    factors: the elimination itself is never differentiated.  Through
+    :func:`lu_factor`'s own arithmetic (an unrolled elimination for small
+    systems) the tangents took half of a forward-mode (sensitivity) run's
+    program, and most of its compile.
+
+    Args:
+        A: (n, n) the matrix (its tangent is the one that counts).
+        fact: :func:`lu_factor` of ``lax.stop_gradient(A)``.
+        b: (n,) or (n, k) right-hand side(s).
+
+    Returns:
+        x, shaped like b.
+    """
+    del A
+    return lu_solve(fact, b)
+
+
+@solve_factored.defjvp
+def _solve_factored_jvp(primals, tangents):
+    A, fact, b = primals
+    dA, _, db = tangents
+    x = lu_solve(fact, b)
+    return x, lu_solve(fact, db - matmul(dA, x))
+
+
 def _solve_looped(LUm, piv, b):
     """:func:`lu_solve` by loops of selects and rank-one updates (see :func:`_factor_looped`)."""
     n = LUm.shape[-1]
@@ -360,6 +390,13 @@ def solve(A, b):
     return lu_solve(lu_factor(A), b)
 
 
+def _normal_matrix(G):
+    """Gauss–Newton's regularised normal matrix ``G Gᵀ + (MIN_NORM_RTOL·trace(G Gᵀ)/m + MIN_NORM_ATOL)·I``."""
+    A = matmul(G, G.T)
+    m = A.shape[0]
+    return A + identity(m) * (MIN_NORM_RTOL * jnp.sum(diagonal(A)) / m + MIN_NORM_ATOL)
+
+
 def min_norm_factor(G) -> LU:
     """Factorise Gauss–Newton's regularised normal matrix for :func:`min_norm_step`.
 
@@ -369,12 +406,29 @@ def min_norm_factor(G) -> LU:
     Returns:
         The :class:`LU` of ``A = G Gᵀ + (MIN_NORM_RTOL·trace(G Gᵀ)/m +
         MIN_NORM_ATOL)·I``.  Reuse it for several right-hand sides (a chord
-        iteration with G frozen).
+        iteration with G frozen).  Its factors carry no tangent: forward mode
+        differentiates :func:`min_norm_step`'s solve, as :func:`solve_factored` does.
     """
-    A = matmul(G, G.T)
-    m = A.shape[0]
-    A = A + identity(m) * (MIN_NORM_RTOL * jnp.sum(diagonal(A)) / m + MIN_NORM_ATOL)
-    return lu_factor(A)
+    return lu_factor(_normal_matrix(lax.stop_gradient(G)))
+
+
+@jax.custom_jvp
+def _normal_solve(G, fact: LU, r):
+    """``A⁻¹ r`` for A = :func:`_normal_matrix` (G), by its factorisation; see :func:`solve_factored`."""
+    del G
+    return lu_solve(fact, r)
+
+
+@_normal_solve.defjvp
+def _normal_solve_jvp(primals, tangents):
+    G, fact, r = primals
+    dG, _, dr = tangents
+    y = lu_solve(fact, r)
+    dGG = matmul(dG, G.T)
+    dA0 = dGG + dGG.T
+    m = dA0.shape[0]
+    dA = dA0 + identity(m) * (MIN_NORM_RTOL * jnp.sum(diagonal(dA0)) / m)
+    return y, lu_solve(fact, dr - matmul(dA, y))
 
 
 def min_norm_step(fact: LU, G, r):
@@ -392,7 +446,7 @@ def min_norm_step(fact: LU, G, r):
     Returns:
         δ, shape (n,).
     """
-    return -matmul(G.T, lu_solve(fact, r))
+    return -matmul(G.T, _normal_solve(G, fact, r))
 
 
 def min_norm_correction(G, r):
