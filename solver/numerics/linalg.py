@@ -250,7 +250,31 @@ def lu_solve(fact: LU, b):
     return jnp.stack(y) if n else b
 
 
-@jax.custom_jvp
+def _factored_solve(matrix_tangent):
+    """A solve ``f(M, fact, b) = A⁻¹ b`` by A's factors, whose forward mode is ``A⁻¹ (db − dA x)``.
+
+    ``M`` is what A is made from, ``matrix_tangent(M, dM)`` gives dA: the
+    factors themselves carry no tangent and the elimination is never
+    differentiated.
+    """
+    @jax.custom_jvp
+    def solve_by_factors(M, fact, b):
+        del M
+        return lu_solve(fact, b)
+
+    @solve_by_factors.defjvp
+    def _jvp(primals, tangents):
+        M, fact, b = primals
+        dM, _, db = tangents
+        x = lu_solve(fact, b)
+        return x, lu_solve(fact, db - matmul(matrix_tangent(M, dM), x))
+
+    return solve_by_factors
+
+
+_solve_factored = _factored_solve(lambda A, dA: dA)
+
+
 def solve_factored(A, fact: LU, b):
     """``A⁻¹ b`` by A's factorisation, differentiated as a solve, not as the factorisation.
 
@@ -268,16 +292,7 @@ def solve_factored(A, fact: LU, b):
     Returns:
         x, shaped like b.
     """
-    del A
-    return lu_solve(fact, b)
-
-
-@solve_factored.defjvp
-def _solve_factored_jvp(primals, tangents):
-    A, fact, b = primals
-    dA, _, db = tangents
-    x = lu_solve(fact, b)
-    return x, lu_solve(fact, db - matmul(dA, x))
+    return _solve_factored(A, fact, b)
 
 
 def _solve_looped(LUm, piv, b):
@@ -412,23 +427,16 @@ def min_norm_factor(G) -> LU:
     return lu_factor(_normal_matrix(lax.stop_gradient(G)))
 
 
-@jax.custom_jvp
-def _normal_solve(G, fact: LU, r):
-    """``A⁻¹ r`` for A = :func:`_normal_matrix` (G), by its factorisation; see :func:`solve_factored`."""
-    del G
-    return lu_solve(fact, r)
-
-
-@_normal_solve.defjvp
-def _normal_solve_jvp(primals, tangents):
-    G, fact, r = primals
-    dG, _, dr = tangents
-    y = lu_solve(fact, r)
+def _normal_matrix_tangent(G, dG):
+    """The tangent of :func:`_normal_matrix` (G) along dG."""
     dGG = matmul(dG, G.T)
     dA0 = dGG + dGG.T
     m = dA0.shape[0]
-    dA = dA0 + identity(m) * (MIN_NORM_RTOL * jnp.sum(diagonal(dA0)) / m)
-    return y, lu_solve(fact, dr - matmul(dA, y))
+    return dA0 + identity(m) * (MIN_NORM_RTOL * jnp.sum(diagonal(dA0)) / m)
+
+
+# A⁻¹ r for A = _normal_matrix(G), by its factors; differentiated as solve_factored is.
+_normal_solve = _factored_solve(_normal_matrix_tangent)
 
 
 def min_norm_step(fact: LU, G, r):
