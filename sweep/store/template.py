@@ -255,8 +255,9 @@ def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
               attrs: Mapping, batch: int) -> tuple[xr.Dataset, dict]:
     """The template as an xarray Dataset and its ``to_zarr`` encoding (for writers other than this module's).
 
-    The data variables are dask-backed (one chunk each), so that ``to_zarr(...,
-    compute=False, encoding=...)`` writes their metadata and no chunk.
+    The numeric data variables are dask-backed (one chunk each), so that
+    ``to_zarr(..., compute=False, encoding=...)`` writes their metadata and no
+    chunk; the text ones are numpy arrays of their fill value.
     """
     arrays, all_attrs = _template_arrays(spec_hash, points, schema, attrs, batch)
     coords, data_vars, encoding = {}, {}, {}
@@ -292,8 +293,8 @@ def _write_template(arrays: list[_TemplateArray], root_attrs: dict, where) -> No
     non_dim = [a for a in arrays if a.values is not None and a.name not in a.dims]
     group = zarr.open_group(str(where), mode="w-", zarr_format=3, attributes=root_attrs)
     for a in arrays:
-        # Numpy values as JSON ones, as xarray encodes them (a status's flag values).
-        attrs = {k: v.tolist() if isinstance(v, (np.ndarray, np.generic)) else v for k, v in a.attrs.items()}
+        # JSON values, as xarray encodes them (a status's flag values are numpy).
+        attrs = {k: _attr_value(v) for k, v in a.attrs.items()}
         if a.values is None:
             tied = sorted(c.name for c in non_dim if set(c.dims) <= set(a.dims))
             if tied:
