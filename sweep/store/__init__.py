@@ -28,10 +28,10 @@ Every name is importable from ``sweep.store`` as well.
 
 from sweep.store.check import (CHECK_LEVELS, StoreCheck, check_store, failed_batches, failed_points, pending_batches,
                                read_status)
-from sweep.store.commit import COMMIT_FORMAT, BatchCommitter, commit_batch, write_batch
+from sweep.store.commit import BatchCommitter, commit_batch, write_batch
 from sweep.store.report import failure_groups, status_report
-from sweep.store.schema import (COMMIT_GROUP, FAILURE_ARRAYS, RESERVED, STORE_FORMAT, BatchResult, Schema,
-                                WrittenBatch, batch_slices, effective_batch, store_attrs, store_format)
+from sweep.store.schema import (COMMIT_FORMAT, COMMIT_GROUP, FAILURE_ARRAYS, RESERVED, STORE_FORMAT, BatchResult,
+                                Schema, WrittenBatch, batch_slices, effective_batch, store_attrs, store_format)
 from sweep.store.template import (MODES, create_template, plan_store, prepare_store, variable_length_text,
                                   write_dataset, zarr_ready)
 from sweep.store.tree import ROOT_MARK, is_structural_store, open_store, open_tree, root_attrs

@@ -14,7 +14,10 @@ chunks (:mod:`sweep.store.write`). A commit record is JSON text (read with
 (modification time in ns; on an object store the ETag, a string) and the
 SHA-256 of its stored (encoded) bytes;
 ``checksum`` is the SHA-256 of the lines ``"<path> <sha256>\\n"`` in path
-order, the batch's content checksum. ``time`` is when the batch completed.
+order, the batch's content checksum. ``time`` is when the batch's chunks were
+all written. The worker that wrote the batch builds the record
+(:func:`~sweep.store.schema.commit_record`); the driver checks its paths and
+writes it.
 
 The records of :data:`~sweep.store.schema.COMMIT_GROUP` consecutive batches
 share a chunk of ``batch_commit`` (store format 4; one chunk per batch
@@ -24,40 +27,19 @@ chunk (:func:`write_commits`), atomic as every chunk write is.
 
 from __future__ import annotations
 
-import datetime
 import json
 from typing import Mapping
 
 import numpy as np
 import zarr
 
-from sweep.store.schema import (BatchResult, WrittenBatch, batch_chunks, chunk_layout, chunk_table, digest,
-                                store_format, store_root)
+from sweep.store.schema import (COMMIT_FORMAT, BatchResult, WrittenBatch, batch_checksum, batch_chunks, chunk_layout,
+                                chunk_table, commit_record, store_format, store_root)
 from sweep.store.write import put_whole_chunk, writable_group, write_batch_data
 
 __all__ = [
     "COMMIT_FORMAT", "parse_record", "write_commit", "write_commits", "BatchCommitter", "commit_batch", "write_batch",
 ]
-
-
-#: Version of the commit record's JSON layout.
-COMMIT_FORMAT = 1
-
-
-def _batch_checksum(digests: Mapping[str, str]) -> str:
-    """The content checksum of a batch: SHA-256 over ``"<path> <sha256>\\n"`` in path order."""
-    text = "".join(f"{key} {digests[key]}\n" for key in sorted(digests))
-    return "sha256:" + digest(text.encode())
-
-
-def _commit_record(chunks: Mapping[str, list]) -> dict:
-    """The commit record of a batch whose chunk table (:func:`sweep.store.schema.chunk_table`) is ``chunks``."""
-    return {
-        "format": COMMIT_FORMAT,
-        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds"),
-        "checksum": _batch_checksum({k: v[2] for k, v in chunks.items()}),
-        "chunks": chunks,
-    }
 
 
 def parse_record(text: str, keys: list[str]) -> tuple[dict | None, str]:
@@ -88,7 +70,7 @@ def parse_record(text: str, keys: list[str]) -> tuple[dict | None, str]:
                      and not isinstance(entry[1], bool))
                 and isinstance(entry[2], str) and len(entry[2]) == 64):
             return None, "commit record has a malformed chunk entry"
-    if record.get("checksum") != _batch_checksum({k: v[2] for k, v in chunks.items()}):
+    if record.get("checksum") != batch_checksum({k: v[2] for k, v in chunks.items()}):
         return None, "commit record's batch checksum does not match its chunk checksums"
     return chunks, ""
 
@@ -110,10 +92,10 @@ def write_commit(group: zarr.Group, index: int, chunks: Mapping[str, list] | Non
     """
     if chunks is None:
         chunks = chunk_table(store_root(group), batch_chunks(group, index))
-    write_commits(group, {index: chunks}, records)
+    write_commits(group, {index: commit_record(chunks)}, records)
 
 
-def write_commits(group: zarr.Group, tables: Mapping[int, Mapping[str, list]],
+def write_commits(group: zarr.Group, texts: Mapping[int, str],
                   records: zarr.Array | None = None, known: dict | None = None) -> None:
     """The commit point of batches: their records written, one whole chunk of ``batch_commit`` at a time.
 
@@ -124,7 +106,7 @@ def write_commits(group: zarr.Group, tables: Mapping[int, Mapping[str, list]],
 
     Args:
         group: the store, open for writing.
-        tables: batch -> its chunk table from its writer.
+        texts: batch -> its commit record (:func:`~sweep.store.schema.commit_record`).
         records: the ``batch_commit`` array, if already looked up.
         known: chunk index -> the records the chunk holds, kept between calls
             by a caller that is the store's only committer (read from the store
@@ -137,8 +119,8 @@ def write_commits(group: zarr.Group, tables: Mapping[int, Mapping[str, list]],
     known = known if known is not None else {}
     size, total = records.chunks[0], records.shape[0]
     by_chunk: dict[int, dict[int, str]] = {}
-    for index, chunks in tables.items():
-        by_chunk.setdefault(index // size, {})[index] = json.dumps(_commit_record(chunks), sort_keys=True)
+    for index, text in texts.items():
+        by_chunk.setdefault(index // size, {})[index] = text
     for c, texts in by_chunk.items():
         start, stop = c * size, min((c + 1) * size, total)
         if len(texts) == stop - start:
@@ -189,8 +171,9 @@ class BatchCommitter:
     def commit_all(self, batches: list[WrittenBatch]) -> None:
         """Commit batches written by :func:`sweep.store.write.write_batch_data`: write their commit records.
 
-        Each record's chunk table comes from the batch's writer; its chunk
-        paths must be exactly those the store's metadata give the batch. In a
+        Each record and its chunk table come from the batch's writer; the
+        table's paths must be exactly those the store's metadata give the
+        batch. In a
         store of format 2 the batches' messages and times are written here
         first (they share chunks with other batches there, so only one
         process may write them).  The records sharing a chunk of
@@ -210,7 +193,8 @@ class BatchCommitter:
             for written in batches:
                 self.group["batch_message"][written.index] = written.message
                 self.group["batch_seconds"][written.index] = written.seconds
-        write_commits(self.group, {w.index: w.chunks for w in batches}, self.records, self._known)
+        write_commits(self.group, {w.index: w.record or commit_record(w.chunks) for w in batches}, self.records,
+                      self._known)
 
 
 def commit_batch(path, written: WrittenBatch) -> None:

@@ -45,8 +45,10 @@ A store is a local folder or an object-store URL (``s3://bucket/sweep.zarr``;
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import itertools
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +63,7 @@ __all__ = [
     "RESERVED", "STORE_FORMAT", "COMMIT_GROUP", "FAILURE_ARRAYS", "BatchResult", "Schema", "WrittenBatch",
     "effective_batch", "batch_slices", "place", "is_store", "store_attrs", "store_format", "legacy_message",
     "resume_target", "batch_index", "store_root", "batch_arrays", "chunk_layout", "batch_chunks", "digest",
-    "chunk_table",
+    "COMMIT_FORMAT", "batch_checksum", "commit_record", "chunk_table",
 ]
 
 
@@ -196,6 +198,8 @@ class WrittenBatch:
             the ETag on an object store): the commit record's table.
         compile_seconds: the part of ``seconds`` spent compiling (NaN:
             not measured); reported, not written into the store.
+        record: the commit record's JSON text, built by the writer from
+            ``chunks`` (:func:`commit_record`); empty: the committer builds it.
     """
 
     index: int
@@ -204,6 +208,7 @@ class WrittenBatch:
     seconds: float
     chunks: dict[str, list]
     compile_seconds: float = math.nan
+    record: str = ""
 
 
 def effective_batch(batch: int, n_points: int) -> int:
@@ -343,6 +348,37 @@ def batch_chunks(group: zarr.Group, index: int, layout=None) -> list[str]:
 def digest(data: bytes) -> str:
     """The SHA-256 of a chunk's stored bytes, in hex (the commit record's checksum of a chunk)."""
     return hashlib.sha256(data).hexdigest()
+
+
+#: Version of the commit record's JSON layout (:mod:`sweep.store.commit`).
+COMMIT_FORMAT = 1
+
+
+def batch_checksum(digests: Mapping[str, str]) -> str:
+    """The content checksum of a batch: SHA-256 over ``"<path> <sha256>\\n"`` in path order."""
+    text = "".join(f"{key} {digests[key]}\n" for key in sorted(digests))
+    return "sha256:" + digest(text.encode())
+
+
+def commit_record(chunks: Mapping[str, list]) -> str:
+    """The commit record (JSON text, :mod:`sweep.store.commit`) of a batch whose chunk table is ``chunks``.
+
+    Built where the batch was written, so the driver that commits it only
+    checks the table's paths and places the text; ``time`` is now, when the
+    batch's chunks are all written.
+
+    Args:
+        chunks: chunk path -> ``[size, stamp, sha256 hex]`` (:func:`chunk_table`).
+
+    Returns:
+        The record's JSON text, keys sorted.
+    """
+    return json.dumps({
+        "format": COMMIT_FORMAT,
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds"),
+        "checksum": batch_checksum({k: v[2] for k, v in chunks.items()}),
+        "chunks": chunks,
+    }, sort_keys=True)
 
 
 def chunk_table(root: StoreLocation, keys: list[str]) -> dict[str, list]:

@@ -28,7 +28,7 @@ import zarr
 from solver import status as st
 from solver.results.solution import samples_after_failure
 from sweep.store.schema import (FAILURE_ARRAYS, BatchResult, WrittenBatch, batch_arrays, batch_chunks, batch_index,
-                                chunk_layout, chunk_table, digest, store_root)
+                                chunk_layout, chunk_table, commit_record, digest, store_root)
 
 __all__ = [
     "writer_group", "writable_group", "write_batch_data", "failure_columns", "put_whole_chunk",
@@ -178,7 +178,7 @@ def write_batch_data(path, batch_slice: slice, result: BatchResult) -> WrittenBa
     _write_status(arrays, batch_slice, codes)
     keys = batch_chunks(group, index, chunk_layout(group, arrays))
     table = _written_table(group, keys) or chunk_table(store_root(group), keys)
-    return WrittenBatch(index, codes, message, seconds, table, float(result.compile_seconds))
+    return WrittenBatch(index, codes, message, seconds, table, float(result.compile_seconds), commit_record(table))
 
 
 def _open_arrays(group: zarr.Group, names: list[str]) -> dict[str, zarr.Array]:
