@@ -347,8 +347,8 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
                               fixed)
     res = _integrate(comp, params_b, np.asarray(z0)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval, tol,
                      max_steps, h_max, 1, names, dz0)
-    residual = comp.constraint_residual_series(res["values"], t_eval, params_b)[0]
-    energy = comp.energy_series(res["values"], t_eval, params_b)
+    residual, energy = comp.output_series(res["values"], t_eval, params_b)
+    residual = residual[0]
     balance = comp.balance_series(res["values"], t_eval, params_b, energy)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear, "optimize": integ.optimize}
@@ -590,8 +590,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
     needed = lambda *outs: want is None or not want.isdisjoint(outs)
     balance_names = balance_layout(dae)[0]
-    residual = comp.constraint_residual_series(res["values"], t_eval, full) if needed("constraint_residual") else None
-    energy = comp.energy_series(res["values"], t_eval, full) if needed("energy", *balance_names) else None
+    residual, energy = comp.output_series(res["values"], t_eval, full, residual=needed("constraint_residual"),
+                                          energy=needed("energy", *balance_names))
     balance = comp.balance_series(res["values"], t_eval, full, energy) if needed(*balance_names) else None
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear, "optimize": integ.optimize, "slots": int(slots)}

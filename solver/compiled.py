@@ -34,7 +34,7 @@ from solver.errors import InputError
 from solver.integrate.initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
                          ipopt_point, state_scales, violated_rows)
 from solver.integrate.initialize import residual_list  # the one wording of violated constraints
-from solver.results.balance import balance_kernels, balance_series, coordinate_levels
+from solver.results.balance import balance_kernels, balance_series
 from solver.integrate.integrator import MODES, Integrator
 from solver.integrate.run_args import device_number
 from solver.program_store import stored_jit
@@ -232,16 +232,37 @@ class Compiled:
         return IpoptDerivatives(self.integrator)
 
     @functools.cached_property
-    def _residual_series(self):
-        integ = self.integrator
-        one = jax.vmap(lambda z, t, p: jnp.max(jnp.abs(integ.hidden_constraints(z, t, p))), in_axes=(0, 0, None))
-        return stored_jit(jax.vmap(one, in_axes=(0, None, 0)), integ.identity, "residual_series")
+    def _output_series(self):
+        """jit of (values, t_eval, params; residual, energy) -> (residual (B, T) or None, energy (B, T) or None).
 
-    @functools.cached_property
-    def _energy_series(self):
-        dae = self.dae
-        one = jax.vmap(lambda t, q, qd, p: dae.energy_fn(t, q, qd, p), in_axes=(0, 0, 0, None))
-        return stored_jit(jax.vmap(one, in_axes=(None, 0, 0, 0)), self.integrator.identity, "energy_series")
+        One program reads the dense outputs and computes both series: the
+        states at the output times are gathered inside it, not by numpy
+        before it, and a batch costs one call.
+        """
+        integ, dae = self.integrator, self.dae
+        picks = [(v.name, v.size, int(r), int(c)) for v in dae.variables
+                 for r, c in zip(integ.state_rows[v.name], integ.state_cols[v.name])]
+
+        def one(values, t_eval, p, residual, energy):
+            out_r = out_e = None
+            if residual:
+                T = t_eval.shape[0]
+                z = jnp.stack([values[name].reshape(T, -1, size)[:, r, c] / float(np.prod(np.arange(1, r + 1)))
+                               for name, size, r, c in picks], axis=-1)
+                out_r = jax.vmap(lambda zt, t: jnp.max(jnp.abs(integ.hidden_constraints(zt, t, p))))(z, t_eval)
+            if energy:
+                q = {c.name: values[c.name][:, 0] for c in dae.coords}
+                qd = {c.name: values[c.name][:, 1] if values[c.name].shape[1] > 1
+                      else jnp.zeros_like(values[c.name][:, 0]) for c in dae.coords}
+                out_e = jax.vmap(lambda t, qt, qdt: dae.energy_fn(t, qt, qdt, p))(t_eval, q, qd)
+            return out_r, out_e
+
+        batch = jax.vmap(one, in_axes=(0, None, 0, None, None))
+
+        def series(values, t_eval, params, residual, energy):
+            return batch(values, t_eval, params, residual, energy)
+
+        return stored_jit(series, integ.identity, "output_series", static_argnames=("residual", "energy"))
 
     @functools.cached_property
     def balance_kernels(self) -> dict:
@@ -254,57 +275,57 @@ class Compiled:
         return callable(getattr(self.dae, "energy_fn", None))
 
     # ------------------------------------------------------------ series
-    def states_at_outputs(self, values) -> np.ndarray:
-        """Flat normalised states at every output time of every point.
+    def output_series(self, values, t_eval, params, residual: bool = True,
+                      energy: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The constraint residual and the energy at every output time of every point, in one call.
+
+        The residual is max |hidden constraint| of the state at each output
+        time (zeros for a DAE without hidden constraints); the energy is
+        ``q'·∂L/∂q' − L`` (None for a DAE without one).
 
         Args:
             values: dict name -> (B, n_out, L, *shape) derivatives (dense output).
-
-        Returns:
-            (B, n_out, n_state) array.
-        """
-        integ = self.integrator
-        first = np.asarray(next(iter(values.values())))
-        B, T = first.shape[:2]
-        cols = []
-        for v in self.dae.variables:
-            arr = np.asarray(values[v.name]).reshape(B, T, -1, v.size)
-            for r, c in zip(integ.state_rows[v.name], integ.state_cols[v.name]):
-                cols.append(arr[:, :, r, c] / float(np.prod(np.arange(1, int(r) + 1))))
-        if not cols:
-            return np.zeros((B, T, 0))
-        return np.stack(cols, axis=-1)
-
-    def constraint_residual_series(self, values, t_eval, params) -> np.ndarray:
-        """max |hidden constraint| of the state at every output time.
-
-        Args:
-            values: dict name -> (B, n_out, L, *shape).
             t_eval: (n_out,) output times.
             params: dict name -> (B, …) parameter values.
+            residual, energy: which of the two series to compute.
+
+        Returns:
+            ``(residual, energy)``: (B, n_out) arrays, NaN where the output
+            was not reached; None for a series not asked for (or, for the
+            energy, not defined).
+        """
+        first = np.asarray(next(iter(values.values())))
+        shape = first.shape[:2]
+        hidden = residual and self.integrator.n_hidden > 0
+        energy = energy and self.has_energy
+        res = np.zeros(shape) if residual and not hidden else None
+        if not hidden and not energy:
+            return res, None
+        names = ({v.name for v in self.dae.variables} if hidden else set()) | (
+            {c.name for c in self.dae.coords} if energy else set())
+        r, e = self._output_series({k: np.asarray(values[k]) for k in sorted(names)}, np.asarray(t_eval, dtype=float),
+                                   {k: np.asarray(v) for k, v in params.items()}, residual=hidden, energy=energy)
+        return (np.asarray(r) if hidden else res), (np.asarray(e) if energy else None)
+
+    def constraint_residual_series(self, values, t_eval, params) -> np.ndarray:
+        """max |hidden constraint| of the state at every output time (:meth:`output_series`).
+
+        Args: as :meth:`output_series`.
 
         Returns:
             (B, n_out) array; NaN where the output was not reached.
         """
-        Z = self.states_at_outputs(values)
-        if self.integrator.n_hidden == 0:
-            return np.zeros(Z.shape[:2])
-        return np.asarray(self._residual_series(np.asarray(Z), np.asarray(t_eval, dtype=float),
-                                                {k: np.asarray(v) for k, v in params.items()}))
+        return self.output_series(values, t_eval, params, energy=False)[0]
 
     def energy_series(self, values, t_eval, params) -> np.ndarray | None:
-        """Energy ``q'·∂L/∂q' − L`` at every output time, or None without one.
+        """Energy ``q'·∂L/∂q' − L`` at every output time, or None without one (:meth:`output_series`).
 
-        Args: as :meth:`constraint_residual_series`.
+        Args: as :meth:`output_series`.
 
         Returns:
             (B, n_out) array or None.
         """
-        if not self.has_energy:
-            return None
-        q, qd = coordinate_levels(self.dae, values)
-        return np.asarray(self._energy_series(np.asarray(t_eval, dtype=float), q, qd,
-                                              {k: np.asarray(v) for k, v in params.items()}))
+        return self.output_series(values, t_eval, params, residual=False)[1]
 
     def balance_series(self, values, t_eval, params, energy) -> dict:
         """The balance outputs (energy change, dissipated energy, momenta) of a batch of runs.
