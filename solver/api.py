@@ -249,7 +249,7 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
           samples: int | None = None, max_steps: int = 100_000, h_max: float | None = None,
           init: str = "auto", ipopt_options: Mapping | None = None, title: str | None = None,
           extra_attrs: Mapping | None = None, linear: str = "auto", mode: str = "auto",
-          sensitivities: Sequence[str] | None = None, optimize: bool = True):
+          sensitivities: Sequence[str] | None = None, optimize: bool = True, outputs: Sequence[str] | None = None):
     """Solve a DAE initial-value problem.
 
     Args:
@@ -292,6 +292,10 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             the computed solution (consistent initial point and
             integration, by forward mode at the run's step sequence;
             :mod:`solver.integrate.sensitivity`).
+        outputs: the outputs to build, by their names in the Dataset, as
+            for :func:`solve_batch` (None: all of them); what is not named
+            is not assembled, nor its residual, energy or balance series
+            computed (a design's solves keep the path and its derivatives).
 
     Returns:
         xarray.Dataset (docs/reference/outputs.md) with ``status`` (0 = success),
@@ -300,14 +304,14 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
         the same DAE, or with a warm persistent compilation cache).
 
     Raises:
-        InputError: bad arguments or initial values.
+        InputError: bad arguments or initial values, unknown ``outputs``.
         InitialValueError: no consistent initial point.
         solver.dae.structure.StructurallySingularError: the DAE has no finite
             transversal.
     """
     with compile_clock() as clock:
         return _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_steps, h_max, init,
-                      ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities, optimize)
+                      ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities, optimize, outputs)
 
 
 def _single_run_model(dae, order: int, linear: str, mode: str, optimize: bool, forward: bool) -> Compiled:
@@ -329,11 +333,12 @@ def _single_run_model(dae, order: int, linear: str, mode: str, optimize: bool, f
 
 
 def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_steps, h_max, init,
-           ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities, optimize):
+           ipopt_options, title, extra_attrs, linear, mode, clock, sensitivities, optimize, outputs=None):
     wall0 = _time.perf_counter()
     t0, t1 = _time_span(t_span)
     tol, p = _check_settings(tol, order)
     names = check_names(dae, sensitivities)
+    want = _check_outputs(dae, outputs, names, "run")
     comp = _single_run_model(dae, p, linear, mode, optimize, forward=bool(names))
     integ = comp.integrator
     pvals = dae.param_values(params)
@@ -347,22 +352,26 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
                               fixed)
     res = _integrate(comp, params_b, np.asarray(z0)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval, tol,
                      max_steps, h_max, 1, names, dz0)
-    residual, energy = comp.output_series(res["values"], t_eval, params_b)
-    residual = residual[0]
-    balance = comp.balance_series(res["values"], t_eval, params_b, energy)
+    needed = lambda *outs: want is None or not want.isdisjoint(outs)
+    balance_names = balance_layout(dae)[0]
+    residual, energy = comp.output_series(res["values"], t_eval, params_b, residual=needed("constraint_residual"),
+                                          energy=needed("energy", *balance_names))
+    balance = comp.balance_series(res["values"], t_eval, params_b, energy) if needed(*balance_names) else {}
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear, "optimize": integ.optimize}
     one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0],
            "steps": res["steps"][0]}
     if "events" in res:
         one["events"] = jax.tree_util.tree_map(lambda a: a[0], res["events"])
-    ds = build_dataset(dae, one, t_eval, residual=residual, energy=None if energy is None else energy[0],
-                       balance={k: v[0] for k, v in balance.items()},
-                       params=pvals, settings=settings, title=title, extra_attrs=dict(extra_attrs or {}))
+    ds = build_dataset(dae, one, t_eval, residual=None if residual is None else residual[0],
+                       energy=None if energy is None else energy[0], balance={k: v[0] for k, v in balance.items()},
+                       params=pvals, settings=settings, title=title, extra_attrs=dict(extra_attrs or {}),
+                       outputs=want)
     if names:
-        ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=True)
+        ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=True, outputs=want)
         if "event_tangents" in res:
-            ds = _with_event_sensitivities(ds, dae, res["event_tangents"], names, res["status"], single=True)
+            ds = _with_event_sensitivities(ds, dae, res["event_tangents"], names, res["status"], single=True,
+                                           outputs=want)
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
     ds.attrs["compile_seconds"] = clock.seconds
     ds.attrs["t_final"] = float(res["t_final"][0])
@@ -370,8 +379,8 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
 
 
 # ----------------------------------------------------------------- many designs
-def _check_outputs(dae, outputs, names) -> frozenset | None:
-    """The checked ``outputs`` of :func:`solve_batch` as a set (None: all).
+def _check_outputs(dae, outputs, names, what: str = "batch") -> frozenset | None:
+    """The checked ``outputs`` of :func:`solve_batch` (or, ``what="run"``, :func:`solve`) as a set (None: all).
 
     Raises:
         InputError: a name the batch's Dataset would not have, with the valid ones.
@@ -386,7 +395,7 @@ def _check_outputs(dae, outputs, names) -> frozenset | None:
         valid += [sensitivity_name(f"event_{what}", param) for what in ("time", "rate") for param in names]
     unknown = [name for name in outputs if name not in valid]
     if unknown:
-        raise InputError(f"unknown output {unknown[0]!r}; the outputs of this batch are {', '.join(valid)}")
+        raise InputError(f"unknown output {unknown[0]!r}; the outputs of this {what} are {', '.join(valid)}")
     return frozenset(outputs)
 
 

@@ -169,6 +169,34 @@ def test_a_batch_builds_only_the_outputs_asked_for(monkeypatch):
         solver.solve_batch(model, table, outputs="x")
 
 
+def test_a_run_builds_only_the_outputs_asked_for(monkeypatch):
+    # As a batch: the outputs named, with their sensitivities, are the full run's bit for bit, and
+    # the series only the others need (residual, energy, balance) are not computed.
+    from pathlib import Path
+
+    from solver.compiled import Compiled
+
+    path = Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "pendulum.yaml"
+    model = solver.load(path, overrides={"ProblemData": {"tend": 1.0, "samples": 11}})
+    full = model.solve(sensitivities=["L"])
+    assert {"energy", "energy_change", "constraint_residual", "dx_dL"} <= set(full.data_vars)
+    calls = []
+    real = Compiled.output_series
+
+    def output_series(self, *args, residual=True, energy=True):
+        out = real(self, *args, residual=residual, energy=energy)
+        calls.extend(name for name, value in zip(("residual", "energy"), out) if value is not None)
+        return out
+
+    monkeypatch.setattr(Compiled, "output_series", output_series)
+    some = model.solve(sensitivities=["L"], outputs=["x", "dx_dL"])
+    assert set(some.data_vars) == {"x", "dx_dL", "status", "steps"} and calls == []
+    for name in some.data_vars:
+        np.testing.assert_array_equal(some[name].values, full[name].values)
+    with pytest.raises(solver.InputError, match="unknown output 'dz_dL'; the outputs of this run are x, x_d1, "):
+        model.solve(sensitivities=["L"], outputs=["x", "dz_dL"])
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"params_table": {"M": [1.0]}}, "params_table: 'M' is not a parameter; the parameters are L, g"),
     ({"params_table": {"L": [1.0, 2.0], "g": [1.0]}},

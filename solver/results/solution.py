@@ -243,7 +243,7 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
 
 def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, balance=None, params: Mapping | None = None,
                   settings: Mapping | None = None, title: str | None = None,
-                  extra_attrs: Mapping | None = None) -> xr.Dataset:
+                  extra_attrs: Mapping | None = None, outputs=None) -> xr.Dataset:
     """Assemble a single run's Dataset: :func:`build_batch_dataset` of one point, without ``point``.
 
     Args:
@@ -251,11 +251,11 @@ def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, balanc
         result: ``values`` (name -> (n_out, L, *shape)), ``status``, ``steps``
             as from :meth:`solver.integrate.integrator.Integrator.run`.
         t_eval: output times.
-        residual: (n_out,) constraint residual series.
+        residual: (n_out,) constraint residual series, or None (not an output).
         energy: (n_out,) energy series or None.
         balance: name -> (n_out, …) balance series, or None.
         params: the parameter values used (``parameters`` attr).
-        settings, title, extra_attrs: as for :func:`build_batch_dataset`.
+        settings, title, extra_attrs, outputs: as for :func:`build_batch_dataset`.
 
     Returns:
         xarray.Dataset with dims ``time`` and component dims; ``status`` is a
@@ -269,10 +269,10 @@ def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, balanc
         one["events"] = {k: ({n: np.asarray(a)[None] for n, a in v.items()} if isinstance(v, Mapping)
                              else np.asarray(v)[None]) for k, v in ev.items()}
     data, coords, attrs = _dataset_parts(
-        dae, one, t_eval, residual=np.asarray(residual)[None],
+        dae, one, t_eval, residual=None if residual is None else np.asarray(residual)[None],
         energy=None if energy is None else np.asarray(energy)[None],
         balance={k: np.asarray(v)[None] for k, v in (balance or {}).items()}, swept=None, constants=params,
-        settings=settings, messages=None, title=title, extra_attrs=extra_attrs, mask_failed=False)
+        settings=settings, messages=None, title=title, extra_attrs=extra_attrs, mask_failed=False, outputs=outputs)
     # The one point's rows, built without the point dim (no Dataset.isel: a third of solve()'s Python time).
     del coords["point"]
     data = {k: (dims[1:], arr[0]) + tuple(rest) for k, (dims, arr, *rest) in data.items()}

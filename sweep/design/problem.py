@@ -323,6 +323,12 @@ def _series(ds, var: str, idx, param: str | None = None, norm: bool = False) -> 
         return np.sum(flat * d.reshape(T, -1), axis=1) / n
 
 
+def _outputs(context: DesignContext) -> list[str]:
+    """What a design's solve keeps: the path's and the constraints' variables and their sensitivities."""
+    variables = {var for var, _ in context.columns} | {c[2] for c in context.constraints}
+    return sorted(variables | {sensitivity_name(var, p) for var in variables for p in context.names})
+
+
 def evaluate(context: DesignContext, x, model=None, *, extra: Mapping | None = None,
              curve: bool = True) -> Evaluation:
     """Objective, gradient and constraints at one design point: one solve with sensitivities.
@@ -354,7 +360,8 @@ def evaluate(context: DesignContext, x, model=None, *, extra: Mapping | None = N
                           np.full((len(context.times), len(context.columns)), np.nan))
 
     try:
-        ds = model.solve(params=params, sensitivities=list(context.names), t_eval=context.times)
+        ds = model.solve(params=params, sensitivities=list(context.names), t_eval=context.times,
+                         outputs=_outputs(context))
     except InputError as err:  # no consistent initial point at this design
         return failed(st.NO_ASSEMBLY, err.message)
     code = int(ds["status"].values)
