@@ -295,6 +295,17 @@ class SeriesStages:
             return linalg.solve_factored(J, fact, r), (J, fact)
 
         n = u_guess.shape[0]
+        if self.stage0_affine:
+            # One step solves stage 0 (see _newton), and the stages need the
+            # inverse anyway: the step is a product with it, not a solve of
+            # its own (a solve of a small system is unrolled into hundreds of
+            # instructions, and forward mode differentiates it once more).
+            r, J = residual_and_jacobian(u_guess)
+            fact = linalg.lu_factor(lax.stop_gradient(J))
+            inverse = linalg.solve_factored(J, fact, linalg.identity(n))
+            du = linalg.apply_inverse(inverse, r)
+            u = jnp.where(jnp.all(jnp.isfinite(du)), u_guess - du, u_guess)
+            return u, partial(linalg.apply_inverse, inverse), fact.singular, J
         zeros = jnp.zeros((n, n), u_guess.dtype)
         no_fact = linalg.LU(zeros, jnp.zeros(n, jnp.int32), jnp.asarray(True))
         # The last iteration's factors serve the stages: the same matrix as
