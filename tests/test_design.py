@@ -107,6 +107,17 @@ def test_rscr_recovers_the_known_design_from_a_perturbed_start(rscr_spec, rscr):
     assert rows[-1] < 1e-12 * rows[0]
 
 
+def test_the_shipped_four_bar_design_recovers_its_prototype_with_ipopt():
+    """A planar three-link design: b, c fitted to the rocker tip's motion of b = 3, c = 2.5 from 2.9, 2.6."""
+    spec = load_design(ROOT / "configs" / "design" / "fourbar_motion.yaml")
+    assert spec.optimizer.method == "ipopt"
+    result = run_design(spec, workers=0, echo=lambda line: None)
+    best = result.starts[result.best]
+    assert best.status == "converged", best.message
+    np.testing.assert_allclose(best.x, [3.0, 2.5], rtol=0, atol=1e-6)
+    assert best.objective < 1e-14 and 5 <= len(best.rows["objective"]) <= 30
+
+
 def test_the_gradient_is_the_central_difference_of_the_objective(rscr):
     x = np.array([1.02, 1.30])
     ev = evaluate(rscr, x)
