@@ -187,8 +187,9 @@ def _start_tangents(comp: Compiled, full: dict, t0, z0, free, names, values, fix
             except InputError:
                 pass  # the point's initial values fail: it has failed already
     dparams = {k: np.moveaxis(v, 0, 1) for k, v in parameter_directions(full, names).items()}
-    return np.asarray(comp.start_tangents({k: np.asarray(v) for k, v in full.items()}, float(t0),
-                                          np.asarray(z0), np.asarray(free), dparams, np.asarray(dz_fixed)))
+    return np.asarray(comp.start_tangents_program(B)({k: np.asarray(v) for k, v in full.items()}, float(t0),
+                                                     np.asarray(z0), np.asarray(free), dparams,
+                                                     np.asarray(dz_fixed)))
 
 
 def _with_event_sensitivities(ds, dae, event_tangents, names, status, single: bool, outputs=None):

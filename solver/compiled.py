@@ -35,6 +35,7 @@ from solver.integrate.initialize import (ASSEMBLY_TOL, InitialValueError, IpoptD
                          ipopt_point, state_scales, violated_rows)
 from solver.integrate.initialize import residual_list  # the one wording of violated constraints
 from solver.results.balance import balance_kernels, balance_series
+from solver.integrate.choices import QUICK_COMPILE
 from solver.integrate.integrator import MODES, Integrator
 from solver.integrate.run_args import device_number
 from solver.program_store import stored_jit
@@ -212,19 +213,48 @@ class Compiled:
 
     # ------------------------------------------------------------ functions
     @functools.cached_property
+    def _initial_programs(self) -> dict:
+        return {}
+
+    def _initial_program(self, fn, in_axes, name, points: int):
+        """jit(vmap(fn)) of a consistent point's program (made once per name and kind).
+
+        A batch runs it over all its points and takes the optimised build;
+        a single run (``points == 1``) runs it once a solve, where LLVM's
+        optimisation cost about a second of compiling for nothing measurable
+        (:data:`~solver.integrate.choices.QUICK_COMPILE`: a four-bar's Newton
+        and start tangents 1.0-1.2 s -> 0.3-0.4 s each, its design's 9 solves
+        +0.05 s in all).
+        """
+        one = points == 1
+        key = name + ("_one" if one else "")
+        if key not in self._initial_programs:
+            self._initial_programs[key] = stored_jit(jax.vmap(fn, in_axes=in_axes), self.integrator.identity, key,
+                                                     compiler_options=QUICK_COMPILE if one else None)
+        return self._initial_programs[key]
+
+    @property
     def newton_batch(self):
         """jit(vmap(Gauss–Newton)): (params (B,…), t0, z_hat (B,n), free (B,n), iters) -> (z, residual)."""
-        integ = self.integrator
-        return stored_jit(jax.vmap(lambda p, t0, z, free, iters: batched_newton(integ, p, t0, z, free, iters=iters),
-                                   in_axes=(0, None, 0, 0, None)), integ.identity, "newton_batch")
+        return self.newton_program(points=0)
 
-    @functools.cached_property
+    def newton_program(self, points: int):
+        """:attr:`newton_batch`, or for ``points == 1`` its quickly compiled twin (:meth:`_initial_program`)."""
+        integ = self.integrator
+        return self._initial_program(lambda p, t0, z, free, iters: batched_newton(integ, p, t0, z, free, iters=iters),
+                                     (0, None, 0, 0, None), "newton_batch", points)
+
+    @property
     def start_tangents(self):
         """jit(vmap(:func:`solver.integrate.sensitivity.consistent_tangents`)):
         (params (B,…), t0, z0 (B,n), free (B,n), dparams (B,k,…), dz_fixed (B,k,n)) -> (B,k,n)."""
+        return self.start_tangents_program(points=0)
+
+    def start_tangents_program(self, points: int):
+        """:attr:`start_tangents`, or for ``points == 1`` its quickly compiled twin (:meth:`_initial_program`)."""
         integ = self.integrator
-        return stored_jit(jax.vmap(lambda p, t0, z, free, dp, dz: consistent_tangents(integ, p, t0, z, free, dp, dz),
-                                   in_axes=(0, None, 0, 0, 0, 0)), integ.identity, "start_tangents")
+        return self._initial_program(lambda p, t0, z, free, dp, dz: consistent_tangents(integ, p, t0, z, free, dp, dz),
+                                     (0, None, 0, 0, 0, 0), "start_tangents", points)
 
     @functools.cached_property
     def ipopt_derivatives(self) -> IpoptDerivatives:
@@ -421,7 +451,7 @@ class Compiled:
         return z, ok, messages
 
     def _newton(self, params, t0, z_hat, free, scale, iters):
-        zz, rr = self.newton_batch(params, float(t0), np.asarray(z_hat), np.asarray(free),
+        zz, rr = self.newton_program(len(z_hat))(params, float(t0), np.asarray(z_hat), np.asarray(free),
                                    device_number(int(iters)))
         z, res = np.array(zz), np.asarray(rr)
         return z, (res <= ASSEMBLY_TOL * scale) & np.all(np.isfinite(z), axis=1)
