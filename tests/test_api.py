@@ -132,18 +132,17 @@ SolverParams:
         np.testing.assert_allclose(ds["x"].values[i], scipy_x(L), rtol=0, atol=1e-8 * L)
 
 
-def test_a_batch_builds_only_the_outputs_asked_for(monkeypatch):
-    # The outputs named are the full Dataset's, bit for bit; the others are not
-    # built, nor the series only they need (the residual, the energy).
+def _short_pendulum():
     from pathlib import Path
 
+    path = Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "pendulum.yaml"
+    return solver.load(path, overrides={"ProblemData": {"tend": 1.0, "samples": 11}})
+
+
+def _series_computed(monkeypatch) -> list:
+    """The series ``Compiled.output_series`` computes from now on ("residual", "energy"), in a list."""
     from solver.compiled import Compiled
 
-    path = Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "pendulum.yaml"
-    model = solver.load(path, overrides={"ProblemData": {"tend": 1.0, "samples": 11}})
-    table = {"L": [0.5, 1.0, 2.0]}
-    full = solver.solve_batch(model, table)
-    assert {"lam", "x_d1", "energy", "energy_change", "constraint_residual"} <= set(full.data_vars)
     calls = []
     real = Compiled.output_series
 
@@ -153,6 +152,17 @@ def test_a_batch_builds_only_the_outputs_asked_for(monkeypatch):
         return out
 
     monkeypatch.setattr(Compiled, "output_series", output_series)
+    return calls
+
+
+def test_a_batch_builds_only_the_outputs_asked_for(monkeypatch):
+    # The outputs named are the full Dataset's, bit for bit; the others are not
+    # built, nor the series only they need (the residual, the energy).
+    model = _short_pendulum()
+    table = {"L": [0.5, 1.0, 2.0]}
+    full = solver.solve_batch(model, table)
+    assert {"lam", "x_d1", "energy", "energy_change", "constraint_residual"} <= set(full.data_vars)
+    calls = _series_computed(monkeypatch)
     some = solver.solve_batch(model, table, outputs=["x", "y_d1", "energy_change"])
     assert set(some.data_vars) == {"x", "y_d1", "energy_change", "status", "steps",
                                      "failure_time", "failure_reason"}
@@ -172,23 +182,10 @@ def test_a_batch_builds_only_the_outputs_asked_for(monkeypatch):
 def test_a_run_builds_only_the_outputs_asked_for(monkeypatch):
     # As a batch: the outputs named, with their sensitivities, are the full run's bit for bit, and
     # the series only the others need (residual, energy, balance) are not computed.
-    from pathlib import Path
-
-    from solver.compiled import Compiled
-
-    path = Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "pendulum.yaml"
-    model = solver.load(path, overrides={"ProblemData": {"tend": 1.0, "samples": 11}})
+    model = _short_pendulum()
     full = model.solve(sensitivities=["L"])
     assert {"energy", "energy_change", "constraint_residual", "dx_dL"} <= set(full.data_vars)
-    calls = []
-    real = Compiled.output_series
-
-    def output_series(self, *args, residual=True, energy=True):
-        out = real(self, *args, residual=residual, energy=energy)
-        calls.extend(name for name, value in zip(("residual", "energy"), out) if value is not None)
-        return out
-
-    monkeypatch.setattr(Compiled, "output_series", output_series)
+    calls = _series_computed(monkeypatch)
     some = model.solve(sensitivities=["L"], outputs=["x", "dx_dL"])
     assert set(some.data_vars) == {"x", "dx_dL", "status", "steps"} and calls == []
     for name in some.data_vars:
