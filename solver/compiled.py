@@ -452,7 +452,7 @@ class Compiled:
 
     def _newton(self, params, t0, z_hat, free, scale, iters):
         zz, rr = self.newton_program(len(z_hat))(params, float(t0), np.asarray(z_hat), np.asarray(free),
-                                   device_number(int(iters)))
+                                                 device_number(int(iters)))
         z, res = np.array(zz), np.asarray(rr)
         return z, (res <= ASSEMBLY_TOL * scale) & np.all(np.isfinite(z), axis=1)
 

@@ -121,13 +121,13 @@ def write_commits(group: zarr.Group, texts: Mapping[int, str],
     by_chunk: dict[int, dict[int, str]] = {}
     for index, text in texts.items():
         by_chunk.setdefault(index // size, {})[index] = text
-    for c, texts in by_chunk.items():
+    for c, in_chunk in by_chunk.items():
         start, stop = c * size, min((c + 1) * size, total)
-        if len(texts) == stop - start:
+        if len(in_chunk) == stop - start:
             current = [""] * (stop - start)
         else:
             current = list(known[c]) if c in known else _read_chunk(records, start, stop)
-        for index, text in texts.items():
+        for index, text in in_chunk.items():
             current[index - start] = text
         put_whole_chunk(records, slice(start, stop), np.array(current, dtype=object))
         known[c] = current
