@@ -290,6 +290,22 @@ def test_ipopt_failure_reports_status_and_closest_point(pend):
         ipopt_point(pend, PEND_P, 0.0, spec, options={"no_such_option": 1})
 
 
+def test_one_point_takes_the_quick_build_and_a_batch_the_optimised_one_with_the_same_point(pend):
+    # A single run's Newton runs once a solve: it is compiled quickly (on a CPU); a batch's
+    # runs over all its points and keeps LLVM's optimisation. Both find the same point.
+    comp = solver.compiled_model(PEND, ORDER)
+    spec = parse_values(pend, {"x": 0.6, "y": 0.9, "x'": 1.0, "y'": 1.0}, ["x"])
+    one = comp.consistent_point(PEND_P, 0.0, spec)
+    many, ok, _ = comp.consistent_points({k: np.repeat(np.asarray(v)[None], 3, axis=0) for k, v in PEND_P.items()},
+                                         0.0, np.repeat(np.asarray(spec.z_hat)[None], 3, axis=0), spec.free)
+    assert ok.all()
+    np.testing.assert_allclose(many, np.repeat(np.asarray(one)[None], 3, axis=0), rtol=0, atol=1e-13)
+    programs = comp._initial_programs
+    assert {"newton_batch_one", "newton_batch"} <= set(programs)
+    assert programs["newton_batch"] is comp.newton_batch and programs["newton_batch_one"] is comp.newton_program(1)
+    assert comp.newton_program(1) is not comp.newton_program(3)
+
+
 def test_one_point_is_the_batch_policy_with_a_batch_of_one(pend, monkeypatch):
     # The Newton-then-IPOPT policy is written once: consistent_point runs
     # consistent_points on a batch of one (with its StateSpec, for IPOPT's
