@@ -353,11 +353,7 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
                               fixed)
     res = _integrate(comp, params_b, np.asarray(z0)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval, tol,
                      max_steps, h_max, 1, names, dz0)
-    needed = lambda *outs: want is None or not want.isdisjoint(outs)
-    balance_names = balance_layout(dae)[0]
-    residual, energy = comp.output_series(res["values"], t_eval, params_b, residual=needed("constraint_residual"),
-                                          energy=needed("energy", *balance_names))
-    balance = comp.balance_series(res["values"], t_eval, params_b, energy) if needed(*balance_names) else {}
+    residual, energy, balance = _derived_series(comp, res["values"], t_eval, params_b, want)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear, "optimize": integ.optimize}
     one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0],
@@ -377,6 +373,19 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     ds.attrs["compile_seconds"] = clock.seconds
     ds.attrs["t_final"] = float(res["t_final"][0])
     return ds
+
+
+def _derived_series(comp: Compiled, values, t_eval, params, want) -> tuple:
+    """(residual, energy, balance) of a run or a batch: each only where an output in ``want`` needs it (None: all).
+
+    A series not needed is None (the balance: an empty dict).
+    """
+    needed = lambda *outs: want is None or not want.isdisjoint(outs)
+    balance_names = balance_layout(comp.dae)[0]
+    residual, energy = comp.output_series(values, t_eval, params, residual=needed("constraint_residual"),
+                                          energy=needed("energy", *balance_names))
+    balance = comp.balance_series(values, t_eval, params, energy) if needed(*balance_names) else {}
+    return residual, energy, balance
 
 
 # ----------------------------------------------------------------- many designs
@@ -598,11 +607,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     slots = integ.default_slots(B) if slots is None else slots
     res = _integrate(comp, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0)
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
-    needed = lambda *outs: want is None or not want.isdisjoint(outs)
-    balance_names = balance_layout(dae)[0]
-    residual, energy = comp.output_series(res["values"], t_eval, full, residual=needed("constraint_residual"),
-                                          energy=needed("energy", *balance_names))
-    balance = comp.balance_series(res["values"], t_eval, full, energy) if needed(*balance_names) else None
+    residual, energy, balance = _derived_series(comp, res["values"], t_eval, full, want)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear, "optimize": integ.optimize, "slots": int(slots)}
     times, reasons = failure_records(comp, model if model is not None else dae, res["status"], t0,

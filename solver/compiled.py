@@ -233,25 +233,17 @@ class Compiled:
                                                      compiler_options=QUICK_COMPILE if one else None)
         return self._initial_programs[key]
 
-    @property
-    def newton_batch(self):
-        """jit(vmap(Gauss–Newton)): (params (B,…), t0, z_hat (B,n), free (B,n), iters) -> (z, residual)."""
-        return self.newton_program(points=0)
-
     def newton_program(self, points: int):
-        """:attr:`newton_batch`, or for ``points == 1`` its quickly compiled twin (:meth:`_initial_program`)."""
+        """jit(vmap(Gauss–Newton)) for a batch of ``points``: (params (B,…), t0, z_hat (B,n), free (B,n), iters)
+        -> (z, residual); quickly compiled for one point (:meth:`_initial_program`)."""
         integ = self.integrator
         return self._initial_program(lambda p, t0, z, free, iters: batched_newton(integ, p, t0, z, free, iters=iters),
                                      (0, None, 0, 0, None), "newton_batch", points)
 
-    @property
-    def start_tangents(self):
-        """jit(vmap(:func:`solver.integrate.sensitivity.consistent_tangents`)):
-        (params (B,…), t0, z0 (B,n), free (B,n), dparams (B,k,…), dz_fixed (B,k,n)) -> (B,k,n)."""
-        return self.start_tangents_program(points=0)
-
     def start_tangents_program(self, points: int):
-        """:attr:`start_tangents`, or for ``points == 1`` its quickly compiled twin (:meth:`_initial_program`)."""
+        """jit(vmap(:func:`solver.integrate.sensitivity.consistent_tangents`)) for a batch of ``points``:
+        (params (B,…), t0, z0 (B,n), free (B,n), dparams (B,k,…), dz_fixed (B,k,n)) -> (B,k,n); quickly
+        compiled for one point (:meth:`_initial_program`)."""
         integ = self.integrator
         return self._initial_program(lambda p, t0, z, free, dp, dz: consistent_tangents(integ, p, t0, z, free, dp, dz),
                                      (0, None, 0, 0, 0, 0), "start_tangents", points)
@@ -337,34 +329,14 @@ class Compiled:
                                    {k: np.asarray(v) for k, v in params.items()}, residual=hidden, energy=energy)
         return (np.asarray(r) if hidden else res), (np.asarray(e) if energy else None)
 
-    def constraint_residual_series(self, values, t_eval, params) -> np.ndarray:
-        """max |hidden constraint| of the state at every output time (:meth:`output_series`).
-
-        Args: as :meth:`output_series`.
-
-        Returns:
-            (B, n_out) array; NaN where the output was not reached.
-        """
-        return self.output_series(values, t_eval, params, energy=False)[0]
-
-    def energy_series(self, values, t_eval, params) -> np.ndarray | None:
-        """Energy ``q'·∂L/∂q' − L`` at every output time, or None without one (:meth:`output_series`).
-
-        Args: as :meth:`output_series`.
-
-        Returns:
-            (B, n_out) array or None.
-        """
-        return self.output_series(values, t_eval, params, residual=False)[1]
-
     def balance_series(self, values, t_eval, params, energy) -> dict:
         """The balance outputs (energy change, dissipated energy, momenta) of a batch of runs.
 
         :func:`solver.results.balance.balance_series` with this compiled model's
         kernels (:attr:`balance_kernels`, compiled once).
 
-        Args: as :meth:`constraint_residual_series`, and ``energy``: the
-            :meth:`energy_series` (None: nothing is computed).
+        Args: as :meth:`output_series`, and ``energy``: its energy series
+            (None: nothing is computed).
 
         Returns:
             dict name -> array with leading (B, n_out).

@@ -302,7 +302,8 @@ def test_one_point_takes_the_quick_build_and_a_batch_the_optimised_one_with_the_
     np.testing.assert_allclose(many, np.repeat(np.asarray(one)[None], 3, axis=0), rtol=0, atol=1e-13)
     programs = comp._initial_programs
     assert {"newton_batch_one", "newton_batch"} <= set(programs)
-    assert programs["newton_batch"] is comp.newton_batch and programs["newton_batch_one"] is comp.newton_program(1)
+    assert programs["newton_batch"] is comp.newton_program(3)
+    assert programs["newton_batch_one"] is comp.newton_program(1)
     assert comp.newton_program(1) is not comp.newton_program(3)
 
 

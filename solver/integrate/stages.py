@@ -295,29 +295,29 @@ class SeriesStages:
             return linalg.solve_factored(J, fact, r), (J, fact)
 
         n = u_guess.shape[0]
+        # Every stage solves with this one matrix, so it is inverted once and
+        # each stage is a product with the inverse: one fused kernel, where a
+        # triangular solve was a kernel per unknown (row swaps, substitutions)
+        # or a LAPACK call.
         if self.stage0_affine:
-            # One step solves stage 0 (see _newton), and the stages need the
-            # inverse anyway: the step is a product with it, not a solve of
-            # its own (a solve of a small system is unrolled into hundreds of
-            # instructions, and forward mode differentiates it once more).
+            # One step solves stage 0 (see _newton), and it is a product with
+            # the inverse too, not a solve of its own (a solve of a small system
+            # is unrolled into hundreds of instructions, and forward mode
+            # differentiates it once more).
             r, J = residual_and_jacobian(u_guess)
             fact = linalg.lu_factor(lax.stop_gradient(J))
             inverse = linalg.solve_factored(J, fact, linalg.identity(n))
             du = linalg.apply_inverse(inverse, r)
             u = jnp.where(jnp.all(jnp.isfinite(du)), u_guess - du, u_guess)
-            return u, partial(linalg.apply_inverse, inverse), fact.singular, J
-        zeros = jnp.zeros((n, n), u_guess.dtype)
-        no_fact = linalg.LU(zeros, jnp.zeros(n, jnp.int32), jnp.asarray(True))
-        # The last iteration's factors serve the stages: the same matrix as
-        # factoring its J again after the loop, one factorisation less a step.
-        u, (J, fact) = self._newton(step, u_guess, (zeros, no_fact), newton_iters)
-        # Every stage solves with this one matrix, so it is inverted once and
-        # each stage is a product with the inverse: one fused kernel, where a
-        # triangular solve was a kernel per unknown (row swaps, substitutions)
-        # or a LAPACK call.
+        else:
+            zeros = jnp.zeros((n, n), u_guess.dtype)
+            no_fact = linalg.LU(zeros, jnp.zeros(n, jnp.int32), jnp.asarray(True))
+            # The last iteration's factors serve the stages: the same matrix as
+            # factoring its J again after the loop, one factorisation less a step.
+            u, (J, fact) = self._newton(step, u_guess, (zeros, no_fact), newton_iters)
+            inverse = linalg.solve_factored(J, fact, linalg.identity(n))
         # A partial (not a lambda): the compact engine's batched stage loop
         # takes the matrix and the product apart (solve.func, solve.args).
-        inverse = linalg.solve_factored(J, fact, linalg.identity(n))
         return u, partial(linalg.apply_inverse, inverse), fact.singular, J
 
     def _stage0_kkt(self, g0, X, u_guess, t0, consts, newton_iters):
