@@ -27,8 +27,9 @@ Then, for comparison, the old path's rate: the driver writing everything
 itself (:func:`sweep.store.write_batch` of the same results, one process, no
 Dask), and an extrapolation: the driver's CPU split into a cost per task and
 a cost per batch (measured on one worker with tasks of 1 and of 32 batches,
-``run_sweep(task_batches=k)``), the ceiling that gives for long sweeps (tasks of 32
-batches) and for a sweep of 100 batches per worker on 1,000 workers (the tasks
+``run_sweep(task_batches=k)``, and a sweep 4x as long in tasks of 32: see
+:func:`task_split`), the ceiling for long sweeps (tasks of 32
+batches, measured) and for a sweep of 100 batches per worker on 1,000 workers (the tasks
 :func:`sweep.run.task_runs` would make), how many workers one driver could
 feed at ``--point-ms`` per point and worker, and what the scheduler and the
 storage would then have to sustain.
@@ -322,25 +323,36 @@ def measure(n: int, spec, context: CannedContext, args, work: Path, store: Path)
 
 @dataclass
 class TaskSplit:
-    """The driver's task-phase CPU on one worker with tasks of a fixed size: ms per task and per batch."""
+    """The driver's task-phase CPU on one worker: ms per task, per batch and per sweep, and a long sweep's per batch."""
 
     per_task: float
     per_batch: float
+    per_sweep: float
+    long_per_batch: float
     rows: list[str]
 
 
-def task_split(spec, context: CannedContext, args, work: Path, repeats: int = 2) -> TaskSplit:
-    """Measure the driver's CPU with tasks of one batch and of ``TASK_MOST_BATCHES``, alternately, on 1 worker.
+def task_split(spec, context: CannedContext, args, work: Path, repeats: int = 2, longer: int = 4) -> TaskSplit:
+    """Measure the driver's task-phase CPU on 1 worker in three sweeps, alternately, and split it.
 
-    ``run_sweep(task_batches=k)`` fixes the tasks' size; with T_k tasks for
-    the same B batches the driver's CPU is ``T_k a + B b``: two sizes give
-    ``a`` (a task) and ``b`` (a batch).  Medians over ``repeats`` runs each.
+    ``run_sweep(task_batches=k)`` fixes the tasks' size.  The driver's CPU
+    is modelled as ``F + T a + B b`` for T tasks of B batches in all (F: what
+    a sweep's task phase costs whatever its size: starting the watch and the
+    result threads, the last commit's wait).  Three sweeps give the three:
+    B batches in tasks of ``TASK_MOST_BATCHES`` and in tasks of one (the same
+    B, so F and ``B b`` cancel: ``a``), and ``longer`` x B batches in tasks of
+    ``TASK_MOST_BATCHES``.  The first and the last give a long sweep's cost
+    per batch directly: the difference of their CPU over the difference of
+    their batches, F cancelled (it is not a cost of each batch).  Medians
+    over ``repeats`` runs each.
     """
     from sweep.run import TASK_MOST_BATCHES, run_sweep
 
-    sizes = (TASK_MOST_BATCHES, 1)
-    cpu: dict[int, list[float]] = {k: [] for k in sizes}
-    tasks: dict[int, int] = {}
+    short = sweep_like(spec, args.min_points, args.batch, "split")
+    long = sweep_like(spec, longer * args.min_points, args.batch, "split, long")
+    cases = [("big", short, TASK_MOST_BATCHES), ("one", short, 1), ("long", long, TASK_MOST_BATCHES)]
+    cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+    tasks: dict[str, int] = {}
     cluster = Cluster(1, work, timeout=args.start_timeout)
     try:
         client = cluster.client
@@ -349,26 +361,27 @@ def task_split(spec, context: CannedContext, args, work: Path, repeats: int = 2)
         run_sweep(sweep_like(spec, 2 * args.batch, args.batch, "split warm-up"), canned_batch, context,
                   warm_store, mode="overwrite", progress=False, client=client)
         shutil.rmtree(warm_store)
-        like = sweep_like(spec, args.min_points, args.batch, "split")
         for rep in range(repeats):
-            for k in sizes:
-                store = work / f"split_{k}_{rep}.zarr"
+            for name, like, k in cases:
+                store = work / f"split_{name}_{rep}.zarr"
                 clocked = SubmitClock(client)
                 summary = run_sweep(like, canned_batch, context, store, mode="overwrite", progress=False,
                                     client=clocked, task_batches=k)
-                cpu[k].append(1e3 * (cpu_seconds() - clocked.at[1]))
-                tasks[k] = summary.tasks
+                cpu[name].append(1e3 * (cpu_seconds() - clocked.at[1]))
+                tasks[name] = summary.tasks
                 shutil.rmtree(store)
     finally:
         cluster.close()
-    big, one = (statistics.median(cpu[k]) for k in sizes)
-    b_count = like.n_batches
-    per_task = (one - big) / (tasks[1] - tasks[sizes[0]])
-    per_batch = (one - per_task * tasks[1]) / b_count
-    rows = [f"  tasks of {k:2d} batches: {tasks[k]:3d} tasks for {b_count} batches, driver CPU in the task phase "
-            f"{', '.join(f'{c:.0f}' for c in cpu[k])} ms ({statistics.median(cpu[k]) / b_count:.2f} ms a batch)"
-            for k in sizes]
-    return TaskSplit(per_task, per_batch, rows)
+    big, one, longest = (statistics.median(cpu[name]) for name, _, _ in cases)
+    b_short, b_long = short.n_batches, long.n_batches
+    per_task = (one - big) / (tasks["one"] - tasks["big"])
+    per_batch = (longest - big - per_task * (tasks["long"] - tasks["big"])) / (b_long - b_short)
+    per_sweep = big - per_task * tasks["big"] - per_batch * b_short
+    long_per_batch = (longest - big) / (b_long - b_short)
+    rows = [f"  tasks of {k:2d} batches: {tasks[name]:3d} tasks for {like.n_batches} batches, driver CPU in the "
+            f"task phase {', '.join(f'{c:.0f}' for c in cpu[name])} ms ({statistics.median(cpu[name]) / like.n_batches:.2f}"
+            f" ms a batch)" for name, like, k in cases]
+    return TaskSplit(per_task, per_batch, per_sweep, long_per_batch, rows)
 
 
 def old_path(spec, context: CannedContext, n_points: int, batch: int, store: Path) -> tuple[float, int]:
@@ -488,17 +501,17 @@ def extrapolation(runs: list[Run], old_rate: float, batch: int, point_ms: float,
     which = "these sweeps"
     if split is not None:
         which = "long sweeps"
-        per_task, per_batch = split.per_task, split.per_batch
-        long = per_task / TASK_MOST_BATCHES + per_batch
+        per_task, per_batch, long = split.per_task, split.per_batch, split.long_per_batch
         big_b, big_n = 100 * 1000, 1000
         big_tasks = len(task_runs(list(range(big_b)), big_n))
         big = (per_task * big_tasks + per_batch * big_b) / big_b
         lines += [
             "  the driver's CPU split, on 1 worker with tasks of a fixed size (run_sweep(task_batches=k)):",
             *split.rows,
-            f"  -> driver CPU = {per_task:.2f} ms a task + {per_batch:.2f} ms a batch",
-            f"  long sweeps (tasks of {TASK_MOST_BATCHES} batches): {long:.2f} ms a batch -> ceiling "
-            f"{1e3 / long * batch:,.0f} points/s",
+            f"  -> driver CPU = {split.per_sweep:.0f} ms a sweep + {per_task:.2f} ms a task + {per_batch:.2f} ms "
+            f"a batch",
+            f"  long sweeps (tasks of {TASK_MOST_BATCHES} batches): the longer sweep's CPU less the shorter's, "
+            f"over the batches between: {long:.2f} ms a batch -> ceiling {1e3 / long * batch:,.0f} points/s",
             f"  1,000 workers, 100 batches each ({big_b:,} batches in {big_tasks:,} tasks by task_runs): "
             f"{big:.2f} ms a batch -> ceiling {1e3 / big * batch:,.0f} points/s; the scheduler would then run "
             f"{1e3 / big * big_tasks / big_b:,.0f} tasks/s",
