@@ -556,14 +556,17 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     t_eval = _output_times(t0, t1, t_eval, samples)
     names = check_names(dae, sensitivities)
     want = _check_outputs(dae, outputs, names)
+    B, swept, constants, full = _params_table(dae, params_table, params)
     # With sensitivities, "auto" takes the single-run engine choice (compact
     # above a small tape): the jvp of an unrolled step compiles for minutes
     # on a model the size of the RSCR (348 s against 89 s compact, measured
-    # for one direction; workflows/benchmarks/results/sensitivity.txt).
-    comp = compiled_model(dae, p, linear, mode or "auto", batch=not names,
+    # for one direction; workflows/benchmarks/results/sensitivity.txt).  So
+    # does a batch of one point, which is one run as solve() makes it: the
+    # RSCR's unrolled run compiled 38 s against 16 s compact, for runs of 7
+    # and 11 ms (workflows/benchmarks/results/sweep.txt).
+    comp = compiled_model(dae, p, linear, mode or "auto", batch=not names and B > 1,
                           optimize=True if optimize is None else optimize)
     integ = comp.integrator
-    B, swept, constants, full = _params_table(dae, params_table, params)
 
     # Initial values per point (values may depend on the point's parameters).
     z_hat = np.zeros((B, integ.n_state))
