@@ -452,7 +452,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 ipopt_options: Mapping | None = None, linear: str = "auto", mode: str | None = None,
                 optimize: bool | None = None, slots: int | None = None, sensitivities: Sequence[str] | None = None,
                 title: str | None = None, extra_attrs: Mapping | None = None, mask_failed: bool = True,
-                outputs: Sequence[str] | None = None):
+                outputs: Sequence[str] | None = None, batch_engine: bool | None = None):
     """Solve many designs of one model at once: one Dataset with a ``point`` dimension.
 
     The one way to solve many designs (the sweep pipeline calls it): every
@@ -501,6 +501,13 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
             (nor its residual, energy or balance series computed): a caller
             that keeps a few outputs of a large batch (a sweep's store) pays
             for those only.  The integration is the same either way.
+        batch_engine: for ``mode="auto"``, take the engine for batches (True)
+            or the one for a single run (False; see
+            :func:`solver.compiled.compiled_model`'s ``batch``).  None
+            (default): for batches, except for one point, which is one run.
+            A caller that runs few points in all (a small sweep) passes
+            False: the single-run engine compiles up to twice as fast, and
+            its slower steps cost few points little.
 
     Returns:
         xarray.Dataset with dims ``point`` and ``time`` (and component
@@ -564,7 +571,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     # does a batch of one point, which is one run as solve() makes it: the
     # RSCR's unrolled run compiled 38 s against 16 s compact, for runs of 7
     # and 11 ms (workflows/benchmarks/results/sweep.txt).
-    comp = compiled_model(dae, p, linear, mode or "auto", batch=not names and B > 1,
+    batch_engine = B > 1 if batch_engine is None else bool(batch_engine)
+    comp = compiled_model(dae, p, linear, mode or "auto", batch=not names and batch_engine,
                           optimize=True if optimize is None else optimize)
     integ = comp.integrator
 

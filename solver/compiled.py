@@ -35,7 +35,7 @@ from solver.integrate.initialize import (ASSEMBLY_TOL, InitialValueError, IpoptD
                          ipopt_point, state_scales, violated_rows)
 from solver.integrate.initialize import residual_list  # the one wording of violated constraints
 from solver.results.balance import balance_kernels, balance_series
-from solver.integrate.choices import QUICK_COMPILE
+from solver.integrate.choices import QUICK_COMPILE, choose_mode
 from solver.integrate.integrator import MODES, Integrator
 from solver.integrate.run_args import device_number
 from solver.program_store import stored_jit
@@ -155,7 +155,9 @@ def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", ba
 
     Returns:
         The :class:`Compiled` of ``(dae, order, linear, mode[, batch], optimize)``;
-        the same object on every call while the DAE lives.
+        the same object on every call while the DAE lives, and for ``auto``
+        the same as for the engine it takes (the pendulum's for batches and
+        for one run, ``unrolled`` both, are one).
 
     Raises:
         InputError: an order outside 2..60, an unknown ``linear`` or ``mode``.
@@ -169,12 +171,23 @@ def compiled_model(dae, order: int, linear: str = "auto", mode: str = "auto", ba
     per_dae = _per_dae(dae)
     if not isinstance(optimize, (bool, np.bool_)):
         raise InputError(f"optimize must be true or false, got {optimize!r}")
-    key = (int(order), linear, mode) + ((bool(batch),) if mode == "auto" else ()) + ((False,) if not optimize else ())
+    quick = (False,) if not optimize else ()
+    key = (int(order), linear, mode) + ((bool(batch),) if mode == "auto" else ()) + quick
     if key not in per_dae:
         s = dae.structure
-        integ = Integrator(TaylorProgram(dae, s.c, s.d, int(order)), linear=linear, mode=mode, batch=batch,
-                           optimize=bool(optimize))
-        per_dae[key] = Compiled(dae=dae, order=int(order), linear=linear, integrator=integ)
+        program = TaylorProgram(dae, s.c, s.d, int(order))
+        # "auto" for batches and for one run often resolve to the same engine
+        # (every model below the single-run limit): one Compiled then serves
+        # both, so a process that solves and sweeps a model compiles it once.
+        # Kept under the engine the integrator took (an automatic compact
+        # that does not apply falls back to looped), so that an explicit mode
+        # finds only its own engine.
+        comp = per_dae.get((int(order), linear, choose_mode(program, mode, batch)) + quick)
+        if comp is None:
+            integ = Integrator(program, linear=linear, mode=mode, batch=batch, optimize=bool(optimize))
+            comp = Compiled(dae=dae, order=int(order), linear=linear, integrator=integ)
+            per_dae.setdefault((int(order), linear, integ.mode) + quick, comp)
+        per_dae[key] = comp
     return per_dae[key]
 
 

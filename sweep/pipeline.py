@@ -38,7 +38,17 @@ __all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "event_metri
            "check_store_size", "check_batch_memory", "estimate_run", "load_model", "structural_names",
            "structural_sizes", "rebuild_structural", "group_context", "remember_model", "MODEL_BUILDS",
            "check_point_values", "RANGE_CHECK_POINTS", "solver_outputs", "check_free_space",
-           "FREE_SPACE_MARGIN"]
+           "FREE_SPACE_MARGIN", "FEW_POINTS"]
+
+
+# A sweep of at most this many points takes the solver's single-run engine
+# choice for its batches (compact above the pendulum's size) instead of the
+# batches' (unrolled up to RSCR's size): each worker compiles it up to twice
+# as fast, and its slower steps cost so few points little.  The RSCR over
+# [0, 2]: batches of 100 compiled in 19 s against 32 s and ran in 695 against
+# 282 ms, so the unrolled engine pays from ~3,000 points a worker; the
+# four-bar and Mechanism0 from ~2,000-3,000 (workflows/benchmarks/results/sweep.txt).
+FEW_POINTS = 500
 
 
 @dataclasses.dataclass
@@ -65,6 +75,10 @@ class SweepContext:
         value_check: what :func:`check_point_values` checked, in words.
         sensitivities: parameters the outputs are differentiated with
             respect to (``Outputs.sensitivities``).
+        batch_engine: whether the batches take the solver's engine for
+            batches (``solve_batch(batch_engine=...)``): False for a sweep of
+            at most :data:`FEW_POINTS` points, whose compile would outweigh
+            its runs.
     """
 
     model_path: str
@@ -80,6 +94,12 @@ class SweepContext:
     structural: dict = dataclasses.field(default_factory=dict)
     value_check: str = ""
     sensitivities: list = dataclasses.field(default_factory=list)
+    batch_engine: bool = True
+
+    @property
+    def engine_argument(self) -> bool | None:
+        """``solve_batch``'s ``batch_engine`` for this sweep's batches (None: its default)."""
+        return None if getattr(self, "batch_engine", True) else False
 
     def check_on_worker(self) -> str:
         """Why this process's copy of the model is not the driver's; empty when it is.
@@ -373,7 +393,8 @@ def _context(spec, model, override, constants, structural=None) -> SweepContext:
                         constants={k: float(v) for k, v in constants.items()}, variables=wanted,
                         metrics=metrics, time=schema.time, schema=schema, attrs=ds_attrs, key=key,
                         batch=effective_batch(spec.batch, spec.n_points),
-                        structural=dict(structural or {}), sensitivities=sens)
+                        structural=dict(structural or {}), sensitivities=sens,
+                        batch_engine=spec.n_points > FEW_POINTS)
 
 
 def _sweep_attrs(spec, dae, override, constants) -> dict:
@@ -586,7 +607,8 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     # A failed point keeps its motion up to the failure, as simulate shows it.
     ds = solver.solve_batch(model, padded, params=context.constants, t_eval=context.time,
                             sensitivities=sens or None, mask_failed=False,
-                            outputs=solver_outputs(model.dae, context))
+                            outputs=solver_outputs(model.dae, context),
+                            batch_engine=context.engine_argument)
     # No run parameter varies (a group over structural values only): one
     # solve serves its B identical points.  Else only a short batch's padding
     # is dropped (a whole batch is not copied for nothing).

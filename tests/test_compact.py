@@ -185,12 +185,17 @@ def test_auto_takes_compact_for_one_run_of_a_medium_model_and_unrolled_for_its_b
     assert solver.compiled_model(model.dae, 12, batch=False) is single   # built once each
     assert solver.compiled_model(model.dae, 12, mode="unrolled", batch=False) is \
         solver.compiled_model(model.dae, 12, mode="unrolled")             # batch only matters for auto
+    assert solver.compiled_model(model.dae, 12, mode="compact") is single  # one per engine taken
+    assert solver.compiled_model(model.dae, 12, mode="unrolled") is batch
+    pendulum = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "pendulum.yaml")
+    assert solver.compiled_model(pendulum.dae, 12, batch=False) is solver.compiled_model(pendulum.dae, 12)
 
 
 def test_a_batch_of_one_point_is_one_run_on_the_single_run_engine():
     """solve_batch() of one point makes the engine choice solve() makes (one
     run: Mechanism0's compact engine, not the batches' unrolled one), with the
-    same solution; two points take the batch engine."""
+    same solution; two points take the batch engine, unless batch_engine=False
+    asks for the single-run one."""
     from pathlib import Path
 
     model = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "mechanism0.yaml")
@@ -199,12 +204,14 @@ def test_a_batch_of_one_point_is_one_run_on_the_single_run_engine():
     k = model.dae.param_values({})["k"]
     one = solver.solve_batch(model, {"k": [k]}, t_span=span, t_eval=times, order=12)
     two = solver.solve_batch(model, {"k": [k, k]}, t_span=span, t_eval=times, order=12)
+    asked = solver.solve_batch(model, {"k": [k, k]}, t_span=span, t_eval=times, order=12, batch_engine=False)
     run = model.solve(t_span=span, t_eval=times, order=12)
-    assert one.attrs["solver_mode"] == run.attrs["solver_mode"] == "compact"
+    assert one.attrs["solver_mode"] == run.attrs["solver_mode"] == asked.attrs["solver_mode"] == "compact"
     assert two.attrs["solver_mode"] == "unrolled"
     for name in ("A", "B", "lam"):
         np.testing.assert_allclose(one[name].values[0], run[name].values, rtol=0, atol=1e-12)
         np.testing.assert_allclose(two[name].values[1], run[name].values, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(asked[name].values[1], run[name].values, rtol=0, atol=1e-9)
 
 
 # Each operation applied to an *unknown*: G(y, t) = G(a(t), t) has the

@@ -107,6 +107,33 @@ def test_a_batch_builds_and_sends_back_only_what_the_store_keeps(tmp_path, monke
     np.testing.assert_array_equal(result.steps, full["steps"].values)
 
 
+def test_a_small_sweep_runs_its_batches_on_the_single_run_engine(tmp_path, monkeypatch):
+    # Up to FEW_POINTS points the compile outweighs the runs: the batches ask
+    # solve_batch for the single-run engine choice; a longer sweep keeps the
+    # batches' engine (solve_batch's default).
+    sweep_file = write_pendulum_sweep(tmp_path)
+    spec = load_sweep(sweep_file)
+    context = pipeline.build_context(spec)
+    assert spec.n_points == 6 <= pipeline.FEW_POINTS and context.batch_engine is False
+    asked = []
+    real = solver.solve_batch
+
+    def recording(*args, **kw):
+        asked.append(kw.get("batch_engine"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(solver, "solve_batch", recording)
+    pipeline.batch_fn({k: v[0:3] for k, v in spec.points.items()}, context)
+    assert asked == [False]
+
+    many = pipeline.FEW_POINTS + 1
+    sweep_file.write_text(SWEEP.replace("L: {values: [1.0, 1.2]}", f"L: {{linspace: [1.0, 1.2, {many}]}}"))
+    long = load_sweep(sweep_file)
+    assert long.n_points == 3 * many and pipeline.build_context(long).batch_engine is True
+    pipeline.batch_fn({k: v[0:3] for k, v in long.points.items()}, pipeline.build_context(long))
+    assert asked == [False, None]
+
+
 def test_sweep_constants_reach_the_simulation(tmp_path):
     # g = 1.6 (the Moon): the bob falls slower than with the model's g = 9.81.
     sweep_file = write_pendulum_sweep(tmp_path)

@@ -80,7 +80,8 @@ def _clocks(spec, model, context, solver, pipeline):
     points = {k: np.asarray(v[:context.batch], dtype=float) for k, v in spec.points.items()}
     B = len(next(iter(points.values())))
     dae = model.dae
-    comp = solver.compiled_model(dae, int(model.order or solver.order_for_tol(model.tol)))
+    comp = solver.compiled_model(dae, int(model.order or solver.order_for_tol(model.tol)),
+                                 batch=context.batch_engine)
     integ = comp.integrator
     full = {k: np.broadcast_to(np.asarray(v, dtype=float), (B,) + np.shape(v)).copy()
             for k, v in dae.param_values(context.constants).items()}
@@ -101,7 +102,8 @@ def _clocks(spec, model, context, solver, pipeline):
         np.asarray(res["status"])
 
     def solve_batch():
-        solver.solve_batch(model, points, params=context.constants, t_eval=context.time)
+        solver.solve_batch(model, points, params=context.constants, t_eval=context.time,
+                           batch_engine=context.engine_argument)
 
     def batch_fn():
         pipeline.batch_fn(points, context)

@@ -65,13 +65,14 @@ def measure(name: str, text: str, folder: Path) -> dict:
 
     model = load_model(spec)
     first = {k: np.asarray(v[model_batches[0]], float) for k, v in spec.points.items()}
-    solve_batch(model, first, params=context.constants, t_eval=context.time)        # compile
+    solve_batch(model, first, params=context.constants, t_eval=context.time,
+                batch_engine=context.engine_argument)        # compile
 
     def in_process_seconds() -> float:
         t0 = time.perf_counter()
         for sl in model_batches:
             solve_batch(model, {k: np.asarray(v[sl], float) for k, v in spec.points.items()},
-                        params=context.constants, t_eval=context.time)
+                        params=context.constants, t_eval=context.time, batch_engine=context.engine_argument)
         return time.perf_counter() - t0
 
     in_process = in_process_seconds()
