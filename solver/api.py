@@ -568,9 +568,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     # above a small tape): the jvp of an unrolled step compiles for minutes
     # on a model the size of the RSCR (348 s against 89 s compact, measured
     # for one direction; workflows/benchmarks/results/sensitivity.txt).  So
-    # does a batch of one point, which is one run as solve() makes it: the
-    # RSCR's unrolled run compiled 38 s against 16 s compact, for runs of 7
-    # and 11 ms (workflows/benchmarks/results/sweep.txt).
+    # does a batch of one point, which is one run as solve() makes it, and
+    # for which compiling is most of the time (results/sweep.txt).
     batch_engine = B > 1 if batch_engine is None else bool(batch_engine)
     comp = compiled_model(dae, p, linear, mode or "auto", batch=not names and batch_engine,
                           optimize=True if optimize is None else optimize)

@@ -44,10 +44,9 @@ __all__ = ["SweepContext", "build_context", "batch_fn", "REDUCERS", "event_metri
 # A sweep of at most this many points takes the solver's single-run engine
 # choice for its batches (compact above the pendulum's size) instead of the
 # batches' (unrolled up to RSCR's size): each worker compiles it up to twice
-# as fast, and its slower steps cost so few points little.  The RSCR over
-# [0, 2]: batches of 100 compiled in 19 s against 32 s and ran in 695 against
-# 282 ms, so the unrolled engine pays from ~3,000 points a worker; the
-# four-bar and Mechanism0 from ~2,000-3,000 (workflows/benchmarks/results/sweep.txt).
+# as fast, and its slower steps cost so few points little.  The unrolled
+# engine's faster steps repay its longer compile only from about 2,000-3,000
+# points a worker on the shipped mid-size models (workflows/benchmarks/results/sweep.txt).
 FEW_POINTS = 500
 
 
@@ -99,7 +98,7 @@ class SweepContext:
     @property
     def engine_argument(self) -> bool | None:
         """``solve_batch``'s ``batch_engine`` for this sweep's batches (None: its default)."""
-        return None if getattr(self, "batch_engine", True) else False
+        return None if self.batch_engine else False
 
     def check_on_worker(self) -> str:
         """Why this process's copy of the model is not the driver's; empty when it is.
