@@ -379,8 +379,8 @@ def task_split(spec, context: CannedContext, args, work: Path, repeats: int = 2,
     per_sweep = big - per_task * tasks["big"] - per_batch * b_short
     long_per_batch = (longest - big) / (b_long - b_short)
     rows = [f"  tasks of {k:2d} batches: {tasks[name]:3d} tasks for {like.n_batches} batches, driver CPU in the "
-            f"task phase {', '.join(f'{c:.0f}' for c in cpu[name])} ms ({statistics.median(cpu[name]) / like.n_batches:.2f}"
-            f" ms a batch)" for name, like, k in cases]
+            f"task phase {', '.join(f'{c:.0f}' for c in cpu[name])} ms "
+            f"({statistics.median(cpu[name]) / like.n_batches:.2f} ms a batch)" for name, like, k in cases]
     return TaskSplit(per_task, per_batch, per_sweep, long_per_batch, rows)
 
 
