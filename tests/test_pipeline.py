@@ -129,8 +129,9 @@ def test_a_small_sweep_runs_its_batches_on_the_single_run_engine(tmp_path, monke
     many = pipeline.FEW_POINTS + 1
     sweep_file.write_text(SWEEP.replace("L: {values: [1.0, 1.2]}", f"L: {{linspace: [1.0, 1.2, {many}]}}"))
     long = load_sweep(sweep_file)
-    assert long.n_points == 3 * many and pipeline.build_context(long).batch_engine is True
-    pipeline.batch_fn({k: v[0:3] for k, v in long.points.items()}, pipeline.build_context(long))
+    long_context = pipeline.build_context(long)
+    assert long.n_points == 3 * many and long_context.batch_engine is True
+    pipeline.batch_fn({k: v[0:3] for k, v in long.points.items()}, long_context)
     assert asked == [False, None]
 
 
