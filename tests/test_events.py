@@ -26,6 +26,7 @@ import pytest
 import scipy.special as sp
 from hypothesis import given, settings, strategies as hs
 
+import jax
 import jax.numpy as jnp
 
 import solver
@@ -366,6 +367,51 @@ def _load_text(tmp_path, text):
 
 
 BALL = (MECH / "bouncing_ball.yaml").read_text()
+
+
+ANGLE_PENDULUM = """\
+Title: Pendulum in its angle, its height read by events
+Kind: Lagrangian
+PhysicalParams: {m: 1.0, g: 9.81, L: 1.0}
+Coordinates: [th]
+Let:
+  h: -L*cos(th)
+KineticEnergy: m/2*L**2*th'**2
+PotentialEnergy: m*g*h
+Events:
+EVENTS
+ProblemData:
+  tend: 2
+  positions: {th: 1.0}
+  velocities: {th: 0}
+"""
+
+
+def _cosines_in_event_series(model):
+    integ = solver.compiled_model(model.dae, 10, batch=False).integrator
+    X = {v.name: jnp.ones((integ.KX,) + v.shape) for v in integ.dae.variables}
+    params = {k: jnp.asarray(v) for k, v in integ.dae.params.items()}
+    jaxpr = jax.make_jaxpr(lambda X: integ.events.coefficients(X, 0.0, params))(X)
+    return sum(e.primitive.name == "cos" for e in jaxpr.eqns)
+
+
+def test_events_reading_one_let_definition_expand_it_once(tmp_path):
+    # The events of a step share one expression scope, so a Let definition they all read
+    # (the car's wheel centres, read by its tyre switches and its events) is evaluated, and
+    # expanded to the Taylor order, once: the step's program does not grow with the events.
+    one = _load_text(tmp_path, ANGLE_PENDULUM.replace("EVENTS", '  low: {when: "h + 0.9"}'))
+    three = _load_text(tmp_path, ANGLE_PENDULUM.replace("EVENTS", '  low: {when: "h + 0.9"}\n'
+                                                        '  mid: {when: "h + 0.7", direction: up}\n'
+                                                        '  high: {when: "2*h + 1.6", direction: down}'))
+    assert [e.name for e in three.dae.events] == ["low", "mid", "high"]
+    assert _cosines_in_event_series(one) >= 1
+    assert _cosines_in_event_series(three) == _cosines_in_event_series(one)
+    # Sharing the scope keeps each event's own function: every crossing is at its own height.
+    ds = three.solve(t_span=(0.0, 2.0))
+    n = int(ds.event_count)
+    levels = np.array([-0.9, -0.7, -0.8])[ds.event_which.values[:n].astype(int)]
+    assert n >= 3 and set(ds.event_which.values[:n].astype(int)) == {0, 1, 2}
+    np.testing.assert_allclose(-np.cos(ds.th_at_event.values[:n]), levels, atol=1e-10)
 
 
 def test_an_event_on_an_unknown_name_names_the_key(tmp_path):

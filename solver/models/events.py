@@ -36,7 +36,7 @@ from solver.models.expr import ConstantScope, ExprError, parse
 from solver.models.yamlio import Locator, check_keys, format_path, require_bool, require_int, require_mapping, \
     require_number, require_str
 
-__all__ = ["EVENT_KEYS", "STOP_KEYS", "read_events", "read_stops", "read_max_events", "StopRules"]
+__all__ = ["EVENT_KEYS", "STOP_KEYS", "read_events", "read_stops", "read_max_events", "shared_scope", "StopRules"]
 
 EVENT_KEYS = ("when", "direction", "terminal", "cooldown")
 STOP_KEYS = ("gap", "restitution", "zeno_time")
@@ -281,6 +281,38 @@ def probe_events(dae_variables, orders: Mapping[str, int], params: Mapping) -> C
     return probe
 
 
+def shared_scope(scope_of: Callable) -> Callable:
+    """``scope_of`` that gives every event evaluated on the same values one scope.
+
+    The integrator evaluates all events of a step on the same ``(t, v, p)``
+    objects (the Taylor series of every event function in one ``jet``).  A
+    scope computes each ``Let`` definition once and keeps it, so in a shared
+    scope the definitions the events have in common (the car's rotation matrix
+    and wheel centres, read by four tyre switches and two events) are
+    evaluated, and expanded to the step's Taylor order, once instead of once
+    per event: the step program's size, and its compile, shrink with them.
+
+    Args:
+        scope_of: ``scope_of(t, v, p)`` -> an expression scope.
+
+    Returns:
+        The same function, returning the last scope again while it is called
+        with the very same three objects.
+    """
+    last = [None]  # (t, v, p, scope) of the last call, replaced whole (threads may trace at once)
+
+    def shared(t, v, p):
+        seen = last[0]
+        if seen is not None and seen[0] is t and seen[1] is v and seen[2] is p:
+            return seen[3]
+        scope = scope_of(t, v, p)
+        # The arguments are kept with the scope: identity is only meaningful while they live.
+        last[0] = (t, v, p, scope)
+        return scope
+
+    return shared
+
+
 def attach_events(dae, data: Mapping, loc: Locator, kind: str, *, scope_of: Callable,
                   position_scope: Callable | None = None, param_scope: Callable | None = None,
                   params: Mapping, expressions=()) -> "StopRules | None":
@@ -308,6 +340,7 @@ def attach_events(dae, data: Mapping, loc: Locator, kind: str, *, scope_of: Call
     """
     from solver.mechanics.stops import stop_events
 
+    scope_of = shared_scope(scope_of)
     d = dae.structure.d
     orders = {v.name: max(1, int(np.max(d[v.offset: v.offset + v.size], initial=0))) for v in dae.variables}
     shapes = {v.name: v.shape for v in dae.variables}
