@@ -73,6 +73,9 @@ DEFAULT_ZENO_TIME = 1e-5
 #: so that the next Taylor series is built on the new branch.
 SWITCH_STEP = 1e-10
 
+#: How many times a cut step may move on (ten times further each) to end on a switch's new side.
+SWITCH_TRIES = 6
+
 
 def _composed(fn):
     def rule(primals_in, series_in, **params):
@@ -362,10 +365,10 @@ class EventStepper:
             block = jnp.where(ok[:, None], jnp.concatenate(row, axis=1), self._empty_rows((M,)))
             t_seen = jnp.max(jnp.where(seen, t + s, -jnp.inf), axis=1)
             if self.switches.any():
-                # Past a switch by a hair: the next series takes the new branch
+                # Past a switch: the next series takes the new branch
                 # (piecewise functions branch on their arguments' values there).
-                s_cut = jnp.where(jnp.asarray(self.switches)[which], s_cut + SWITCH_STEP * jnp.maximum(h, 1e-300),
-                                  s_cut)
+                s_cut = jnp.where(jnp.asarray(self.switches)[which],
+                                  self._past_switch(X, t, h, C, params, s_cut, which), s_cut)
             return s_cut, which, block, jnp.sum(rec).astype(jnp.int32), jnp.maximum(last, t_seen)
 
         def do_cut(s_cut, which):
@@ -496,6 +499,50 @@ class EventStepper:
             zeno = cut & is_reset & (((t + s_cut) - last[which] < zeno_time[which]) | plastic)
             status = jnp.where(zeno, jnp.int8(st.ZENO), status)
         return h, z, u, ev, status
+
+    def _past_switch(self, X, t, h, C, params, s_root, which):
+        """Where a step cut at switch ``which`` (crossing at ``s_root``) ends: past it, on the new side.
+
+        A hair past the root (:data:`SWITCH_STEP` of the step) is enough
+        where the state there is as accurate as the root.  It is not always:
+        the root is that of g's Taylor polynomial, the next step's branch is
+        chosen by g of the state (the solution's polynomial there), and the
+        two differ by about the series' truncation error.  A state still on
+        the old side would start the next series on the old branch, with the
+        crossing at its start taken as the one already found: a whole step
+        on the wrong branch (the undamped car's tyre found a centimetre in
+        the ground; workflows/benchmarks/bench_switch_robustness.py).  So g is
+        evaluated at the state, and the cut moves on, ten times further each
+        time, until g has the sign of its rate at the root (at most
+        :data:`SWITCH_TRIES` times, and never past the step).
+        """
+        dt = jnp.result_type(float)
+        hair = SWITCH_STEP * jnp.maximum(h, 1e-300)
+        _, rate = polynomial_value(C[which], s_root)
+        side = jnp.sign(rate)
+
+        def g_at(s):
+            values = self.integ.dense(X, s)
+            v = self._values([values[name][k] for name, k in self.keys])
+            g = jnp.stack([jnp.reshape(jnp.asarray(e.fn(t + s, v, params), dt), ()) for e in self.events])
+            return g[which]
+
+        def on_old_side(s):
+            return jnp.sign(g_at(s)) != side
+
+        def cond(c):
+            s, tries, old_side = c
+            return old_side & (tries < SWITCH_TRIES)
+
+        def body(c):
+            s, tries, _ = c
+            s = jnp.minimum(s_root + hair * 10.0 ** (tries + 1).astype(dt), h)
+            return s, tries + 1, on_old_side(s) & (s < h)
+
+        s0 = s_root + hair
+        start = jnp.isfinite(s_root) & (side != 0) & on_old_side(jnp.where(jnp.isfinite(s0), s0, 0.0))
+        s, _, _ = lax.while_loop(cond, body, (s0, jnp.int32(0), start))
+        return s
 
     def _reset_branch(self, i, t_star, params):
         integ = self.integ
