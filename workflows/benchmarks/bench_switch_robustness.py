@@ -41,15 +41,17 @@ def main() -> int:
         # Before solver starts JAX's backend: XLA reads XLA_FLAGS once.
         os.environ["XLA_FLAGS"] = (SUITE_FLAGS + " " + os.environ.get("XLA_FLAGS", "")).strip()
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "workflows" / "benchmarks"))
     import numpy as np
 
     import solver
 
-    lines = [f"$ .venv/bin/python workflows/benchmarks/bench_switch_robustness.py"
-             + (" --suite-flags" if args.suite_flags else ""),
-             f"date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}; XLA_FLAGS: {os.environ.get('XLA_FLAGS', '(unset)')}",
-             "undamped car (cf = cr = CN = Cx = 0), tol 1e-12, order 13, t in [0, 1], 101 outputs; kt x (1 + eps)",
-             f"{'eps':>8}  status  max |E - E(0)| (J)  first output past {JUMP:g} J"]
+    from report import Report
+
+    report = Report()
+    report.say(f"date: {time.strftime('%Y-%m-%dT%H:%M:%S%z')}; XLA_FLAGS: {os.environ.get('XLA_FLAGS', '(unset)')}")
+    report.say("undamped car (cf = cr = CN = Cx = 0), tol 1e-12, order 13, t in [0, 1], 101 outputs; kt x (1 + eps)")
+    report.say(f"{'eps':>8}  status  max |E - E(0)| (J)  first output past {JUMP:g} J")
     model = solver.load(ROOT / "configs" / "mechanisms" / "car.yaml")
     times = np.linspace(0.0, 1.0, 101)
     jumps = 0
@@ -60,13 +62,9 @@ def main() -> int:
         bad = np.nonzero(dev > JUMP)[0]
         jumps += bool(bad.size)
         where = f"t = {times[bad[0]]:.2f}" if bad.size else "none"
-        lines.append(f"{eps:8.1e}  {int(ds.status):6d}  {dev.max():18.3e}  {where}")
-    lines.append(f"runs with an energy jump (a switch stepped over): {jumps} of {len(EPS)}")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(text + "\n\n")
+        report.say(f"{eps:8.1e}  {int(ds.status):6d}  {dev.max():18.3e}  {where}")
+    report.say(f"runs with an energy jump (a switch stepped over): {jumps} of {len(EPS)}")
+    report.save(args.out, append=True)
     return 0
 
 

@@ -18,11 +18,13 @@ class Report:
         print(text, flush=True)
         self.lines.append(text)
 
-    def save(self, out: str | None) -> None:
+    def save(self, out: str | None, append: bool = False) -> None:
         """Write the lines to ``out`` (if given), headed by the command that ran.
 
         Args:
             out: the result file, or None to write nothing.
+            append: add the run after what the file holds (runs side by
+                side, say in two builds) instead of replacing it.
         """
         if not out:
             return
@@ -30,4 +32,5 @@ class Report:
         path.parent.mkdir(parents=True, exist_ok=True)
         script = Path(sys.argv[0])
         command = "$ .venv/bin/python workflows/benchmarks/" + " ".join([script.name] + sys.argv[1:])
-        path.write_text(command + "\n\n" + "\n".join(self.lines) + "\n")
+        with path.open("a" if append else "w") as f:
+            f.write(command + "\n\n" + "\n".join(self.lines) + "\n" + ("\n" if append else ""))
