@@ -191,6 +191,12 @@ class EventStepper:
             v.setdefault(name, []).append(x)
         return v
 
+    def _event_values(self, t, xs, params):
+        """Every event function's value at t, from the values ``xs`` of :attr:`keys` (one scope serves them all)."""
+        v = self._values(xs)
+        dt = jnp.result_type(float)
+        return jnp.stack([jnp.reshape(jnp.asarray(e.fn(t, v, params), dt), ()) for e in self.events])
+
     # ------------------------------------------------------------- the state
     # The records are one array of rows (which, time, rate, impulse, then every
     # variable's values and derivatives, flat): a step loop whose carry holds
@@ -264,8 +270,7 @@ class EventStepper:
         fact = np.array([float(math.factorial(m)) for m in range(self.integ.KX)])
 
         def g(t_, *xs):
-            v = self._values(xs)
-            return jnp.stack([jnp.reshape(jnp.asarray(e.fn(t_, v, params), dt), ()) for e in self.events])
+            return self._event_values(t_, xs, params)
 
         if self.affine:
             # The coefficient of s^j in x^(k)(t + s) is X[k + j] (k + j)! / j!.
@@ -523,9 +528,7 @@ class EventStepper:
 
         def g_at(s):
             values = self.integ.dense(X, s)
-            v = self._values([values[name][k] for name, k in self.keys])
-            g = jnp.stack([jnp.reshape(jnp.asarray(e.fn(t + s, v, params), dt), ()) for e in self.events])
-            return g[which]
+            return self._event_values(t + s, [values[name][k] for name, k in self.keys], params)[which]
 
         def on_old_side(s):
             return jnp.sign(g_at(s)) != side
