@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 import solver
 from solver.api import integrator_for
-from solver.taylor.degree import jaxpr_is_affine, residual_degrees, stage0_is_affine
+from solver.taylor.degree import residual_degrees, stage0_is_affine
 
 from models_for_tests import car, four_bar, pendulum_cartesian, pendulum_chain
 
@@ -177,31 +177,3 @@ def test_a_run_with_one_step_stage0_is_the_run_with_the_newton_loop():
     for name in ("x", "y", "lam"):
         np.testing.assert_allclose(np.asarray(one["values"][name]), np.asarray(loop["values"][name]),
                                    rtol=1e-12, atol=1e-12)
-
-
-# ------------------------------------------------------------------ a traced function's degree
-def _affine(fn, *args):
-    return jaxpr_is_affine(jax.make_jaxpr(fn)(*args))
-
-
-@pytest.mark.parametrize("fn, expected", [
-    (lambda t, x: x[0] - 2.0, True),                      # a level
-    (lambda t, x: 3.0 * x[1] - x[2] / 4.0 + t, True),     # a combination, time included
-    (lambda t, x: jnp.sum(x * jnp.arange(3.0)), True),    # constant weights
-    (lambda t, x: jax.jit(lambda a: a - t)(x[0]), True),  # through a call
-    (lambda t, x: x[0] * x[1], False),                    # a product of unknowns
-    (lambda t, x: 2.0 / x[0], False),                     # a quotient by an unknown
-    (lambda t, x: jnp.sin(x[0]), False),
-    (lambda t, x: jnp.abs(x[0]), False),                  # piecewise
-    (lambda t, x: jnp.where(x[0] > 0, x[1], 0.0), False),  # a switch on an unknown
-    (lambda t, x: x[jnp.argmax(x)], False),               # a position that moves with the unknowns
-])
-def test_a_traced_function_is_affine_exactly_when_its_outputs_are(fn, expected):
-    t, x = jnp.zeros(()), jnp.array([0.3, -1.2, 2.0])
-    assert _affine(fn, t, x) is expected
-    if expected:  # the verdict on the numbers: f(a u + (1 - a) w) = a f(u) + (1 - a) f(w)
-        rng = np.random.default_rng(0)
-        (tu, tw), (u, w) = rng.normal(size=2), rng.normal(size=(2, 3))
-        a = 0.37
-        np.testing.assert_allclose(fn(a * tu + (1 - a) * tw, a * u + (1 - a) * w),
-                                   a * fn(tu, u) + (1 - a) * fn(tw, w), rtol=1e-13, atol=1e-13)

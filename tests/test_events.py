@@ -28,6 +28,8 @@ from hypothesis import given, settings, strategies as hs
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import jet
+from jax.extend.core import jaxprs_in_params
 
 import solver
 from solver import status as st
@@ -193,23 +195,40 @@ def test_the_pendulum_period_from_its_crossings_is_the_elliptic_integral():
     assert np.isnan(ds.event_time.values[n:]).all() and (ds.event_which.values[n:] == -1).all()
 
 
-def test_an_affine_events_coefficients_are_those_of_taylor_arithmetic():
-    # Events affine in t and the variables (a level, a limit) get their Taylor coefficients as
-    # the linear part applied to every term at once; jet (Taylor-mode AD) is the reference.
-    affine = solver.Event("affine", lambda t, v, p: 2.0 * v["x"][1] - 3.0 * v["y"][0] + 0.5 * t - p["L"])
-    curved = solver.Event("curved", lambda t, v, p: v["x"][0] * v["y"][1] - 0.1)
-    integ = solver.compiled_model(_pendulum([affine]), 12, batch=False).integrator
+def _series_by_jet(stepper, X, t, params):
+    """Every event's normalised Taylor coefficients by Taylor-mode AD (jet), the reference."""
+    P = stepper.degree
+    fact = np.array([float(math.factorial(k)) for k in range(stepper.integ.KX)])
+    primals, series = [jnp.asarray(t)], [[jnp.ones(())] + [jnp.zeros(())] * (P - 1)]
+    for name, k in stepper.keys:
+        D = X[name][k:k + P + 1] * fact[k:k + P + 1].reshape((-1,) + (1,) * (X[name].ndim - 1))
+        primals.append(D[0])
+        series.append([D[j] for j in range(1, P + 1)])
+    g0, gs = jet.jet(lambda t_, *xs: stepper._event_values(t_, xs, params), tuple(primals), tuple(series))
+    return np.asarray(jnp.stack([g0] + list(gs), axis=1)) / fact[:P + 1]
+
+
+@pytest.mark.parametrize("functions", [
+    {"affine": lambda t, v, p: 2.0 * v["x"][1] - 3.0 * v["y"][0] + 0.5 * t - p["L"]},
+    {"product": lambda t, v, p: v["x"][0] * v["y"][1] - 0.1,
+     "curved": lambda t, v, p: jnp.sin(v["x"][0]) * jnp.cos(t) + jnp.exp(0.3 * v["y"][0]) / (2.0 + v["x"][1] ** 2),
+     "roots": lambda t, v, p: jnp.sqrt(1.5 + v["y"][0]) - jnp.arctan2(v["x"][0], p["L"] + v["y"][0] ** 2),
+     "vector": lambda t, v, p: jnp.dot(jnp.stack([v["x"][0], v["y"][0]]), jnp.stack([jnp.tanh(v["x"][1]), t])),
+     "piecewise": lambda t, v, p: jnp.where(v["x"][0] > 0.0, v["y"][0] ** 3, jnp.abs(v["x"][1]) * t)},
+])
+def test_an_events_coefficients_are_those_of_taylor_mode_differentiation(functions):
+    # Each operation's coefficients come every order at once (linear ones, products) or by the
+    # engine's recurrences (nonlinear ones); jax's own Taylor-mode AD (jet) is the reference.
+    events = [solver.Event(name, fn) for name, fn in functions.items()]
+    integ = solver.compiled_model(_pendulum(events), 12, batch=False).integrator
     stepper = integ.events
-    assert stepper.affine and not solver.compiled_model(_pendulum([affine, curved]), 12,
-                                                         batch=False).integrator.events.affine
     rng = np.random.default_rng(4)
-    X = {v.name: jnp.asarray(rng.normal(size=(integ.KX,) + v.shape)) for v in integ.dae.variables}
+    X = {v.name: jnp.asarray(0.4 * rng.normal(size=(integ.KX,) + v.shape)) for v in integ.dae.variables}
     params = {k: jnp.asarray(v) for k, v in integ.dae.params.items()}
-    by_linear_part = np.asarray(stepper.coefficients(X, 0.7, params))
-    stepper.affine = False
-    by_jet = np.asarray(stepper.coefficients(X, 0.7, params))
-    assert by_linear_part.shape == by_jet.shape == (1, stepper.degree + 1)
-    np.testing.assert_allclose(by_linear_part, by_jet, rtol=1e-14, atol=1e-14 * np.abs(by_jet).max())
+    ours = np.asarray(stepper.coefficients(X, 0.7, params))
+    by_jet = _series_by_jet(stepper, X, 0.7, params)
+    assert ours.shape == by_jet.shape == (len(events), stepper.degree + 1)
+    np.testing.assert_allclose(ours, by_jet, rtol=1e-13, atol=1e-14 * np.abs(by_jet).max())
 
 
 def test_each_direction_of_one_function_keeps_its_own_crossings():
@@ -387,25 +406,38 @@ ProblemData:
 """
 
 
-def _cosines_in_event_series(model):
+def _cosines(jaxpr) -> int:
+    """The cosines in a jaxpr, those of the loops and calls inside it counted too."""
+    count = 0
+    for e in jaxpr.eqns:
+        count += e.primitive.name == "cos"
+        for sub in jaxprs_in_params(e.params):
+            count += _cosines(sub)
+    return count
+
+
+def _cosines_in_events(model):
+    """The cosines in the events' values at a point, and in their Taylor series."""
     integ = solver.compiled_model(model.dae, 10, batch=False).integrator
     X = {v.name: jnp.ones((integ.KX,) + v.shape) for v in integ.dae.variables}
     params = {k: jnp.asarray(v) for k, v in integ.dae.params.items()}
-    jaxpr = jax.make_jaxpr(lambda X: integ.events.coefficients(X, 0.0, params))(X)
-    return sum(e.primitive.name == "cos" for e in jaxpr.eqns)
+    values = jax.make_jaxpr(lambda X: integ.events._event_values(0.0, [X[n][k] for n, k in integ.events.keys],
+                                                                 params))(X)
+    series = jax.make_jaxpr(lambda X: integ.events.coefficients(X, 0.0, params))(X)
+    return _cosines(values.jaxpr), _cosines(series.jaxpr)
 
 
 def test_events_reading_one_let_definition_expand_it_once(tmp_path):
     # The events of a step share one expression scope, so a Let definition they all read
-    # (the car's wheel centres, read by its tyre switches and its events) is evaluated, and
-    # expanded to the Taylor order, once: the step's program does not grow with the events.
+    # (the car's wheel centres, read by its tyre switches and its events) is evaluated once,
+    # and its Taylor series computed once: the step's program does not grow with the events.
     one = _load_text(tmp_path, ANGLE_PENDULUM.replace("EVENTS", '  low: {when: "h + 0.9"}'))
     three = _load_text(tmp_path, ANGLE_PENDULUM.replace("EVENTS", '  low: {when: "h + 0.9"}\n'
                                                         '  mid: {when: "h + 0.7", direction: up}\n'
                                                         '  high: {when: "2*h + 1.6", direction: down}'))
     assert [e.name for e in three.dae.events] == ["low", "mid", "high"]
-    assert _cosines_in_event_series(one) >= 1
-    assert _cosines_in_event_series(three) == _cosines_in_event_series(one)
+    assert _cosines_in_events(one) == (1, 1)
+    assert _cosines_in_events(three) == (1, 1)
     # Sharing the scope keeps each event's own function: every crossing is at its own height.
     ds = three.solve(t_span=(0.0, 2.0))
     n = int(ds.event_count)

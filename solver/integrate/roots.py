@@ -2,9 +2,9 @@
 
 On every accepted step the
 integrator has the solution's Taylor polynomial on ``[t, t + h]``; the
-event's own Taylor polynomial there comes from it by Taylor-mode automatic
-differentiation (``jax.experimental.jet``): no extra equation is integrated
-and the step size is not touched.
+event's own Taylor polynomial there comes from it by Taylor arithmetic
+through the event function (:mod:`solver.taylor.function_series`): no extra
+equation is integrated and the step size is not touched.
 
 Roots are isolated on that polynomial as in heyoka's event detection, with a
 fixed amount of work so that it runs under ``jit`` and ``vmap``:

@@ -5,9 +5,10 @@ events (:class:`solver.dae.event.Event`).  After each accepted step
 of size h from t it
 
 1. forms every event's Taylor polynomial on the step from the solution's
-   coefficients (Taylor-mode AD through the event function: ``jet``; for
-   event functions affine in the variables, their linear part applied to
-   the coefficients);
+   coefficients (:class:`solver.taylor.function_series.FunctionSeries`: the
+   event functions' operations on the coefficient arrays, every order at
+   once where an operation is linear or a product, by the Taylor
+   recurrences where it is a nonlinear function);
 2. skips the rest when a bound on the coefficients excludes a root, or no
    polynomial's Bernstein coefficients on the whole step change sign (no
    root: the common case), or the one crossing there is against the
@@ -44,12 +45,11 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import jet
 
 from solver import status as st
 from solver.errors import InputError
 from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
-from solver.taylor.degree import jaxpr_is_affine
+from solver.taylor.function_series import FunctionSeries, unsupported_operations
 from solver.integrate.roots import (bernstein_pieces, clear_of_roots, earliest, fine_pieces, isolate_roots,
                                    polynomial_value, single_root, whole_step)
 
@@ -77,22 +77,6 @@ SWITCH_STEP = 1e-10
 SWITCH_TRIES = 6
 
 
-def _composed(fn):
-    def rule(primals_in, series_in, **params):
-        return jet.jet(fn, primals_in, series_in)
-
-    return rule
-
-
-# JAX's Taylor arithmetic (jet) has no rules of its own for these; each is
-# written with functions it has (atan2 carries the inverse trigonometric ones).
-for _prim, _fn in ((lax.tan_p, lambda x: lax.sin(x) / lax.cos(x)),
-                   (lax.asin_p, lambda x: lax.atan2(x, lax.sqrt(1.0 - x * x))),
-                   (lax.acos_p, lambda x: lax.atan2(lax.sqrt(1.0 - x * x), x)),
-                   (lax.atan_p, lambda x: lax.atan2(x, jnp.ones_like(x)))):
-    jet.jet_rules.setdefault(_prim, _composed(_fn))
-
-
 def check_taylor_arithmetic(fn, what: str) -> None:
     """Raise if ``fn(t)`` uses an operation without a Taylor rule (an event function's series).
 
@@ -103,20 +87,7 @@ def check_taylor_arithmetic(fn, what: str) -> None:
     Raises:
         InputError: naming the operations that have no rule.
     """
-    jaxpr = jax.make_jaxpr(fn)(jnp.zeros(()))
-    missing = set()
-
-    def scan(jp):
-        for eqn in jp.eqns:
-            inner = [getattr(v, "jaxpr", v) for v in eqn.params.values() if hasattr(v, "eqns") or
-                     hasattr(getattr(v, "jaxpr", None), "eqns")]
-            if inner and eqn.primitive in jet.jet_rules:
-                for sub in inner:  # a call (jit): its body must have rules too
-                    scan(sub)
-            elif eqn.primitive not in jet.jet_rules:
-                missing.add(eqn.primitive.name)
-
-    scan(jaxpr.jaxpr)
+    missing = unsupported_operations(jax.make_jaxpr(fn)(jnp.zeros(())))
     if missing:
         raise InputError(f"{what} uses {', '.join(sorted(missing))}, which an event's Taylor series cannot go "
                          f"through; write it with + - * / **, sin, cos, tan, exp, log, sqrt, atan2, asin, acos, "
@@ -156,21 +127,20 @@ class EventStepper:
         columns, _ = self._value_columns()
         self._columns = [(v.name, *columns[v.name], (self.capacity, integ.out_orders[v.name]) + v.shape)
                          for v in integ.dae.variables]
-        #: Every event function affine in t and the variables (see :meth:`coefficients`).
-        self.affine = self._check_functions()
+        self._check_functions()
+        #: Every event function's Taylor coefficients (see :meth:`coefficients`).
+        self._series = self._function_series()
 
     # ------------------------------------------------------------- checks
-    def _check_functions(self) -> bool:
-        """Trace every event function once: check what it reads and returns, and say whether all are affine.
+    def _check_functions(self) -> None:
+        """Trace every event function once: check what it reads and returns, and that it has a Taylor series.
 
-        Returns:
-            whether every event function is affine in t and the variables
-            (parameters held fixed; :func:`~solver.taylor.degree.jaxpr_is_affine`).
+        Raises:
+            InputError: naming the event.
         """
         dae = self.integ.dae
         params = {k: jnp.asarray(v) for k, v in dae.params.items()}
         args = [jnp.zeros(())] + [jnp.zeros(dae.var_index[name].shape) for name, _ in self.keys]
-        affine = True
         for e in self.events:
             try:
                 closed, out = jax.make_jaxpr(lambda *a, e=e: e.fn(a[0], self._values(a[1:]), params),
@@ -182,8 +152,21 @@ class EventStepper:
                                  f"an event may read {orders}") from None
             if out.shape != ():
                 raise InputError(f"event {e.name!r} must return a scalar; it returns shape {out.shape}")
-            affine = affine and jaxpr_is_affine(closed)
-        return affine
+            check_taylor_arithmetic(lambda t, e=e: e.fn(t, self._values(args[1:]), params), f"event {e.name!r}")
+
+    def _function_series(self) -> FunctionSeries:
+        """Every event function of (t, the state's values, the parameters), traced once together."""
+        dae = self.integ.dae
+        self._param_names = list(dae.params)
+        n = len(self.keys)
+        args = ([jnp.zeros(())] + [jnp.zeros(dae.var_index[name].shape) for name, _ in self.keys]
+                + [jnp.asarray(dae.params[k]) for k in self._param_names])
+
+        def every_event(t, *rest):
+            return self._event_values(t, rest[:n], dict(zip(self._param_names, rest[n:])))
+
+        closed = jax.make_jaxpr(every_event)(*args)
+        return FunctionSeries(closed, [True] * (1 + n) + [False] * len(self._param_names), self.degree)
 
     def _values(self, xs):
         v = {}
@@ -260,41 +243,22 @@ class EventStepper:
     def coefficients(self, X, t, params):
         """(events, P + 1) normalised Taylor coefficients of every g(t + s) in s.
 
-        By ``jet``; for events affine in t and the variables (a coordinate
-        crossing a level, a joint limit: :attr:`affine`), by the linear part
-        applied to all the terms at once, the same numbers in fewer
-        operations (``jet`` makes each term a computation of its own).
+        From the solution's coefficients by the events' :class:`~solver.taylor.function_series.FunctionSeries`:
+        the coefficient of s^j in x^(k)(t + s) is X[k + j] (k + j)! / j!.
         """
         P = self.degree
         dt = jnp.result_type(float)
         fact = np.array([float(math.factorial(m)) for m in range(self.integ.KX)])
-
-        def g(t_, *xs):
-            return self._event_values(t_, xs, params)
-
-        if self.affine:
-            # The coefficient of s^j in x^(k)(t + s) is X[k + j] (k + j)! / j!.
-            primals, terms = [jnp.asarray(t, dt)], [jnp.zeros((P,), dt).at[0].set(1.0)]
-            for name, k in self.keys:
-                A = X[name][k:k + P + 1]
-                if k:
-                    ratio = fact[k:k + P + 1] / fact[:P + 1]
-                    A = A * jnp.asarray(ratio, dt).reshape((-1,) + (1,) * (A.ndim - 1))
-                primals.append(A[0])
-                terms.append(A[1:])
-            g0, linear = jax.linearize(g, *primals)
-            return jnp.concatenate([g0[:, None], jax.vmap(linear, out_axes=1)(*terms)], axis=1)
-        primals = [jnp.asarray(t, dt)]
-        series = [[jnp.ones((), dt)] + [jnp.zeros((), dt)] * (P - 1)]
+        inputs = [jnp.zeros((P + 1,), dt).at[0].set(t).at[1].set(1.0)]
         for name, k in self.keys:
-            A = X[name]
-            # The derivatives of x^(k) at t, as one product (XLA:CPU would make
-            # each term's product a kernel of its own inside the step loop).
-            D = A[k:k + P + 1] * jnp.asarray(fact[k:k + P + 1], dt).reshape((-1,) + (1,) * (A.ndim - 1))
-            primals.append(D[0])
-            series.append([D[j] for j in range(1, P + 1)])
-        g0, gs = jet.jet(g, tuple(primals), tuple(series))
-        return jnp.stack([g0] + list(gs), axis=1) * jnp.asarray(1.0 / fact[:P + 1], dt)
+            A = X[name][k:k + P + 1]
+            if k:
+                ratio = fact[k:k + P + 1] / fact[:P + 1]
+                A = A * jnp.asarray(ratio, dt).reshape((-1,) + (1,) * (A.ndim - 1))
+            inputs.append(A)
+        inputs += [jnp.asarray(params[k], dt) for k in self._param_names]
+        series, = self._series(inputs)
+        return series.T
 
     # ------------------------------------------------------------- the step
     def on_step(self, X, t, h, zq, uq, good, params, consts, ev, t1, batched=False):

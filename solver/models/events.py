@@ -285,12 +285,12 @@ def shared_scope(scope_of: Callable) -> Callable:
     """``scope_of`` that gives every event evaluated on the same values one scope.
 
     The integrator evaluates all events of a step on the same ``(t, v, p)``
-    objects (the Taylor series of every event function in one ``jet``).  A
+    objects (their values, and their Taylor series traced once together).  A
     scope computes each ``Let`` definition once and keeps it, so in a shared
     scope the definitions the events have in common (the car's rotation matrix
     and wheel centres, read by four tyre switches and two events) are
-    evaluated, and expanded to the step's Taylor order, once instead of once
-    per event: the step program's size, and its compile, shrink with them.
+    evaluated once instead of once per event: the step program's size, and
+    its compile and tracing time, shrink with them.
 
     Args:
         scope_of: ``scope_of(t, v, p)`` -> an expression scope.

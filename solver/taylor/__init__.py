@@ -6,7 +6,8 @@ over the residual's jaxpr: stages, offsets; the looped engine),
 ``recurrences`` (the looped engine's order-axis arithmetic and nonlinear
 recurrences), ``tape`` (the unrolled engine), ``compact`` (the compact
 engine for large tapes, with ``compact_build``, ``compact_powers``,
-``compact_table``, ``compact_kinds`` and ``compact_batch``), ``clean`` (tape simplification),
+``compact_table``, ``compact_kinds`` and ``compact_batch``), ``function_series`` (the series of a
+function of known series, every order at once: the events'), ``clean`` (tape simplification),
 ``degree`` (which stages are affine) and ``pointwise`` (residual values at a
 point from the coefficients).
 """

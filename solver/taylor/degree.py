@@ -15,22 +15,17 @@ Mechanical models are the common case: Euler–Lagrange equations are
 solution in one step (with the exact Jacobian, as both stage solvers have),
 and a second iteration only confirms it; under ``vmap`` that second pass
 is a batched while loop over every element.
-
-The same count over a jaxpr (:func:`jaxpr_is_affine`) tells which event
-functions are affine in the state: their Taylor coefficients are then their
-linear part applied to the solution's (``solver.integrate.step_events``).
 """
 
 from __future__ import annotations
 
 import numpy as np
-from jax.extend.core import Literal
 
 from solver.dae.derivative import ddt_p
 from solver.taylor.ir import LINEAR, Lit
 from solver.taylor.program import TaylorProgram
 
-__all__ = ["stage0_is_affine", "residual_degrees", "jaxpr_is_affine"]
+__all__ = ["stage0_is_affine", "residual_degrees"]
 
 # Degrees saturate at 2: "not affine".
 _FREE, _AFFINE, _OTHER = 0, 1, 2
@@ -114,48 +109,3 @@ def stage0_is_affine(prog: TaylorProgram) -> bool:
         if degree > _AFFINE and int(np.min(prog.c[first:first + size])) == 0:
             return False
     return True
-
-
-def jaxpr_is_affine(closed) -> bool:
-    """Whether a traced function's outputs are affine in all of its inputs.
-
-    The same degree count as for the tape (:func:`residual_degrees`), over
-    a jaxpr: the inputs have degree 1, its constants degree 0; a call
-    (``pjit``) is followed into its body; any primitive the count does not
-    know, or a nonlinear one on an input, makes the answer False.
-
-    Args:
-        closed: a ``ClosedJaxpr`` (``jax.make_jaxpr(fn)(*args)``).
-
-    Returns:
-        True when every output is an affine function of the inputs (its
-        Taylor series are then the linear part applied to each term).
-    """
-    def degrees_of(jaxpr, in_degrees):
-        degrees = dict(zip(jaxpr.invars, in_degrees))
-
-        def deg(a):
-            return _FREE if isinstance(a, Literal) else degrees.get(a, _FREE)
-
-        for e in jaxpr.eqns:
-            ins = [deg(a) for a in e.invars]
-            inner = e.params.get("jaxpr")
-            if inner is not None and e.primitive.name in ("pjit", "jit", "closed_call", "core_call"):
-                outs = degrees_of(getattr(inner, "jaxpr", inner), ins)
-            elif max(ins, default=_FREE) == _FREE:
-                outs = [_FREE] * len(e.outvars)
-            else:
-                outs = [_degree(_JaxprEqn(e), deg)] * len(e.outvars)
-            for o, d in zip(e.outvars, outs):
-                degrees[o] = d
-        return [deg(o) for o in jaxpr.outvars]
-
-    jaxpr = closed.jaxpr
-    return all(d <= _AFFINE for d in degrees_of(jaxpr, [_AFFINE] * len(jaxpr.invars)))
-
-
-class _JaxprEqn:
-    """A jaxpr equation seen as a tape equation (``prim``, ``invars``, ``params``) by :func:`_degree`."""
-
-    def __init__(self, eqn):
-        self.prim, self.invars, self.params = eqn.primitive, eqn.invars, eqn.params
