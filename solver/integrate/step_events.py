@@ -77,21 +77,26 @@ SWITCH_STEP = 1e-10
 SWITCH_TRIES = 6
 
 
-def check_taylor_arithmetic(fn, what: str) -> None:
+def check_taylor_arithmetic(fn, what: str):
     """Raise if ``fn(t)`` uses an operation without a Taylor rule (an event function's series).
 
     Args:
         fn: a function of time alone (the unknowns and parameters closed over).
         what: the function's name, for the message.
 
+    Returns:
+        ``fn``'s result's shape and dtype (``jax.ShapeDtypeStruct``), from the same trace.
+
     Raises:
         InputError: naming the operations that have no rule.
     """
-    missing = unsupported_operations(jax.make_jaxpr(fn)(jnp.zeros(())))
+    closed, out = jax.make_jaxpr(fn, return_shape=True)(jnp.zeros(()))
+    missing = unsupported_operations(closed)
     if missing:
         raise InputError(f"{what} uses {', '.join(sorted(missing))}, which an event's Taylor series cannot go "
                          f"through; write it with + - * / **, sin, cos, tan, exp, log, sqrt, atan2, asin, acos, "
                          f"atan, tanh or abs")
+    return out
 
 
 class EventStepper:
@@ -127,35 +132,20 @@ class EventStepper:
         columns, _ = self._value_columns()
         self._columns = [(v.name, *columns[v.name], (self.capacity, integ.out_orders[v.name]) + v.shape)
                          for v in integ.dae.variables]
-        self._check_functions()
         #: Every event function's Taylor coefficients (see :meth:`coefficients`).
         self._series = self._function_series()
 
-    # ------------------------------------------------------------- checks
-    def _check_functions(self) -> None:
-        """Trace every event function once: check what it reads and returns, and that it has a Taylor series.
+    # ------------------------------------------------------------- tracing
+    def _function_series(self) -> FunctionSeries:
+        """Every event function of (t, the state's values, the parameters), traced once together.
+
+        The one trace also checks every function (:meth:`_event_values`).
 
         Raises:
-            InputError: naming the event.
+            InputError: an event that reads what the state does not hold,
+                returns a non-scalar, or uses an operation without a Taylor
+                rule; the message names it.
         """
-        dae = self.integ.dae
-        params = {k: jnp.asarray(v) for k, v in dae.params.items()}
-        args = [jnp.zeros(())] + [jnp.zeros(dae.var_index[name].shape) for name, _ in self.keys]
-        for e in self.events:
-            try:
-                closed, out = jax.make_jaxpr(lambda *a, e=e: e.fn(a[0], self._values(a[1:]), params),
-                                             return_shape=True)(*args)
-            except (IndexError, KeyError) as exc:
-                orders = ", ".join(f"{n} up to derivative {self.integ.out_orders[n] - 1}"
-                                   for n in self.integ.out_orders)
-                raise InputError(f"event {e.name!r} reads a value the state does not hold ({exc}); "
-                                 f"an event may read {orders}") from None
-            if out.shape != ():
-                raise InputError(f"event {e.name!r} must return a scalar; it returns shape {out.shape}")
-            check_taylor_arithmetic(lambda t, e=e: e.fn(t, self._values(args[1:]), params), f"event {e.name!r}")
-
-    def _function_series(self) -> FunctionSeries:
-        """Every event function of (t, the state's values, the parameters), traced once together."""
         dae = self.integ.dae
         self._param_names = list(dae.params)
         n = len(self.keys)
@@ -166,7 +156,14 @@ class EventStepper:
             return self._event_values(t, rest[:n], dict(zip(self._param_names, rest[n:])))
 
         closed = jax.make_jaxpr(every_event)(*args)
-        return FunctionSeries(closed, [True] * (1 + n) + [False] * len(self._param_names), self.degree)
+        try:
+            return FunctionSeries(closed, [True] * (1 + n) + [False] * len(self._param_names), self.degree)
+        except ValueError:
+            params = dict(zip(self._param_names, args[1 + n:]))
+            for e in self.events:  # which one: a trace of each
+                check_taylor_arithmetic(lambda t, e=e: e.fn(t, self._values(args[1:1 + n]), params),
+                                        f"event {e.name!r}")
+            raise
 
     def _values(self, xs):
         v = {}
@@ -175,10 +172,27 @@ class EventStepper:
         return v
 
     def _event_values(self, t, xs, params):
-        """Every event function's value at t, from the values ``xs`` of :attr:`keys` (one scope serves them all)."""
+        """Every event function's value at t, from the values ``xs`` of :attr:`keys` (one scope serves them all).
+
+        Raises:
+            InputError: (when traced) an event that reads what the state does
+                not hold or returns a non-scalar; the message names it.
+        """
         v = self._values(xs)
         dt = jnp.result_type(float)
-        return jnp.stack([jnp.reshape(jnp.asarray(e.fn(t, v, params), dt), ()) for e in self.events])
+        values = []
+        for e in self.events:
+            try:
+                value = e.fn(t, v, params)
+            except (IndexError, KeyError) as exc:
+                orders = ", ".join(f"{n} up to derivative {self.integ.out_orders[n] - 1}"
+                                   for n in self.integ.out_orders)
+                raise InputError(f"event {e.name!r} reads a value the state does not hold ({exc}); "
+                                 f"an event may read {orders}") from None
+            if jnp.shape(value) != ():
+                raise InputError(f"event {e.name!r} must return a scalar; it returns shape {jnp.shape(value)}")
+            values.append(jnp.asarray(value, dt))
+        return jnp.stack(values)
 
     # ------------------------------------------------------------- the state
     # The records are one array of rows (which, time, rate, impulse, then every
