@@ -19,6 +19,7 @@ Specification (issue 41), against references no one here wrote:
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -229,6 +230,17 @@ def test_an_events_coefficients_are_those_of_taylor_mode_differentiation(functio
     by_jet = _series_by_jet(stepper, X, 0.7, params)
     assert ours.shape == by_jet.shape == (len(events), stepper.degree + 1)
     np.testing.assert_allclose(ours, by_jet, rtol=1e-13, atol=1e-14 * np.abs(by_jet).max())
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda t, v, p: v["x"][2], "event 'bad' reads a value the state does not hold"),
+    (lambda t, v, p: jnp.stack([v["x"][0], v["y"][0]]), "event 'bad' must return a scalar; it returns shape (2,)"),
+    (lambda t, v, p: jax.scipy.special.erf(v["x"][0]), "event 'bad' uses erf, which an event's Taylor series"),
+])
+def test_an_event_the_integrator_cannot_follow_is_named_with_the_reason(fn, message):
+    dae = _pendulum([solver.Event("fine", lambda t, v, p: v["x"][0]), solver.Event("bad", fn)])
+    with pytest.raises(InputError, match=re.escape(message)):
+        solver.compiled_model(dae, 12, batch=False)
 
 
 def test_each_direction_of_one_function_keeps_its_own_crossings():
