@@ -200,7 +200,7 @@ class TaylorProgram:
         env = dict(self.const_values)
         for name, i in self.param_ids.items():
             env[i] = jnp.asarray(params[name], dtype=jnp.float64)
-        for e in self.live + [e for e in self.eqns if e not in self.live]:
+        for e in self.eqns:  # in order: a constant's operands come before it
             if any(o in self.series for o in e.outvars):
                 continue
             if all(o in env for o in e.outvars):
