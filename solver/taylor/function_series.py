@@ -54,7 +54,7 @@ def unsupported_operations(closed) -> set[str]:
         The names of the operations without a rule.
     """
     flat = Flattener()
-    flat.run(closed.jaxpr, list(closed.consts), [flat.new(v.aval) for v in closed.jaxpr.invars])
+    flat.run_closed(closed)
     return {e.prim.name for e in flat.eqns if _rule(e.prim.name) is None}
 
 
@@ -84,17 +84,9 @@ class FunctionSeries:
     def __init__(self, closed, series: Sequence[bool], order: int):
         self.K = int(order) + 1
         flat = Flattener()
-        in_ids = [flat.new(v.aval) for v in closed.jaxpr.invars]
-        outs = flat.run(closed.jaxpr, list(closed.consts), in_ids)
+        in_ids, out_ids = flat.run_closed(closed)
         self.const_values = flat.const_values
         self.avals = flat.avals
-        out_ids = []
-        for o in outs:  # a literal output is a constant node
-            if isinstance(o, Lit):
-                i = flat.new(jax.typeof(o.val))
-                self.const_values[i] = o.val
-                o = i
-            out_ids.append(o)
         self.eqns, self.out_ids, _ = clean(flat.eqns, out_ids, self.const_values, self.avals, set(in_ids),
                                            flat.new, Lit)
         self.in_ids = in_ids

@@ -92,6 +92,24 @@ class Flattener:
             self.avals[self.n - 1] = aval
         return self.n - 1
 
+    def run_closed(self, closed) -> tuple[list, list]:
+        """Flatten a whole ``ClosedJaxpr``: a node for each input, and every output a node.
+
+        A literal output (a constant equation) becomes a constant node.
+
+        Returns:
+            ``(in_ids, out_ids)``: the node ids of its inputs and of its outputs.
+        """
+        in_ids = [self.new(v.aval) for v in closed.jaxpr.invars]
+        out_ids = []
+        for o in self.run(closed.jaxpr, list(closed.consts), in_ids):
+            if isinstance(o, Lit):
+                i = self.new(jax.typeof(o.val))
+                self.const_values[i] = o.val
+                o = i
+            out_ids.append(o)
+        return in_ids, out_ids
+
     def run(self, jaxpr, consts, invar_ids):
         """Append ``jaxpr``'s equations, its inputs bound to the node ids ``invar_ids``.
 

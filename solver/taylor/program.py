@@ -64,19 +64,10 @@ class TaylorProgram:
         self.p = int(order)
         self.n = dae.n
         flat = Flattener()
-        closed = dae.jaxpr
-        in_ids = [flat.new(v.aval) for v in closed.jaxpr.invars]
-        outs = flat.run(closed.jaxpr, list(closed.consts), in_ids)
+        in_ids, self.out_ids = flat.run_closed(dae.jaxpr)
         self.eqns = flat.eqns
         self.const_values = flat.const_values
         self.in_ids = in_ids
-        self.out_ids = []
-        for o in outs:  # a literal output (constant equation) becomes a constant node
-            if isinstance(o, Lit):
-                i = flat.new(jax.typeof(o.val))
-                self.const_values[i] = o.val
-                o = i
-            self.out_ids.append(o)
         self.avals = flat.avals
         self.clean_stats = None
         if clean_tape:
