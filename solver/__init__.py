@@ -9,26 +9,33 @@ Front door::
 """
 
 # First: XLA reads its flags when JAX starts its backend (see xla_setup).
-from solver.integrate import xla_setup  # noqa: F401
-
-import jax as _jax  # noqa: E402
+from solver.integrate import xla_setup
 
 # The one place the package changes JAX's global configuration: Taylor
 # coefficients of order 15-20 need float64 (docs/method.md §4), and every module
 # of solver/ and sweep/ is imported through this package, so no library
-# module sets it again.
-_jax.config.update("jax_enable_x64", True)
+# module sets it again.  JAX itself is not imported here (a command that
+# computes nothing, ``mechsweep --help`` or ``status``, does not wait for it):
+# the setting is made when JAX is imported, before anything uses it.
+xla_setup.configure_jax({"jax_enable_x64": True})
 
-from solver.dae.problem import DAE, ddt, DAEDefinitionError  # noqa: E402
-from solver.dae.event import Event  # noqa: E402
-from solver.errors import InputError  # noqa: E402
-from solver.api import solve, solve_batch, integrator_for, consistent_point  # noqa: E402
-from solver.compiled import Compiled, compiled_model, compile_clock  # noqa: E402
-from solver.integrate.integrator import order_for_tol  # noqa: E402
-from solver import status  # noqa: E402
 from solver import module_aliases as _module_aliases  # noqa: E402
 
 _module_aliases.install(_module_aliases.SOLVER_MOVED)
+
+# The public names load on first use (PEP 562), so that importing one part of
+# the package (the CLI's argument parser, ``solver.errors``, a store reader) does
+# not wait for SciPy, xarray and the whole integrator: name -> home module.
+_HOMES = {
+    "DAE": "solver.dae.problem", "ddt": "solver.dae.problem", "DAEDefinitionError": "solver.dae.problem",
+    "Event": "solver.dae.event", "InputError": "solver.errors",
+    "solve": "solver.api", "solve_batch": "solver.api", "integrator_for": "solver.api",
+    "consistent_point": "solver.api",
+    "Compiled": "solver.compiled", "compiled_model": "solver.compiled", "compile_clock": "solver.compiled",
+    "order_for_tol": "solver.integrate.integrator", "status": "solver.status",
+    "lagrangian": "solver.mechanics.lagrangian", "load": "solver.models",
+    "equilibrium": "solver.analysis.equilibrium", "lagrangian_ds": "solver.mechanics.siconos",
+}
 
 __all__ = ["DAE", "Event", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
            "consistent_point", "order_for_tol", "compile_clock", "InputError",
@@ -36,22 +43,16 @@ __all__ = ["DAE", "Event", "ddt", "solve", "solve_batch", "compiled_model", "Com
 
 
 def __getattr__(name):
-    # Facilities written on top of the core load lazily (and may be absent
-    # while they are being built).
-    if name == "lagrangian":
-        from solver.mechanics.lagrangian import lagrangian
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'solver' has no attribute {name!r}")
+    import importlib
 
-        return lagrangian
-    if name == "load":
-        from solver.models import load
+    module = importlib.import_module(home)
+    value = module if home == f"solver.{name}" else getattr(module, name)
+    globals()[name] = value
+    return value
 
-        return load
-    if name == "equilibrium":
-        from solver.analysis.equilibrium import equilibrium
 
-        return equilibrium
-    if name == "lagrangian_ds":
-        from solver.mechanics.siconos import lagrangian_ds
-
-        return lagrangian_ds
-    raise AttributeError(f"module 'solver' has no attribute {name!r}")
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

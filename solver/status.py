@@ -22,7 +22,7 @@ import numpy as np
 __all__ = [
     "PENDING", "SUCCESS", "MAX_STEPS", "STEP_TOO_SMALL", "SINGULAR_JACOBIAN",
     "NONFINITE", "NO_ASSEMBLY", "WORKER_LOST", "ERROR", "STOPPED_BY_EVENT", "ZENO", "EVENT_OVERFLOW",
-    "FINISHED", "CODES", "MEANINGS", "DESCRIPTIONS", "meaning", "is_failure", "cf_attrs",
+    "FINISHED", "CODES", "MEANINGS", "DESCRIPTIONS", "meaning", "is_failure", "cf_attrs", "samples_after_failure",
 ]
 
 PENDING = -1
@@ -118,3 +118,22 @@ def cf_attrs() -> dict:
         "flag_values": np.array(list(CODES.values()), dtype=np.int8),
         "flag_meanings": " ".join(CODES),
     }
+
+
+def samples_after_failure(time, status, failure_time) -> np.ndarray:
+    """Which samples of a batch's series come after their point's failure (a solve and a sweep store NaN them).
+
+    Args:
+        time: ``(T,)`` the output times.
+        status: ``(B,)`` status codes (:mod:`solver.status`).
+        failure_time: ``(B,)`` when each point failed; NaN where unknown.
+
+    Returns:
+        ``(B, T)`` bool: True for the samples of failed points after their
+        failure time, and for every sample of a failed point whose failure
+        time is unknown; False for the points that did not fail.
+    """
+    failed = is_failure(np.asarray(status))
+    with np.errstate(invalid="ignore"):
+        kept = np.asarray(time)[None, :] <= np.asarray(failure_time, dtype=np.float64)[:, None]
+    return failed[:, None] & ~kept

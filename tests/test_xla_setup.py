@@ -81,6 +81,8 @@ with warnings.catch_warnings(record=True) as caught:
     if sys.argv[1] == "jax-first":
         import jax
         jax.devices()
+    if sys.argv[1] == "jax-imported":
+        import jax
     import numpy as np, jax, jax.numpy as jnp
     import solver
     from solver.integrate.integrator import order_for_tol
@@ -101,7 +103,7 @@ args = (params, z, jnp.asarray(spec.u_guess), 0.0, 1.0, jnp.linspace(0.0, 1.0, 1
 text = integ._run_jit.lower(*args).compile().as_text()
 entry = text[text.index("\nENTRY"):]
 entry = entry[:entry.index("\n}")]
-print("PROBE " + json.dumps({"state": solver.integrate.xla_setup.STATE, "small_calls": text.count("xla_cpu_small_call"),
+print("PROBE " + json.dumps({"state": solver.integrate.xla_setup.STATE, "x64": z.dtype == np.float64, "small_calls": text.count("xla_cpu_small_call"),
                              "flags": os.environ["XLA_FLAGS"],
                              "async_dispatch": jax.config.read("jax_cpu_enable_async_dispatch"),
                              "entry_loops": entry.count(" while("),
@@ -146,3 +148,34 @@ def test_importing_solver_after_jax_started_warns_and_names_the_fix():
     assert len(late["warnings"]) == 1
     assert "Import solver (or sweep) before the first JAX computation" in late["warnings"][0]
     assert f"XLA_FLAGS='--xla_backend_extra_options={ENTRY},{UNROLL}'" in late["warnings"][0]
+
+
+def test_importing_solver_after_jax_but_before_its_first_computation_still_sets_everything():
+    # JAX imported but its backend not started: the settings are made at once, not through the import hook.
+    early = _probe("jax-imported")
+    assert early["state"] == "set" and not early["warnings"]
+    assert early["small_calls"] >= 1 and early["async_dispatch"] is False and early["x64"] is True
+
+
+_IMPORTS = r"""
+import json, sys
+import {module}
+heavy = ["jax", "scipy", "xarray", "pandas", "dask", "solver.api"]
+print("IMPORTS " + json.dumps([m for m in heavy if m in sys.modules]))
+import jax, jax.numpy as jnp
+print("CONFIG " + json.dumps([str(jnp.zeros(1).dtype), jax.config.read("jax_cpu_enable_async_dispatch")]))
+"""
+
+
+@pytest.mark.parametrize("module", ["solver", "solver.errors", "sweep.cli.app", "sweep.store",
+                                    "sweep.store.check, sweep.store.report, sweep.store.tree"])
+def test_importing_the_package_or_the_cli_loads_no_numerics_and_jax_still_gets_its_settings(module):
+    # `mechsweep --help` and `status` (the last three modules) must not wait for JAX, SciPy, xarray
+    # and Dask; whoever imports JAX afterwards still gets float64 and synchronous dispatch (set by a
+    # one-shot import hook).
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS.format(module=module)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert json.loads(lines["IMPORTS"]) == []
+    assert json.loads(lines["CONFIG"]) == ["float64", False]

@@ -18,7 +18,6 @@ import functools
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import linear_sum_assignment
 from scipy.sparse.csgraph import maximum_bipartite_matching, min_weight_full_bipartite_matching
 
 from solver.dae.sparsity import dependency_pattern
@@ -28,8 +27,6 @@ __all__ = ["NEG_INF", "StructurallySingularError", "SparseSignature", "Structure
 
 # σ_ij for "x_j does not occur in f_i" (−∞ in the papers).
 NEG_INF = -(10 ** 9)
-# Above this size the HVT uses the sparse LAP solver instead of the dense one.
-DENSE_LAP_LIMIT = 1000
 # __str__ prints the full Σ table up to this many unknowns.
 TABLE_LIMIT = 40
 
@@ -308,21 +305,10 @@ def _singular_message(s: SparseSignature, match: np.ndarray, enames, vnames) -> 
 
 
 def _hvt(s: SparseSignature) -> np.ndarray:
+    # A sparse LAP at every size: positive weights top + 1 − σ, minimised, equal
+    # Σσ maximised.  (SciPy's dense solver would need scipy.optimize, a quarter
+    # of a second to import in every process that reads a model.)
     n = s.shape[0]
-    if n <= DENSE_LAP_LIMIT:
-        sigma = s.todense()
-        finite = sigma != NEG_INF
-        top = int(sigma[finite].max(initial=0))
-        # Any transversal using an absent entry costs more than any finite one.
-        big = 2 * n * (top + 1) + 1
-        cost = np.where(finite, -sigma, big)
-        rows, cols = linear_sum_assignment(cost)
-        perm = np.empty(n, np.int64)
-        perm[rows] = cols
-        if not np.all(finite[np.arange(n), perm]):  # caller checked a matching exists
-            raise AssertionError("linear_sum_assignment chose an absent entry")
-        return perm
-    # Sparse LAP: positive weights top + 1 − σ, minimised, equal Σσ maximised.
     top = int(s.orders.max(initial=0))
     w = sp.csr_array(((top + 1 - s.orders).astype(np.float64), (s.rows, s.cols)), shape=s.shape)
     rows, cols = min_weight_full_bipartite_matching(w)

@@ -24,6 +24,7 @@ import numpy as np
 import xarray as xr
 
 from solver import status as st
+from solver.status import samples_after_failure  # noqa: F401 (re-exported)
 from solver.results.balance import balance_layout
 
 __all__ = ["component_dim", "driver_outputs", "output_layout", "event_layout", "build_dataset", "build_batch_dataset",
@@ -45,25 +46,6 @@ def package_versions() -> dict:
         fresh copy; the caller may change it).
     """
     return dict(_package_versions())
-
-
-def samples_after_failure(time, status, failure_time) -> np.ndarray:
-    """Which samples of a batch's series come after their point's failure (a solve and a sweep store NaN them).
-
-    Args:
-        time: ``(T,)`` the output times.
-        status: ``(B,)`` status codes (:mod:`solver.status`).
-        failure_time: ``(B,)`` when each point failed; NaN where unknown.
-
-    Returns:
-        ``(B, T)`` bool: True for the samples of failed points after their
-        failure time, and for every sample of a failed point whose failure
-        time is unknown; False for the points that did not fail.
-    """
-    failed = st.is_failure(np.asarray(status))
-    with np.errstate(invalid="ignore"):
-        kept = np.asarray(time)[None, :] <= np.asarray(failure_time, dtype=np.float64)[:, None]
-    return failed[:, None] & ~kept
 
 
 @functools.lru_cache(maxsize=1)

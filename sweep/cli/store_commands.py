@@ -21,14 +21,18 @@ def cmd_status(args) -> int:
         InputError: no sweep store; ``--verify`` on a store without commit
             records (format 1).
     """
-    from sweep import store  # dask and zarr: loaded for sweep commands only
-    from sweep import structural
+    # Only what reads commit records and chunks: no JAX, xarray or Dask for a plain store.
+    from sweep.store.check import check_store
+    from sweep.store.report import status_report
+    from sweep.store.tree import is_structural_store
 
     level = "decode" if args.verify else "quick"
-    if structural.is_structural_store(args.store):   # one report per structure group
+    if is_structural_store(args.store):   # one report per structure group
+        from sweep import structural
+
         text, ok = structural.status_report(args.store, level)
         print(text)
         return EXIT_OK if ok else EXIT_FAILED
-    check = store.check_store(args.store, level)
-    print(store.status_report(args.store, check=check))
+    check = check_store(args.store, level)
+    print(status_report(args.store, check=check))
     return EXIT_OK if check.ok else EXIT_FAILED

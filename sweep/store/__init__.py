@@ -26,16 +26,23 @@ committed with all its chunks, or not committed and run again by a resume.
 Every name is importable from ``sweep.store`` as well.
 """
 
-from sweep.store.check import (CHECK_LEVELS, StoreCheck, check_store, failed_batches, failed_points, pending_batches,
-                               read_status)
-from sweep.store.commit import BatchCommitter, commit_batch, write_batch
-from sweep.store.report import failure_groups, status_report
-from sweep.store.schema import (COMMIT_FORMAT, COMMIT_GROUP, FAILURE_ARRAYS, RESERVED, STORE_FORMAT, BatchResult,
-                                Schema, WrittenBatch, batch_slices, effective_batch, store_attrs, store_format)
-from sweep.store.template import (MODES, create_template, plan_store, prepare_store, variable_length_text,
-                                  write_dataset, zarr_ready)
-from sweep.store.tree import ROOT_MARK, is_structural_store, open_store, open_tree, root_attrs
-from sweep.store.write import failure_columns, write_batch_data, writer_group
+# Each name loads its module on first use (PEP 562): ``mechsweep status`` reads
+# commit records and chunks without waiting for xarray and Dask, which only the
+# template and the analysis need.
+_HOMES = {
+    "sweep.store.check": ("CHECK_LEVELS", "StoreCheck", "check_store", "failed_batches", "failed_points",
+                          "pending_batches", "read_status"),
+    "sweep.store.commit": ("BatchCommitter", "commit_batch", "write_batch"),
+    "sweep.store.report": ("failure_groups", "status_report"),
+    "sweep.store.schema": ("COMMIT_FORMAT", "COMMIT_GROUP", "FAILURE_ARRAYS", "RESERVED", "STORE_FORMAT",
+                           "BatchResult", "Schema", "WrittenBatch", "batch_slices", "effective_batch", "store_attrs",
+                           "store_format"),
+    "sweep.store.template": ("MODES", "create_template", "plan_store", "prepare_store", "variable_length_text",
+                             "write_dataset", "zarr_ready"),
+    "sweep.store.tree": ("ROOT_MARK", "is_structural_store", "open_store", "open_tree", "root_attrs"),
+    "sweep.store.write": ("failure_columns", "write_batch_data", "writer_group"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "BatchResult", "Schema", "MODES", "create_template", "prepare_store", "plan_store",
@@ -46,3 +53,18 @@ __all__ = [
     "RESERVED", "STORE_FORMAT", "COMMIT_GROUP", "COMMIT_FORMAT", "variable_length_text", "zarr_ready", "write_dataset",
     "store_format", "writer_group", "ROOT_MARK", "root_attrs", "is_structural_store", "open_tree",
 ]
+
+
+def __getattr__(name: str):
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sweep.store' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -13,7 +13,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import xarray as xr
 import zarr
 
 from sweep.store.check import check_store
@@ -94,6 +93,8 @@ def open_store(path, verify: str | None = "quick", group: str | None = None):
     if group is not None:
         raise ValueError(f"{path}: a plain sweep store has no structure groups (group={group!r}); "
                          f"open it without group")
+    import xarray as xr  # not at the top: `mechsweep status` reads no dataset
+
     ds = xr.open_zarr(str(path))
     if verify is None or "status" not in ds:
         return ds
@@ -150,6 +151,8 @@ def open_tree(path, verify: str | None = "quick", group: str | None = None):
                           f"SWEEP.yaml --out {path} --resume' recomputes it", stacklevel=3)
             continue
         children[label] = open_store(path / label, verify)
+    import xarray as xr
+
     return xr.DataTree.from_dict({"/": xr.Dataset(attrs=attrs), **children})
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import zarr
 
 from solver import status as st
-from solver.results.solution import samples_after_failure
+from solver.status import samples_after_failure
 from sweep.store.schema import (FAILURE_ARRAYS, BatchResult, WrittenBatch, batch_arrays, batch_chunks, batch_index,
                                 chunk_layout, chunk_table, commit_record, digest, store_root)
 
@@ -405,7 +405,7 @@ def _after_failure(group: zarr.Group, codes: np.ndarray, times: np.ndarray) -> n
     """``(B, T)`` mask of the samples a batch writes as NaN: those of failed points after their failure time.
 
     A failed point with no known failure time is NaN throughout
-    (:func:`solver.results.solution.samples_after_failure`). Without a
+    (:func:`solver.status.samples_after_failure`). Without a
     failed point the mask is empty and the time coordinate is not read.
     """
     if not st.is_failure(codes).any():
