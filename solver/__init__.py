@@ -23,36 +23,23 @@ from solver import module_aliases as _module_aliases  # noqa: E402
 
 _module_aliases.install(_module_aliases.SOLVER_MOVED)
 
-# The public names load on first use (PEP 562), so that importing one part of
-# the package (the CLI's argument parser, ``solver.errors``, a store reader) does
-# not wait for SciPy, xarray and the whole integrator: name -> home module.
-_HOMES = {
-    "DAE": "solver.dae.problem", "ddt": "solver.dae.problem", "DAEDefinitionError": "solver.dae.problem",
-    "Event": "solver.dae.event", "InputError": "solver.errors",
-    "solve": "solver.api", "solve_batch": "solver.api", "integrator_for": "solver.api",
-    "consistent_point": "solver.api",
-    "Compiled": "solver.compiled", "compiled_model": "solver.compiled", "compile_clock": "solver.compiled",
-    "order_for_tol": "solver.integrate.integrator", "status": "solver.status",
-    "lagrangian": "solver.mechanics.lagrangian", "load": "solver.models",
-    "equilibrium": "solver.analysis.equilibrium", "lagrangian_ds": "solver.mechanics.siconos",
-}
+# The public names load on first use, so that importing one part of the
+# package (the CLI's argument parser, ``solver.errors``, a store reader) does
+# not wait for SciPy, xarray and the whole integrator.
+__getattr__, __dir__ = _module_aliases.lazy_names(__name__, {
+    "solver.dae.problem": ("DAE", "ddt", "DAEDefinitionError"),
+    "solver.dae.event": ("Event",),
+    "solver.errors": ("InputError",),
+    "solver.api": ("solve", "solve_batch", "integrator_for", "consistent_point"),
+    "solver.compiled": ("Compiled", "compiled_model", "compile_clock"),
+    "solver.integrate.integrator": ("order_for_tol",),
+    "solver.status": ("status",),
+    "solver.mechanics.lagrangian": ("lagrangian",),
+    "solver.models": ("load",),
+    "solver.analysis.equilibrium": ("equilibrium",),
+    "solver.mechanics.siconos": ("lagrangian_ds",),
+})
 
 __all__ = ["DAE", "Event", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
            "consistent_point", "order_for_tol", "compile_clock", "InputError",
            "DAEDefinitionError", "status", "lagrangian", "load", "lagrangian_ds", "equilibrium"]
-
-
-def __getattr__(name):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'solver' has no attribute {name!r}")
-    import importlib
-
-    module = importlib.import_module(home)
-    value = module if home == f"solver.{name}" else getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))

@@ -15,9 +15,12 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
+from pathlib import Path
 
 __all__ = ["InputError", "limit", "limit_env", "how_to_raise", "format_bytes", "did_you_mean",
-           "size_limit_message", "LIMIT_ENV_PREFIX", "MAX_OUTPUT_BYTES", "MAX_STORE_BYTES"]
+           "size_limit_message", "check_regular_file", "LIMIT_ENV_PREFIX", "MAX_OUTPUT_BYTES", "MAX_STORE_BYTES",
+           "MAX_YAML_BYTES"]
 
 
 class InputError(ValueError):
@@ -138,6 +141,51 @@ MAX_OUTPUT_BYTES = 4 * 2 ** 30
 """Most memory for the outputs of one run, or of one sweep batch (4 GiB)."""
 MAX_STORE_BYTES = 2 ** 40
 """Largest sweep store (its outputs on disk, uncompressed: 1 TiB)."""
+MAX_YAML_BYTES = 64 * 2 ** 20
+"""Largest YAML file read (bytes); the project's files are a few KiB."""
+
+
+def check_regular_file(path: Path, file: str | None = None) -> None:
+    """Refuse what cannot be a YAML input file, before reading it.
+
+    Args:
+        path: the path given.
+        file: its name in messages (default ``str(path)``).
+
+    Raises:
+        InputError: ``path`` does not exist, is a folder, is not a regular
+            file (``/dev/null``, a pipe: reading one could block or give
+            nothing), or is larger than :data:`MAX_YAML_BYTES`.
+    """
+    file = file or str(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise InputError("file not found", file=file) from None
+    except OSError as exc:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", file=file) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise InputError("expected a YAML file, found a folder", file=file)
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"expected a YAML file, found {_file_kind(info.st_mode)}", file=file)
+    cap = limit("MAX_YAML_BYTES", MAX_YAML_BYTES)
+    if info.st_size > cap:
+        raise InputError(f"the file has {format_bytes(info.st_size)}, more than the limit of "
+                         f"{format_bytes(cap)} for a YAML input (MAX_YAML_BYTES); "
+                         f"{how_to_raise('MAX_YAML_BYTES')}", file=file)
+
+
+def _file_kind(mode: int) -> str:
+    """Words for a file that is not regular (for messages)."""
+    if stat.S_ISCHR(mode):
+        return "a character device (such as /dev/null), not a regular file"
+    if stat.S_ISBLK(mode):
+        return "a block device, not a regular file"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe, not a regular file"
+    if stat.S_ISSOCK(mode):
+        return "a socket, not a regular file"
+    return "something that is not a regular file"
 
 
 def size_limit_message(name: str, default: int, need: float, what: str, fix: str) -> str | None:

@@ -18,7 +18,7 @@ import sys
 import warnings
 from typing import Callable, Mapping
 
-__all__ = ["SOLVER_MOVED", "install", "forward_attributes"]
+__all__ = ["SOLVER_MOVED", "install", "forward_attributes", "lazy_names"]
 
 # Old module path -> new module path.  ``solver.lagrangian``, ``solver.equilibrium``
 # and ``solver.ddt`` are left out: they are the package's public functions, and
@@ -108,3 +108,39 @@ def forward_attributes(package: str, target: str, names: frozenset[str] | None =
         return value
 
     return __getattr__
+
+
+def lazy_names(package: str, homes: Mapping[str, tuple[str, ...]]) -> tuple[Callable[[str], object], Callable[[], list]]:
+    """A module's ``__getattr__`` and ``__dir__`` for public names that load on first use (PEP 562).
+
+    A package that re-exports its modules' names imports every one of those
+    modules, and what they import, with its first line; served lazily, a
+    name costs its import only when it is used (``mechsweep --help`` need
+    not wait for JAX).
+
+    Args:
+        package: the module's ``__name__`` (it must be importing or imported).
+        homes: module -> the names it gives; a name equal to a sub-module's
+            own name (``solver.status``) gives the module itself.
+
+    Returns:
+        ``(__getattr__, __dir__)``, to assign at the module's top level.  A
+        name is imported from its home at its first access and then kept in
+        the module's namespace.
+    """
+    home_of = {name: home for home, names in homes.items() for name in names}
+    namespace = sys.modules[package].__dict__
+
+    def __getattr__(name: str):
+        home = home_of.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module = importlib.import_module(home)
+        value = module if home == f"{package}.{name}" else getattr(module, name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list:
+        return sorted(set(namespace) | set(home_of))
+
+    return __getattr__, __dir__

@@ -323,6 +323,33 @@ def test_model_paths_that_are_not_files(tmp, capsys, command):
         assert message(tmp, capsys, command, tmp / name, *out) == expected
 
 
+_MISTYPED = r"""
+import json, sys
+from sweep.cli.app import main
+code = main(sys.argv[1:])
+print("LOADED " + json.dumps([code] + [m for m in ("jax", "xarray", "dask", "solver.models", "sweep.pipeline")
+                                       if m in sys.modules]))
+"""
+
+
+@pytest.mark.parametrize("command", [["check"], ["simulate"], ["equilibrium"], ["sweep", "--out", "OUT.zarr"],
+                                     ["design"]])
+def test_a_mistyped_input_file_is_refused_before_the_solver_loads(tmp, command):
+    # A typo in a file name is answered at once (exit 2), not after JAX, xarray and the pipeline import.
+    import json
+    import subprocess
+    import sys
+
+    args = [command[0], str(tmp / "mistyped.yaml")] + [str(tmp / a) if a.endswith(".zarr") else a
+                                                      for a in command[1:]]
+    proc = subprocess.run([sys.executable, "-c", _MISTYPED, *args], capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert proc.stderr == f"mechsweep: error: {tmp / 'mistyped.yaml'}: file not found\n"
+    loaded = json.loads(proc.stdout.split("LOADED ", 1)[1])
+    assert loaded == [2]
+    assert not (tmp / "OUT.zarr").exists()
+
+
 def test_dev_null_as_model_is_not_parsed_as_yaml_text(tmp, capsys):
     assert message(tmp, capsys, "check", "/dev/null") == (
         "/dev/null: expected a YAML file, found a character device (such as /dev/null), not a "

@@ -83,3 +83,18 @@ def test_the_mechsweep_entry_point_runs():
     out = subprocess.run([sys.executable, "-c", "from sweep.cli.app import main; raise SystemExit(main(['--help']))"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "mechsweep" in out.stdout
+
+
+@pytest.mark.parametrize("package", ["solver", "sweep.store", "sweep.cli.app"])
+def test_names_served_on_first_use_are_their_home_modules_objects(package):
+    # solver, sweep.store and sweep.cli.app serve their public names lazily (module_aliases.lazy_names):
+    # each one is the very object of its home module, listed by dir(), and kept once looked up.
+    module = importlib.import_module(package)
+    for name in getattr(module, "__all__", []):
+        value = getattr(module, name)
+        assert name in dir(module) and name in vars(module), name
+        if callable(value) or isinstance(value, type(module)):   # functions, classes, modules: their home's own
+            home = importlib.import_module(getattr(value, "__module__", None) or value.__name__)
+            assert getattr(home, name, value) is value, name
+    with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'no_such_name'"):
+        getattr(module, "no_such_name")

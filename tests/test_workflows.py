@@ -296,7 +296,7 @@ def test_cloth_stiffness_study_is_small_and_its_metric_follows_the_pushed_partic
     ({"success": 2, "pending": 2, "no_assembly": 2}, 3),
     ({"success": 5, "unknown(12)": 1}, 1),
 ])
-def test_sweep_exit_code_says_done_failed_or_incomplete(monkeypatch, counts, code):
+def test_sweep_exit_code_says_done_failed_or_incomplete(monkeypatch, tmp_path, counts, code):
     from sweep.cli import sweep_command as runner_cli
     from sweep.cli.app import main
 
@@ -304,7 +304,8 @@ def test_sweep_exit_code_says_done_failed_or_incomplete(monkeypatch, counts, cod
         return SweepSummary("s.zarr", 6, 2, store_by_status=counts)
 
     monkeypatch.setattr(runner_cli, "run_sweep_file", fake)
-    assert main(["sweep", "x.yaml", "--out", "s.zarr"]) == code
+    (tmp_path / "x.yaml").write_text("# read by the fake run only\n")  # the command line checks it is a file
+    assert main(["sweep", str(tmp_path / "x.yaml"), "--out", str(tmp_path / "s.zarr")]) == code
 
 
 # ------------------------------------------------------------ the benchmark's grid

@@ -203,7 +203,8 @@ class _AfterJaxImport(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "jax":
             return None
-        sys.meta_path.remove(self)  # one shot; the real finders answer below
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)  # one shot; the real finders answer below
         spec = importlib.util.find_spec("jax")
         if spec is None or spec.loader is None:
             return spec

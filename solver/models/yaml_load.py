@@ -19,15 +19,16 @@ import yaml
 from yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent, StreamEndEvent
 from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 
-from solver.errors import InputError, format_bytes, how_to_raise, limit
+from solver.errors import InputError, how_to_raise, limit
+from solver.errors import MAX_YAML_BYTES, check_regular_file  # noqa: F401 (this module's names before they moved)
 
 __all__ = ["LIBYAML_MAX_DEPTH", "Locator", "MAX_YAML_BYTES", "MAX_YAML_DEPTH", "MAX_YAML_NODES", "Path_",
            "check_regular_file", "format_path", "load_yaml"]
 
 
 # Input limits (see the module docstring); MECHSWEEP_<NAME> overrides each.
-MAX_YAML_BYTES = 64 * 2 ** 20
-"""Largest YAML file read (bytes); the project's files are a few KiB."""
+# MAX_YAML_BYTES and check_regular_file live with the other limits in solver.errors, which a command
+# line can import to refuse a missing file before it loads the solver.
 MAX_YAML_DEPTH = 100
 """Deepest nesting of lists and mappings; models need fewer than 10 levels.
 Values above a few hundred may exceed Python's recursion limit."""
@@ -247,49 +248,6 @@ def load_yaml(path_or_text: str | os.PathLike, file: str | None = None) -> tuple
     finally:
         loader.dispose()
     return data, loc
-
-
-def check_regular_file(path: Path, file: str | None = None) -> None:
-    """Refuse what cannot be a YAML input file, before reading it.
-
-    Args:
-        path: the path given.
-        file: its name in messages (default ``str(path)``).
-
-    Raises:
-        InputError: ``path`` does not exist, is a folder, is not a regular
-            file (``/dev/null``, a pipe: reading one could block or give
-            nothing), or is larger than :data:`MAX_YAML_BYTES`.
-    """
-    file = file or str(path)
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        raise InputError("file not found", file=file) from None
-    except OSError as exc:
-        raise InputError(f"cannot read the file ({exc.strerror or exc})", file=file) from None
-    if stat.S_ISDIR(info.st_mode):
-        raise InputError("expected a YAML file, found a folder", file=file)
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"expected a YAML file, found {_file_kind(info.st_mode)}", file=file)
-    cap = limit("MAX_YAML_BYTES", MAX_YAML_BYTES)
-    if info.st_size > cap:
-        raise InputError(f"the file has {format_bytes(info.st_size)}, more than the limit of "
-                         f"{format_bytes(cap)} for a YAML input (MAX_YAML_BYTES); "
-                         f"{how_to_raise('MAX_YAML_BYTES')}", file=file)
-
-
-def _file_kind(mode: int) -> str:
-    """Words for a file that is not regular (for messages)."""
-    if stat.S_ISCHR(mode):
-        return "a character device (such as /dev/null), not a regular file"
-    if stat.S_ISBLK(mode):
-        return "a block device, not a regular file"
-    if stat.S_ISFIFO(mode):
-        return "a named pipe, not a regular file"
-    if stat.S_ISSOCK(mode):
-        return "a socket, not a regular file"
-    return "something that is not a regular file"
 
 
 def _check_size(text: str, file: str | None) -> None:

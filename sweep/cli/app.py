@@ -36,34 +36,29 @@ import sys
 from typing import Sequence
 
 from solver.errors import InputError
+from solver.module_aliases import lazy_names
 from sweep.log import cli_logging
 from sweep.cli.common import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, CommandParser, add_quick_compile,  # noqa: F401
                               positive_float, positive_int, seconds_arg, whole_number,
-                              add_log_options, check_out, log_level)
+                              add_log_options, check_out, log_level, model_file_arg)
 
 # The commands live in one module per group, imported when their command runs
 # (a simulate does not wait for Dask, Zarr and the sweep pipeline to import);
 # their entry points stay importable from here (__getattr__).
-_HOMES = {
+__getattr__, __dir__ = lazy_names(__name__, {
     "sweep.cli.results": ("NC_JSON_ATTRS", "open_result", "write_result"),
     "sweep.cli.solver_commands": ("FINAL_MAX", "cmd_animate", "cmd_check", "cmd_equilibrium", "cmd_plot",
                                   "cmd_simulate", "summary"),
     "sweep.cli.store_commands": ("cmd_status",),
     "sweep.cli.design_command": ("cmd_design",),
     "sweep.cli.sweep_command": ("cmd_run_default", "cmd_sweep", "main_default", "main_sweep"),
-}
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
-
-
-def __getattr__(name: str):
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+})
 
 __all__ = ["main", "build_parser", "summary"]
+
+#: The arguments that name a YAML input file: the model of check, simulate and equilibrium, the
+#: sweep file and the design file (plot's and animate's source may be a stored run's folder).
+YAML_INPUTS = ("model", "sweep", "design")
 
 
 def add_dask_target(parser: argparse.ArgumentParser, what: str) -> None:
@@ -214,6 +209,9 @@ def _run(stack: contextlib.ExitStack, argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
         stack.enter_context(cli_logging(log_level(args)))
+        for name in YAML_INPUTS:   # a mistyped file name is told before the command loads the solver
+            if isinstance(getattr(args, name, None), str):
+                model_file_arg(getattr(args, name))
         if args.command in ("check", "simulate", "equilibrium", "plot", "animate") or \
                 getattr(args, "estimate", False):
             # The sweep workers' persistent compilation cache: a second

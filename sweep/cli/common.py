@@ -6,7 +6,7 @@ import argparse
 import math
 from pathlib import Path
 
-from solver.errors import InputError
+from solver.errors import InputError, check_regular_file
 from sweep.log import get_logger
 
 __all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "check_out", "add_log_options", "log_level"]
@@ -138,8 +138,6 @@ def model_file_arg(path: str) -> Path:
     Raises:
         InputError: missing, a folder, or not a regular file (``/dev/null``).
     """
-    from solver.models.yamlio import check_regular_file
-
     check_regular_file(Path(path), path)
     return Path(path)
 

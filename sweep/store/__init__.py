@@ -26,10 +26,12 @@ committed with all its chunks, or not committed and run again by a resume.
 Every name is importable from ``sweep.store`` as well.
 """
 
-# Each name loads its module on first use (PEP 562): ``mechsweep status`` reads
-# commit records and chunks without waiting for xarray and Dask, which only the
+from solver.module_aliases import lazy_names
+
+# Each name loads its module on first use: ``mechsweep status`` reads commit
+# records and chunks without waiting for xarray and Dask, which only the
 # template and the analysis need.
-_HOMES = {
+__getattr__, __dir__ = lazy_names(__name__, {
     "sweep.store.check": ("CHECK_LEVELS", "StoreCheck", "check_store", "failed_batches", "failed_points",
                           "pending_batches", "read_status"),
     "sweep.store.commit": ("BatchCommitter", "commit_batch", "write_batch"),
@@ -41,8 +43,7 @@ _HOMES = {
                              "write_dataset", "zarr_ready"),
     "sweep.store.tree": ("ROOT_MARK", "is_structural_store", "open_store", "open_tree", "root_attrs"),
     "sweep.store.write": ("failure_columns", "write_batch_data", "writer_group"),
-}
-_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+})
 
 __all__ = [
     "BatchResult", "Schema", "MODES", "create_template", "prepare_store", "plan_store",
@@ -53,18 +54,3 @@ __all__ = [
     "RESERVED", "STORE_FORMAT", "COMMIT_GROUP", "COMMIT_FORMAT", "variable_length_text", "zarr_ready", "write_dataset",
     "store_format", "writer_group", "ROOT_MARK", "root_attrs", "is_structural_store", "open_tree",
 ]
-
-
-def __getattr__(name: str):
-    module = _HOME_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'sweep.store' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
