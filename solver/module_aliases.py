@@ -121,7 +121,9 @@ def lazy_names(package: str, homes: Mapping[str, tuple[str, ...]]) -> tuple[Call
     Args:
         package: the module's ``__name__`` (it must be importing or imported).
         homes: module -> the names it gives; a name equal to a sub-module's
-            own name (``solver.status``) gives the module itself.
+            own name (``solver.status``) gives the module itself.  Any other
+            sub-module is served as an attribute too (``solver.dae`` after a
+            bare ``import solver``), as it was when the package imported it.
 
     Returns:
         ``(__getattr__, __dir__)``, to assign at the module's top level.  A
@@ -133,6 +135,9 @@ def lazy_names(package: str, homes: Mapping[str, tuple[str, ...]]) -> tuple[Call
 
     def __getattr__(name: str):
         home = home_of.get(name)
+        if (home is None and "__path__" in namespace and not name.startswith("__")
+                and importlib.util.find_spec(f"{package}.{name}") is not None):
+            home = f"{package}.{name}"  # a sub-module, reachable as an attribute as when the package imported it
         if home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module = importlib.import_module(home)

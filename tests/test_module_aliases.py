@@ -98,3 +98,13 @@ def test_names_served_on_first_use_are_their_home_modules_objects(package):
             assert getattr(home, name, value) is value, name
     with pytest.raises(AttributeError, match=f"module '{package}' has no attribute 'no_such_name'"):
         getattr(module, "no_such_name")
+
+
+def test_sub_packages_stay_attributes_of_a_bare_import():
+    # Before the names were served lazily, `import solver` imported solver.api and with it solver.dae,
+    # solver.integrate, ...: code that reached them as attributes keeps working.
+    code = ("import solver, sweep.store; print(solver.dae.structure.analyse.__name__, solver.api.solve.__name__, "
+            "sweep.store.check.check_store.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["analyse", "solve", "check_store"]
