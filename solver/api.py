@@ -27,8 +27,7 @@ from solver.integrate.solve_lock import one_at_a_time
 from solver.integrate.sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
                           sensitivity_name, sensitivity_series)
 from solver.results.balance import balance_layout
-from solver.results.solution import (build_batch_dataset, build_dataset, event_layout, output_layout,
-                                     samples_after_failure)
+from solver.results.solution import build_batch_dataset, build_dataset, event_layout, output_layout
 from solver.taylor.compact import CompactUnsupportedError
 
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
@@ -655,7 +654,7 @@ def _mask_after_failure(ds, times, status):
     status = np.asarray(status)
     if not st.is_failure(status).any():
         return ds
-    after = samples_after_failure(ds["time"].values, status, times) | (status == st.NO_ASSEMBLY)[:, None]
+    after = st.samples_after_failure(ds["time"].values, status, times) | (status == st.NO_ASSEMBLY)[:, None]
     for name, var in ds.data_vars.items():
         if var.dims[:2] == ("point", "time") and var.dtype.kind == "f":
             values = var.values.copy()

@@ -24,11 +24,10 @@ import numpy as np
 import xarray as xr
 
 from solver import status as st
-from solver.status import samples_after_failure  # noqa: F401 (re-exported)
 from solver.results.balance import balance_layout
 
 __all__ = ["component_dim", "driver_outputs", "output_layout", "event_layout", "build_dataset", "build_batch_dataset",
-           "package_versions", "samples_after_failure"]
+           "package_versions"]
 
 # Packages whose versions a result (one run or a sweep store) records.
 _VERSIONED = ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask", "distributed",
