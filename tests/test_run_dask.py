@@ -203,17 +203,61 @@ def test_tasks_of_several_batches_shrink_to_one_and_equal_a_serial_loop(healthy,
 
 
 def test_a_worker_that_cannot_see_the_store_says_so_before_computing(tmp_path):
+    # The driver makes the store's folder before it submits: a worker that does not see it is on
+    # another file system.
     spec = grid_spec([1, 2], [0.1], batch=2)
     ctx = ToyContext(log=str(tmp_path / "log"))
-    gone = str(tmp_path / "elsewhere.zarr")
+    gone = str(tmp_path / "elsewhere" / "sweep.zarr")
     out = sweep.run.run_and_write_batch(toy_batch, dict(spec.points), ctx, str(tmp_path / "cache"),
                                         gone, slice(0, 2), ctx.schema)
     assert isinstance(out, sweep.run.WriteFailed) and isinstance(out.error, InputError)
     assert str(out.error).startswith(f"{gone}: the Dask worker on {socket.gethostname()} cannot "
-                                     "see the store: the workers write their batches themselves, "
+                                     "see the store's folder: the workers write their batches themselves, "
                                      "so --out must be on a file system they share with the "
                                      "driver, or an object store URL such as s3://")
     assert not os.path.exists(ctx.log)                  # nothing was computed
+
+
+def new_template(path, spec, ctx, store_id):
+    """A sweep store's template at ``path``, with the given id; its token."""
+    store.create_template(path, spec.hash, spec.points, ctx.schema, {}, spec.batch, store_id=store_id)
+    return store.store_token(store.store_attrs(path))
+
+
+def test_a_worker_writes_its_batch_once_the_template_it_waits_for_is_whole(tmp_path):
+    # The driver writes a new store's template while the first batches compute: a worker that
+    # finishes first waits for the store of its token, then writes.
+    spec = grid_spec([1, 2], [0.1], batch=2)
+    ctx = ToyContext()
+    path = str(tmp_path / "sweep.zarr")
+    token = store.store_token({"store_id": "abc", "sweep_hash": spec.hash})
+    late = threading.Timer(0.3, new_template, (path, spec, ctx, "abc"))
+    late.start()
+    out = sweep.run.run_and_write_batch(toy_batch, dict(spec.points), ctx, str(tmp_path / "cache"),
+                                        path, slice(0, 2), ctx.schema, store_token=token)
+    late.join()
+    assert isinstance(out, store.WrittenBatch), out
+    store.BatchCommitter(path).commit(out)
+    assert store.check_store(path, "decode").done == [0]
+
+
+def test_a_worker_never_writes_into_another_store_at_the_path(tmp_path, monkeypatch):
+    # An older store at the path (one being overwritten) has another token: the worker waits for
+    # its own, and says so when it never comes; the older store is left as it was.
+    monkeypatch.setattr(sweep.run.worker, "STORE_WAIT_SECONDS", 0.5)
+    spec = grid_spec([1, 2], [0.1], batch=2)
+    ctx = ToyContext()
+    path = str(tmp_path / "sweep.zarr")
+    old = new_template(path, spec, ctx, "older")
+    token = store.store_token({"store_id": "newer", "sweep_hash": spec.hash})
+    assert token != old and not store.template_ready(path, token) and store.template_ready(path, old)
+    out = sweep.run.run_and_write_batch(toy_batch, dict(spec.points), ctx, str(tmp_path / "cache"),
+                                        path, slice(0, 2), ctx.schema, store_token=token)
+    assert isinstance(out, sweep.run.WriteFailed) and isinstance(out.error, InputError)
+    assert str(out.error).startswith(f"{path}: the Dask worker on {socket.gethostname()} did not find the "
+                                     "store after waiting 0.5 s for it: the workers write their batches")
+    assert store.check_store(path, "decode").todo == [0]
+    assert not os.path.exists(os.path.join(path, "x", "c"))          # no chunk of x was written
 
 
 DRIVER = textwrap.dedent("""

@@ -82,9 +82,9 @@ def test_a_template_has_the_metadata_and_files_xarray_writes_for_the_same_datase
     schema.variables["x_modes"] = ("time", "mode")
     points = {"zeta": np.linspace(0.1, 0.5, 7), "omega": np.linspace(1.0, 2.0, 7)}
     attrs = {"title": "a toy", "nested": {"a": [1, 2]}}
-    arrays, root_attrs = _template_arrays("hash", points, schema, attrs, 3)
+    arrays, root_attrs = _template_arrays("hash", points, schema, attrs, 3, store_id="one")
     _write_template(arrays, root_attrs, tmp_path / "direct.zarr")
-    ds, encoding = _template("hash", points, schema, attrs, 3)
+    ds, encoding = _template("hash", points, schema, attrs, 3, store_id="one")
     ds.to_zarr(str(tmp_path / "xarray.zarr"), mode="w-", compute=False, encoding=encoding, consolidated=True,
                zarr_format=3)
     direct, reference = _metadata(tmp_path / "direct.zarr"), _metadata(tmp_path / "xarray.zarr")

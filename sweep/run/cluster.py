@@ -19,7 +19,7 @@ from sweep.yamlschema import validate
 
 __all__ = [
     "CLUSTER_KEYS", "local_cores", "load_cluster_config", "make_cluster", "check_dask_target", "start_client",
-    "ClientStart",
+    "BackgroundCall", "ClientStart",
     "dask_client", "WORKER_TIMEOUT", "WorkerWatch", "say_dashboard", "worker_threads",
     "MEMORY_RESTART_EVENT", "memory_kills", "worker_lost_message",
 ]
@@ -161,7 +161,44 @@ def start_client(workers, scheduler, scheduler_file, cluster, cluster_file):
     return Client(own), own
 
 
-class ClientStart:
+class BackgroundCall:
+    """``fn(*args, **kwargs)`` begun in a thread; :meth:`result` waits for it and returns or raises what it did.
+
+    A sweep's start-up overlaps its slow parts with this: the cluster's
+    start (:class:`ClientStart`) and a new store's template, which workers
+    need only when they write their first batch.
+
+    Args:
+        fn: the function.
+        *args, **kwargs: its arguments.
+        name: the thread's name.
+    """
+
+    def __init__(self, fn: Callable, *args, name: str = "mechsweep-background", **kwargs):
+        self._result = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._call, args=(fn, args, kwargs), name=name, daemon=True)
+        self._thread.start()
+
+    def _call(self, fn, args, kwargs) -> None:
+        try:
+            self._result = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by result()
+            self._error = exc
+
+    def result(self):
+        """What the call returned, once it has.
+
+        Raises:
+            Whatever the call raised.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class ClientStart(BackgroundCall):
     """:func:`start_client` begun in a thread, so that the caller can prepare a store meanwhile.
 
     A ``LocalCluster`` takes seconds to start its worker processes, and a
@@ -174,27 +211,7 @@ class ClientStart:
     """
 
     def __init__(self, *args):
-        self._result = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._start, args=args, name="mechsweep-client-start", daemon=True)
-        self._thread.start()
-
-    def _start(self, *args) -> None:
-        try:
-            self._result = start_client(*args)
-        except BaseException as exc:  # noqa: BLE001 - raised in the caller's thread by result()
-            self._error = exc
-
-    def result(self):
-        """``(client, cluster)`` as :func:`start_client` returns them, once started.
-
-        Raises:
-            Whatever :func:`start_client` raised.
-        """
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._result
+        super().__init__(start_client, *args, name="mechsweep-client-start")
 
     def close(self) -> None:
         """Wait for the start, then close the client and the cluster it started (for a run with nothing to do)."""

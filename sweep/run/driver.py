@@ -30,12 +30,12 @@ import zarr
 from solver import status as st
 from sweep.log import get_logger
 from sweep.location import StoreLocation
-from sweep.run.cluster import (WORKER_TIMEOUT, ClientStart, WorkerWatch, check_dask_target, memory_kills,
-                               say_dashboard, start_client, worker_lost_message, worker_threads)
+from sweep.run.cluster import (WORKER_TIMEOUT, BackgroundCall, ClientStart, WorkerWatch, check_dask_target,
+                               memory_kills, say_dashboard, start_client, worker_lost_message, worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch, run_and_write_batches)
 from sweep.store import (COMMIT_GROUP, BatchCommitter, BatchResult, Schema, batch_slices, plan_store,
-                         write_batch_data, writer_group)
+                         store_token, write_batch_data, writer_group)
 
 __all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog", "task_runs",
            "TASK_MOST_BATCHES", "TASK_SHARE"]
@@ -309,15 +309,30 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     if getattr(spec_like, "n_batches", len(slices)) != len(slices):
         raise ValueError(f"the spec has {spec_like.n_batches} batches, but {n_points} points in "
                          f"batches of {batch} make {len(slices)}")
-    # A new store (or one overwritten) has every batch to run: its cluster starts while
-    # its template is written, not after.  An existing store may have nothing left to run.
-    starting = None
-    if workers != 0 and client is None and (mode == "overwrite" or not StoreLocation(store_path).exists()):
+    # A new store (or one overwritten) has every batch to run: its cluster starts, and its
+    # first batches compute, while its template is written (the workers wait for it, by
+    # its token, only to write).  An existing store may have nothing left to run.
+    fresh = workers != 0 and (mode == "overwrite" or not StoreLocation(store_path).exists())
+    starting = template = committer = None
+    if fresh and client is None:
         starting = ClientStart(workers, scheduler, scheduler_file, cluster, cluster_file)
     try:
-        todo, check = plan_store(store_path, spec_hash, points, schema, attrs, batch, mode, verify)
-        group = zarr.open_group(store_path, mode="r+")
-        committer = BatchCommitter(group) if todo else None
+        if fresh:
+            if "://" not in store_path:
+                # Workers look for the store's folder before they compute (see run_and_write_batch).
+                os.makedirs(os.path.dirname(os.path.abspath(store_path)), exist_ok=True)
+            store_id = uuid.uuid4().hex
+            template = BackgroundCall(plan_store, store_path, spec_hash, points, schema, attrs, batch, mode,
+                                      verify, store_id=store_id, name="mechsweep-template")
+            todo, check = list(range(len(slices))), None
+            token = store_token({"store_id": store_id, "sweep_hash": spec_hash})
+            commit_chunk = min(COMMIT_GROUP, len(slices))
+        else:
+            todo, check = plan_store(store_path, spec_hash, points, schema, attrs, batch, mode, verify)
+            group = zarr.open_group(store_path, mode="r+")
+            token = store_token(group.attrs)
+            committer = BatchCommitter(group) if todo else None
+            commit_chunk = committer.records.chunks[0] if todo else 1
         # The batches this process writes go through a group that records the bytes it
         # writes: their chunk table is computed from them, not read back (on an object
         # store two requests a chunk).  Opened once, when first needed.
@@ -329,6 +344,14 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
     if starting is not None and not todo:
         starting.close()
         starting = None
+
+    def store_ready() -> None:
+        # The template written (or its error raised here) before the first commit.
+        nonlocal committer
+        if template is not None:
+            template.result()
+            committer = BatchCommitter(zarr.open_group(store_path, mode="r+"))
+
     summary = SweepSummary(store_path, n_points, len(slices))
     if check is not None:
         summary.batches_damaged = dict(check.damaged)
@@ -375,7 +398,6 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         if failed_write is not None:
             raise failed_write
 
-    store_token = f"{group.attrs.get('created')} {group.attrs.get('sweep_hash')}"
     if "://" not in store_path:
         store_path = os.path.abspath(store_path)      # workers may run in another directory
     bar = tqdm(total=len(todo), unit="batch", desc=title or "sweep",
@@ -397,9 +419,9 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
         else:
             summary.startup_seconds, summary.wall_seconds, summary.threads = _run_dask(
                 todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
-                store_token, committer.records.chunks[0], task_batches,
+                token, commit_chunk, task_batches,
                 workers, scheduler, scheduler_file, cluster, cluster_file, t_start, client,
-                WORKER_TIMEOUT if worker_timeout is None else worker_timeout, starting)
+                WORKER_TIMEOUT if worker_timeout is None else worker_timeout, starting, store_ready)
     finally:
         bar.close()
 
@@ -450,12 +472,15 @@ class ProgressLog:
 
 def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summary, store_path, schema,
               store_token, commit_chunk, task_batches, workers, scheduler, scheduler_file, cluster, cluster_file,
-              t_start, client=None, worker_timeout: float = 0.0, starting: ClientStart | None = None):
+              t_start, client=None, worker_timeout: float = 0.0, starting: ClientStart | None = None,
+              store_ready: Callable[[], None] = lambda: None):
     """Submit the batches (in tasks of :func:`task_runs`) and commit them as they complete; (startup, wall, threads).
 
     With a ``client``, the batches go to it and it stays open (its owner
     registered :class:`JaxSetup`); else a client is made here (or taken
     from ``starting``, begun while the store was prepared) and closed.
+    ``store_ready`` is called once the tasks are submitted, before the
+    first commit: it waits for a new store's template.
     """
     from distributed import KilledWorker, as_completed
 
@@ -499,6 +524,7 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         known = worker_threads(client, least=0)
         for run in task_runs(todo, known, boundary=commit_chunk, size=task_batches):
             submit(run)
+        store_ready()
         threads = max(known, 1)
         watch = WorkerWatch(client, lambda: [f for _, f in list(futures.values())], worker_timeout,
                             after_first=cluster is not None)

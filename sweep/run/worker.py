@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
 import traceback
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
@@ -24,13 +25,13 @@ import numpy as np
 from solver import status as st
 from solver.errors import InputError
 from sweep.jax_cache import CACHE_MIN_COMPILE_SECONDS, configure_jax, default_jax_cache_dir
-from sweep.store import BatchResult, Schema, WrittenBatch, write_batch_data, writer_group
+from sweep.store import BatchResult, Schema, WrittenBatch, template_ready, write_batch_data, writer_group
 
 __all__ = [
     "default_jax_cache_dir", "CACHE_MIN_COMPILE_SECONDS", "configure_jax", "pin_to_core", "keep_freed_memory",
     "JaxSetup",
     "run_batch_task", "check_result", "checked_or_failed", "WriteFailed", "Unfit", "package_version",
-    "check_worker", "run_and_write_batch", "run_and_write_batches",
+    "check_worker", "run_and_write_batch", "run_and_write_batches", "STORE_WAIT_SECONDS",
 ]
 
 
@@ -334,7 +335,9 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
     The batch's data never leave the worker: what comes back to the driver is
     the status codes, the message, the compute time and the table of chunk
     checksums for the batch's commit record (:func:`sweep.store.commit_batch`,
-    written by the driver alone).
+    written by the driver alone). A new store's template may still be in the
+    making when the batch is computed: the write waits for it (see
+    :data:`STORE_WAIT_SECONDS`).
 
     Args:
         batch_fn, points, context, cache_dir: as for :func:`run_batch_task`.
@@ -342,24 +345,25 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
         batch_slice: the batch's points in the store.
         schema: the store's schema, to check the result against.
         store_token: what tells this store from another one once at the same
-            path (its creation time and sweep hash): with it, a worker opens
-            the store once for all the batches it writes.
+            path (:func:`sweep.store.store_token`): with it, a worker waits
+            for that store to be whole and opens it once for all the batches
+            it writes.
         expected_version: the driver's mechsweep version: with it, the
             worker first passes :func:`check_worker` or computes nothing.
 
     Returns:
         A :class:`~sweep.store.WrittenBatch`; a :class:`WriteFailed` with
-        the exception that the write raised; an :class:`Unfit` when this
-        worker failed its check; a ``CancelledError`` (returned, not raised)
-        when the task was cancelled before it computed or wrote.
+        the exception that the write raised (or the error saying that the
+        store never came); an :class:`Unfit` when this worker failed its
+        check; a ``CancelledError`` (returned, not raised) when the task was
+        cancelled before it computed or wrote.
     """
     n = batch_slice.stop - batch_slice.start
-    if isinstance(store, str) and "://" not in store and not os.path.isdir(store):
-        # Checked before computing: a worker on another host without the driver's file system.
-        return WriteFailed(InputError(
-            f"the Dask worker on {socket.gethostname()} cannot see the store: the workers write "
-            f"their batches themselves, so --out must be on a file system they share with the "
-            f"driver, or an object store URL such as s3://bucket/sweep.zarr", file=store))
+    if isinstance(store, str) and "://" not in store and not os.path.isdir(os.path.dirname(store) or "."):
+        # Checked before computing: a worker on another host without the driver's file system
+        # (the driver makes the store's folder before it submits; the store itself may still
+        # be in the making).
+        return WriteFailed(_unseen_store(store, "cannot see the store's folder"))
     if expected_version is not None:
         configure_jax(cache_dir)
         why = check_worker(expected_version, context)
@@ -375,7 +379,13 @@ def run_and_write_batch(batch_fn: Callable, points: dict, context: Any, cache_di
     if _cancelled():
         return CancelledError("cancelled before it wrote its batch")
     try:
-        return write_batch_data(_open_store_once(store, store_token), batch_slice, result)
+        group = _open_store_once(store, store_token)
+        if group is None:
+            return WriteFailed(_unseen_store(store, f"did not find the store after waiting "
+                                                    f"{STORE_WAIT_SECONDS:g} s for it"), result.seconds)
+        return write_batch_data(group, batch_slice, result)
+    except CancelledError as exc:
+        return exc
     except Exception as exc:  # noqa: BLE001 - the driver decides; a worker must not die of it
         return WriteFailed(_picklable(exc), result.seconds)
 
@@ -433,17 +443,45 @@ def _cancelled() -> bool:
 
 _OPEN_STORES: dict = {}
 
+#: How long a worker waits, its batch computed, for the store it writes to be there: a new
+#: store's template is written by the driver while the first batches compute.
+STORE_WAIT_SECONDS = 600.0
+
 
 def _open_store_once(store: str, token: str | None):
-    """The store's group, opened once per worker process for each (path, token)."""
+    """The store's group, opened once per worker process for each (path, token); None if it never came.
+
+    With a token, the store at the path must be that store, its template
+    whole (:func:`sweep.store.template_ready`): the worker waits for it up to
+    :data:`STORE_WAIT_SECONDS`, and stops waiting if its task is cancelled.
+
+    Raises:
+        CancelledError: the task was cancelled while it waited.
+    """
     if token is None:
         return store
     key = (store, token)
     if key not in _OPEN_STORES:
+        deadline, pause = time.monotonic() + STORE_WAIT_SECONDS, 0.002
+        while not template_ready(store, token):
+            if _cancelled():
+                raise CancelledError("cancelled while it waited for the store")
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(pause)
+            pause = min(2 * pause, 0.25)
         if len(_OPEN_STORES) >= 8:
             _OPEN_STORES.clear()
         _OPEN_STORES[key] = writer_group(store)
     return _OPEN_STORES[key]
+
+
+def _unseen_store(store: str, what: str) -> InputError:
+    """The error of a worker that cannot reach the store (``what`` says how it found out)."""
+    return InputError(
+        f"the Dask worker on {socket.gethostname()} {what}: the workers write their batches "
+        f"themselves, so --out must be on a file system they share with the driver, or an object "
+        f"store URL such as s3://bucket/sweep.zarr", file=store)
 
 
 def _picklable(exc: BaseException) -> BaseException:

@@ -17,6 +17,7 @@ import dataclasses
 import datetime
 import json
 import shutil
+import uuid
 import warnings
 from pathlib import Path
 from typing import Mapping
@@ -38,7 +39,7 @@ from sweep.template_record import TEMPLATE_ARRAY, repair_coordinates, write_temp
 
 __all__ = [
     "MODES", "variable_length_text", "zarr_ready", "write_dataset", "create_template", "prepare_store",
-    "plan_store",
+    "plan_store", "store_token", "template_ready",
 ]
 
 
@@ -116,7 +117,7 @@ def _attr_value(value):
 
 
 def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
-                    attrs: Mapping, batch: int) -> None:
+                    attrs: Mapping, batch: int, store_id: str | None = None) -> None:
     """Write an empty sweep store: coordinates, attributes, pending status.
 
     Only the coordinates' chunks and every array's metadata reach the disk:
@@ -132,6 +133,9 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
         attrs: dataset attributes (title, model YAML text, solver settings...);
             values that are not JSON scalars or flat lists are stored as JSON text.
         batch: points per batch (= chunk length along ``point``).
+        store_id: what tells this store from any other once at the same path
+            (its ``store_id`` attribute, see :func:`store_token`); default a
+            new random one.
 
     Raises:
         FileExistsError: ``path`` exists.
@@ -141,7 +145,7 @@ def create_template(path, spec_hash: str, points: Mapping[str, np.ndarray], sche
         raise FileExistsError(f"{path} exists; remove it or resume it")
     if batch < 1:
         raise ValueError(f"batch must be a positive number of points, got {batch}")
-    arrays, root_attrs = _template_arrays(spec_hash, points, schema, attrs, int(batch))
+    arrays, root_attrs = _template_arrays(spec_hash, points, schema, attrs, int(batch), store_id)
     if is_url(path):
         # No rename on object storage: built in a local folder and uploaded, its template
         # record last, so that a creation cut short leaves a store without one (made again).
@@ -181,7 +185,7 @@ class _TemplateArray:
 
 
 def _template_arrays(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
-                     attrs: Mapping, batch: int) -> tuple[list[_TemplateArray], dict]:
+                     attrs: Mapping, batch: int, store_id: str | None = None) -> tuple[list[_TemplateArray], dict]:
     """The template's arrays (coordinates first) and the store's attributes."""
     names = list(points)
     n = len(next(iter(points.values()))) if points else 0
@@ -247,19 +251,59 @@ def _template_arrays(spec_hash: str, points: Mapping[str, np.ndarray], schema: S
         "package_versions": json.dumps(package_versions(), sort_keys=True),
         "mechsweep_store_format": STORE_FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "store_id": str(store_id or uuid.uuid4().hex),
     })
     return arrays, all_attrs
 
 
+def store_token(attrs: Mapping) -> str:
+    """What tells a store from any other once at the same path: its id and sweep hash.
+
+    A store written before stores had an id (``store_id``) is told by its
+    creation time instead.
+
+    Args:
+        attrs: the store's root attributes (or at least ``store_id`` and ``sweep_hash``).
+
+    Returns:
+        The token, compared by :func:`template_ready`.
+    """
+    return f"{attrs.get('store_id') or attrs.get('created')} {attrs.get('sweep_hash')}"
+
+
+def template_ready(path, token: str) -> bool:
+    """Whether the store at ``path`` is the one of ``token``, its template written in full.
+
+    A worker that computed its batch before the driver finished the template
+    (they overlap, see :func:`sweep.run.run_sweep`) asks this before it
+    writes: an older store still at the path (being overwritten) has another
+    token, and a template is whole once its template record is written (its
+    last file).
+
+    Args:
+        path: a local path or an object-store URL.
+        token: :func:`store_token` of the store expected.
+
+    Returns:
+        True when the store is there, is that store and is whole; False
+        otherwise (also when it cannot be read yet).
+    """
+    try:
+        group = zarr.open_group(str(path), mode="r")
+        return store_token(group.attrs) == token and bool(str(group[TEMPLATE_ARRAY][()]))
+    except Exception:  # noqa: BLE001 - a store not there, half there or being removed is not ready
+        return False
+
+
 def _template(spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
-              attrs: Mapping, batch: int) -> tuple[xr.Dataset, dict]:
+              attrs: Mapping, batch: int, store_id: str | None = None) -> tuple[xr.Dataset, dict]:
     """The template as an xarray Dataset and its ``to_zarr`` encoding (for writers other than this module's).
 
     The numeric data variables are dask-backed (one chunk each), so that
     ``to_zarr(..., compute=False, encoding=...)`` writes their metadata and no
     chunk; the text ones are numpy arrays of their fill value.
     """
-    arrays, all_attrs = _template_arrays(spec_hash, points, schema, attrs, batch)
+    arrays, all_attrs = _template_arrays(spec_hash, points, schema, attrs, batch, store_id)
     coords, data_vars, encoding = {}, {}, {}
     for a in arrays:
         if a.values is not None:
@@ -327,7 +371,7 @@ def prepare_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema
 
 def plan_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: Schema,
                attrs: Mapping, batch: int, mode: str = "resume",
-               verify: bool = True) -> tuple[list[int], "StoreCheck | None"]:
+               verify: bool = True, store_id: str | None = None) -> tuple[list[int], "StoreCheck | None"]:
     """Make the store ready for a run; the batches to run and the check behind them.
 
     - no store at ``path``: write the template; all batches run;
@@ -343,6 +387,7 @@ def plan_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: S
         mode: one of :data:`MODES`.
         verify: check an existing store at level ``checksum`` (read every
             committed chunk; default) rather than ``quick``.
+        store_id: the id of a store written here (see :func:`create_template`).
 
     Returns:
         ``(batches, check)``: the indices of the batches to run, ascending, and
@@ -368,7 +413,7 @@ def plan_store(path, spec_hash: str, points: Mapping[str, np.ndarray], schema: S
         # no batch can have been written yet, so it is made again.
         where.remove()
     if not where.exists():
-        create_template(path, spec_hash, points, schema, attrs, batch)
+        create_template(path, spec_hash, points, schema, attrs, batch, store_id)
         return list(range(n_batches)), None
 
     if not where.is_store():
