@@ -27,7 +27,7 @@ from solver.integrate.solve_lock import one_at_a_time
 from solver.integrate.sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
                           sensitivity_name, sensitivity_series)
 from solver.results.balance import balance_layout
-from solver.results.solution import build_batch_dataset, build_dataset, event_layout, output_layout
+from solver.results.solution import batch_arrays, build_dataset, event_layout, output_layout
 from solver.taylor.compact import CompactUnsupportedError
 
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
@@ -451,7 +451,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 ipopt_options: Mapping | None = None, linear: str = "auto", mode: str | None = None,
                 optimize: bool | None = None, slots: int | None = None, sensitivities: Sequence[str] | None = None,
                 title: str | None = None, extra_attrs: Mapping | None = None, mask_failed: bool = True,
-                outputs: Sequence[str] | None = None, batch_engine: bool | None = None):
+                outputs: Sequence[str] | None = None, batch_engine: bool | None = None, dataset: bool = True):
     """Solve many designs of one model at once: one Dataset with a ``point`` dimension.
 
     The one way to solve many designs (the sweep pipeline calls it): every
@@ -507,6 +507,11 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
             A caller that runs few points in all (a small sweep) passes
             False: the single-run engine compiles up to twice as fast, and
             its slower steps cost few points little.
+        dataset: True (default): return an ``xarray.Dataset``.  False: the
+            same outputs as :class:`solver.results.solution.BatchArrays`
+            (numpy arrays by name, the attributes alike), for a caller that
+            reads arrays only: a sweep's batch, which spares the building of
+            xarray's objects.
 
     Returns:
         xarray.Dataset with dims ``point`` and ``time`` (and component
@@ -628,9 +633,9 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                                  "units": getattr(dae, "time_units", "s")}),
         "failure_reason": (np.array(reasons, dtype=object),
                            {"long_name": "why the point failed, naming the model's parts (empty: it did not)"})}
-    ds = build_batch_dataset(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
-                             constants=constants, settings=settings, messages=messages, title=title,
-                             extra_attrs=extra_attrs, mask_failed=mask_failed, outputs=want, point_data=failures)
+    ds = batch_arrays(dae, res, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
+                      constants=constants, settings=settings, messages=messages, title=title,
+                      extra_attrs=extra_attrs, mask_failed=mask_failed, outputs=want, point_data=failures)
     if names:
         ds = _with_sensitivities(ds, dae, res["tangents"], names, res["status"], single=False,
                                  mask_failed=mask_failed, outputs=want)
@@ -640,12 +645,13 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
     if not mask_failed:
         ds = _mask_after_failure(ds, times, res["status"])
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
-    return ds
+    return ds.to_dataset() if dataset else ds
 
 
 def _mask_after_failure(ds, times, status):
-    """A failed point's series NaN after its failure time (all of them where it never assembled).
+    """A batch's :class:`~solver.results.solution.BatchArrays` with each failed point's series NaN after its failure.
 
+    All of them where it never assembled.
     The integrator writes an output row only when a step reaches it, so the
     rows after the failure are NaN already; this makes the rule explicit,
     and covers a point that did not assemble (its run started from the
@@ -654,10 +660,10 @@ def _mask_after_failure(ds, times, status):
     status = np.asarray(status)
     if not st.is_failure(status).any():
         return ds
-    after = st.samples_after_failure(ds["time"].values, status, times) | (status == st.NO_ASSEMBLY)[:, None]
-    for name, var in ds.data_vars.items():
-        if var.dims[:2] == ("point", "time") and var.dtype.kind == "f":
-            values = var.values.copy()
+    after = st.samples_after_failure(ds["time"], status, times) | (status == st.NO_ASSEMBLY)[:, None]
+    for name, (dims, values, *attrs) in ds.data.items():
+        if dims[:2] == ("point", "time") and values.dtype.kind == "f":
+            values = values.copy()
             values[after] = np.nan
-            ds[name] = var.copy(data=values)
+            ds[name] = (dims, values, *attrs)
     return ds

@@ -100,11 +100,12 @@ def check_event_metric(spec, dae, mname, m, event_names) -> None:
 
 
 def event_metric(dae, ds, of, reduce: str, event: str, n, param: str | None = None) -> np.ndarray:
-    """(B,) values of an event metric of a batch's Dataset, or their derivatives.
+    """(B,) values of an event metric of a batch's outputs, or their derivatives.
 
     Args:
         dae: the model's DAE (its events name the records).
-        ds: the batch's Dataset (``event_which``, ``event_time``, ...).
+        ds: the batch's outputs by name (``event_which``, ``event_time``,
+            ...): its Dataset or its :class:`~solver.results.solution.BatchArrays`.
         of: with ``value``: ``time``, ``rate``, a variable or a component.
         reduce: ``first`` (the time of the first occurrence), ``count``,
             ``period`` (the mean spacing of like-direction crossings: for an
@@ -123,12 +124,12 @@ def event_metric(dae, ds, of, reduce: str, event: str, n, param: str | None = No
         NaN where a point has too few occurrences.
     """
     k = [e.name for e in dae.events].index(event)
-    which = np.asarray(ds["event_which"].values)
-    times = np.asarray(ds["event_time"].values, dtype=float)
-    rates = np.asarray(ds["event_rate"].values, dtype=float)
+    which = np.asarray(ds["event_which"])
+    times = np.asarray(ds["event_time"], dtype=float)
+    rates = np.asarray(ds["event_rate"], dtype=float)
     if param is not None:
-        dtimes = np.asarray(ds[sensitivity_name("event_time", param)].values, dtype=float)
-        drates = np.asarray(ds[sensitivity_name("event_rate", param)].values, dtype=float)
+        dtimes = np.asarray(ds[sensitivity_name("event_time", param)], dtype=float)
+        drates = np.asarray(ds[sensitivity_name("event_rate", param)], dtype=float)
     mine = which == k
     B = which.shape[0]
     out = np.full(B, np.nan)
@@ -160,7 +161,7 @@ def event_metric(dae, ds, of, reduce: str, event: str, n, param: str | None = No
                 out[i] = rates[i, j] if param is None else drates[i, j]
             else:
                 var, idx = component_index(dae, of)
-                vals = np.asarray(ds[f"{var}_at_event"].values[i, j], dtype=float)
+                vals = np.asarray(ds[f"{var}_at_event"][i, j], dtype=float)
                 out[i] = vals.reshape(-1)[idx] if idx is not None else (
                     float(vals) if vals.ndim == 0 else float(np.linalg.norm(vals)))
     return out
@@ -192,15 +193,16 @@ def metric_series(dae, ds, of: str, param: str | None = None) -> np.ndarray:
 
     With ``param``, the series' derivative with respect to that parameter
     (from ``d{var}_d{param}``; a norm's derivative is ``v·dv/|v|``); only
-    variables and their components have one.
+    variables and their components have one.  ``ds``: the batch's outputs by
+    name, its Dataset or its :class:`~solver.results.solution.BatchArrays`.
     """
     target = component_index(dae, of)
     if target is None:
-        return np.asarray(ds[of].values, dtype=float)
+        return np.asarray(ds[of], dtype=float)
     var, idx = target
-    series = np.asarray(ds[var].values, dtype=float)
+    series = np.asarray(ds[var], dtype=float)
     B, T = series.shape[:2]
-    tangent = None if param is None else np.asarray(ds[sensitivity_name(var, param)].values, dtype=float)
+    tangent = None if param is None else np.asarray(ds[sensitivity_name(var, param)], dtype=float)
     if idx is not None:
         pick = lambda a: a.reshape(B, T, -1)[:, :, idx]
         return pick(series) if tangent is None else pick(tangent)

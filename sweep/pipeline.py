@@ -603,33 +603,31 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
     padded = {k: np.concatenate([np.asarray(v, float), np.repeat(np.asarray(v, float)[-1:], pad)])
               for k, v in points.items()}
     sens = list(getattr(context, "sensitivities", None) or [])
-    # A failed point keeps its motion up to the failure, as simulate shows it.
-    ds = solver.solve_batch(model, padded, params=context.constants, t_eval=context.time,
-                            sensitivities=sens or None, mask_failed=False,
-                            outputs=solver_outputs(model.dae, context),
-                            batch_engine=context.engine_argument)
+    # A failed point keeps its motion up to the failure, as simulate shows it.  The outputs
+    # come as arrays: a Dataset would be built only to be read back.
+    out = solver.solve_batch(model, padded, params=context.constants, t_eval=context.time,
+                             sensitivities=sens or None, mask_failed=False,
+                             outputs=solver_outputs(model.dae, context),
+                             batch_engine=context.engine_argument, dataset=False)
     # No run parameter varies (a group over structural values only): one
     # solve serves its B identical points.  Else only a short batch's padding
-    # is dropped (a whole batch is not copied for nothing).
-    if not padded:
-        ds = ds.isel(point=np.zeros(B, dtype=int))
-    elif pad:
-        ds = ds.isel(point=slice(0, B))
-    status = ds["status"].values.astype(np.int8)
+    # is dropped (a view: a whole batch is not copied for nothing).
+    rows = slice(0, B) if padded else np.zeros(B, dtype=int)
+    status = out["status"][rows].astype(np.int8)
     failed = codes.is_failure(status)
-    data = {name: np.ascontiguousarray(ds[name].values, dtype=float)
-            for name, dims in context.schema.variables.items() if (dims or name == "event_count") and name in ds}
+    data = {name: np.ascontiguousarray(out[name][rows], dtype=float)
+            for name, dims in context.schema.variables.items() if (dims or name == "event_count") and name in out}
     for mname, (of, reduce, *event) in context.metrics.items():
         if event:
-            value = event_metric(model.dae, ds, of, reduce, *event)
+            value = event_metric(model.dae, out, of, reduce, *event)[rows]
             value[failed] = np.nan
             data[mname] = value
             for param in sens:
-                dvalue = event_metric(model.dae, ds, of, reduce, *event, param=param)
+                dvalue = event_metric(model.dae, out, of, reduce, *event, param=param)[rows]
                 dvalue[failed] = np.nan
                 data[sensitivity_name(mname, param)] = dvalue
             continue
-        series = metric_series(model.dae, ds, of)
+        series = metric_series(model.dae, out, of)[rows]
         # A failed point's series is all NaN: numpy warns, the metric is NaN.
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -637,11 +635,11 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
         value[failed] = np.nan
         data[mname] = value
         for param in sens:
-            tangent = metric_series(model.dae, ds, of, param)
+            tangent = metric_series(model.dae, out, of, param)[rows]
             dvalue = np.array(metric_tangent(reduce, series, tangent), dtype=float)
             dvalue[failed] = np.nan
             data[sensitivity_name(mname, param)] = dvalue
-    reasons = np.asarray(ds["failure_reason"].values, dtype=object)
+    reasons = np.asarray(out["failure_reason"][rows], dtype=object)
     msg = ""
     if failed.any():
         counts = {codes.meaning(c): int((status == c).sum()) for c in np.unique(status[failed])}
@@ -650,10 +648,10 @@ def batch_fn(points: Mapping[str, np.ndarray], context: SweepContext):
         if first is not None:
             msg += f"; first reason: {reasons[first]}"
             # The solver's own words, with the residuals and the closest point found.
-            detail = json.loads(ds.attrs.get("failures", "{}")).get(str(first), "")
+            detail = json.loads(out.attrs.get("failures", "{}")).get(str(first), "")
             if detail:
                 msg += f" ({detail})"
     # Steps are counted in int32 by the integrator (max_steps is bounded to fit).
-    return BatchResult(status=status, steps=ds["steps"].values.astype(np.int32), data=data, message=msg,
-                       failure_time=np.asarray(ds["failure_time"].values, dtype=float),
+    return BatchResult(status=status, steps=out["steps"][rows].astype(np.int32), data=data, message=msg,
+                       failure_time=np.asarray(out["failure_time"][rows], dtype=float),
                        failure_reason=[str(r) for r in reasons])

@@ -132,6 +132,9 @@ SolverParams:
         np.testing.assert_allclose(ds["x"].values[i], scipy_x(L), rtol=0, atol=1e-8 * L)
 
 
+TIMES_SHORT = np.linspace(0.0, 1.0, 11)     # the output times of _short_pendulum
+
+
 def _short_pendulum():
     from pathlib import Path
 
@@ -177,6 +180,29 @@ def test_a_batch_builds_only_the_outputs_asked_for(monkeypatch):
         solver.solve_batch(model, table, outputs=["x", "z"])
     with pytest.raises(solver.InputError, match="outputs must be a list of output names, got the string 'x'"):
         solver.solve_batch(model, table, outputs="x")
+
+
+def test_a_batch_as_arrays_holds_the_datasets_numbers_and_attributes():
+    # dataset=False (what a sweep's batch reads) spares xarray, not a number: every output by
+    # name as in the Dataset, the sensitivities too, and a failed point's series kept up to
+    # its failure (mask_failed=False), NaN after it.
+    model = _short_pendulum()
+    kw = dict(sensitivities=["L"], mask_failed=False, max_steps=25)
+    table = {"L": [0.2, 3.0]}
+    ds = solver.solve_batch(model, table, **kw)
+    arrays = solver.solve_batch(model, table, dataset=False, **kw)
+    assert list(ds["status"].values) == [st.MAX_STEPS, st.SUCCESS]      # the short one runs out of steps
+    assert set(arrays.data) == set(ds.data_vars) and "dx_dL" in arrays and "time" in arrays
+    for name in ds.variables:
+        np.testing.assert_array_equal(arrays[name], ds[name].values, err_msg=name)
+    assert all(arrays.data[name][0] == ds[name].dims for name in ds.data_vars)
+    x = arrays["x"][0]
+    assert np.isfinite(x[TIMES_SHORT <= ds["failure_time"].values[0]]).all()
+    assert np.isnan(x[TIMES_SHORT > ds["failure_time"].values[0]]).all()
+    assert {k: v for k, v in arrays.attrs.items() if k != "wall_seconds"} == {
+        k: v for k, v in ds.attrs.items() if k != "wall_seconds"}
+    with pytest.raises(KeyError, match="no output 'nothing'; the batch has x, x_d1, "):
+        arrays["nothing"]
 
 
 def test_a_run_builds_only_the_outputs_asked_for(monkeypatch):

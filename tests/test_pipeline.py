@@ -80,15 +80,15 @@ def test_a_batch_builds_and_sends_back_only_what_the_store_keeps(tmp_path, monke
     real = solver.solve_batch
 
     def recording(*args, **kw):
-        ds = real(*args, **kw)
-        built.append((kw.get("outputs"), set(ds.data_vars)))
-        return ds
+        out = real(*args, **kw)
+        built.append((kw.get("outputs"), kw.get("dataset"), set(out.data)))   # arrays: no Dataset built
+        return out
 
     monkeypatch.setattr(solver, "solve_batch", recording)
     points = {k: v[0:3] for k, v in spec.points.items()}
     result = pipeline.batch_fn(points, context)
-    asked, data_vars = built[0]
-    assert asked == ["constraint_residual", "x", "x_d1", "y", "y_d1"]
+    asked, dataset, data_vars = built[0]
+    assert asked == ["constraint_residual", "x", "x_d1", "y", "y_d1"] and dataset is False
     assert data_vars == set(asked) | {"status", "steps", "failure_time", "failure_reason"}
 
     assert set(result.data) == set(context.schema.variables) == set(asked) | {"y_max", "x_range"}

@@ -7,13 +7,15 @@ and the balance outputs of :mod:`solver.results.balance` (``energy_change``,
 for each driver of a Lagrangian DAE (:class:`solver.mechanics.lagrangian.Driver`),
 ``status`` and ``steps``, with units and CF flags.  One run
 (:func:`build_dataset`) and a batch of designs (:func:`build_batch_dataset`,
-with a ``point`` dimension) come from the same code, so a sweep store and a
+with a ``point`` dimension; :func:`batch_arrays` the same before xarray, as
+a sweep's batch reads it) come from the same code, so a sweep store and a
 single run hold the same variables and attributes.  :func:`output_layout`
 gives the names and dims before any run (the sweep store's template).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import json
@@ -27,7 +29,7 @@ from solver import status as st
 from solver.results.balance import balance_layout
 
 __all__ = ["component_dim", "driver_outputs", "output_layout", "event_layout", "build_dataset", "build_batch_dataset",
-           "package_versions"]
+           "batch_arrays", "BatchArrays", "package_versions"]
 
 # Packages whose versions a result (one run or a sweep store) records.
 _VERSIONED = ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask", "distributed",
@@ -173,6 +175,65 @@ def _structure_attrs(dae) -> dict:
             "structural_index": int(s.index), "dof": int(s.dof)}
 
 
+@dataclasses.dataclass
+class BatchArrays:
+    """A batch's outputs as numpy arrays by name: the Dataset of :func:`build_batch_dataset` before xarray.
+
+    What a caller that only reads arrays (a sweep's batch, which stores
+    them) takes instead of the Dataset: building xarray's variables, indexes
+    and data arrays cost more than the rest of a batch outside its
+    integration.  ``arrays[name]`` is the array of a variable or a
+    coordinate; ``arrays[name] = (dims, values, attrs)`` adds or replaces a
+    variable, as on a Dataset.
+
+    Attributes:
+        data: variable name -> ``(dims, values, attrs)``.
+        coords: coordinate name -> ``(dims, values[, attrs])``.
+        attrs: the Dataset's attributes.
+    """
+
+    data: dict
+    coords: dict
+    attrs: dict
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        entry = self.data.get(name) or self.coords.get(name)
+        if entry is None:
+            raise KeyError(f"no output {name!r}; the batch has {', '.join(self.data)}")
+        return entry[1]
+
+    def __setitem__(self, name: str, entry: tuple) -> None:
+        self.data[name] = entry
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.data or name in self.coords
+
+    def to_dataset(self) -> xr.Dataset:
+        """The same outputs as an ``xarray.Dataset`` (what :func:`build_batch_dataset` returns)."""
+        return xr.Dataset({k: xr.Variable(*v) for k, v in self.data.items()},
+                          coords={k: xr.Variable(*v) for k, v in self.coords.items()}, attrs=self.attrs)
+
+
+def batch_arrays(dae, result: Mapping, t_eval, *, residual, energy=None, balance: Mapping | None = None,
+                 swept: Mapping | None = None, constants: Mapping | None = None, settings: Mapping | None = None,
+                 messages: Sequence[str] | None = None, title: str | None = None, extra_attrs: Mapping | None = None,
+                 mask_failed: bool = True, outputs=None, point_data: Mapping | None = None) -> BatchArrays:
+    """The outputs of a batch of runs as :class:`BatchArrays`: :func:`build_batch_dataset` without xarray.
+
+    Args and the outputs: as for :func:`build_batch_dataset`.
+
+    Returns:
+        :class:`BatchArrays`; its :meth:`~BatchArrays.to_dataset` is
+        :func:`build_batch_dataset`'s Dataset.
+    """
+    data, coords, attrs = _dataset_parts(dae, result, t_eval, residual=residual, energy=energy, balance=balance,
+                                         swept=swept, constants=constants, settings=settings, messages=messages,
+                                         title=title, extra_attrs=extra_attrs, mask_failed=mask_failed,
+                                         outputs=outputs)
+    data.update({name: (("point",), values, attrs) for name, (values, attrs) in (point_data or {}).items()})
+    return BatchArrays(data, coords, attrs)
+
+
 def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
                         balance: Mapping | None = None, swept: Mapping | None = None, constants: Mapping | None = None,
                         settings: Mapping | None = None, messages: Sequence[str] | None = None,
@@ -213,13 +274,10 @@ def build_batch_dataset(dae, result: Mapping, t_eval, *, residual, energy=None,
         leading ``point`` dim, ``status(point)`` int8 with CF flags,
         ``steps(point)``; failed points' series are NaN.
     """
-    data, coords, attrs = _dataset_parts(dae, result, t_eval, residual=residual, energy=energy, balance=balance,
-                                         swept=swept, constants=constants, settings=settings, messages=messages,
-                                         title=title, extra_attrs=extra_attrs, mask_failed=mask_failed,
-                                         outputs=outputs)
-    data.update({name: (("point",), values, attrs) for name, (values, attrs) in (point_data or {}).items()})
-    return xr.Dataset({k: xr.Variable(*v) for k, v in data.items()},
-                      coords={k: xr.Variable(*v) for k, v in coords.items()}, attrs=attrs)
+    return batch_arrays(dae, result, t_eval, residual=residual, energy=energy, balance=balance, swept=swept,
+                        constants=constants, settings=settings, messages=messages, title=title,
+                        extra_attrs=extra_attrs, mask_failed=mask_failed, outputs=outputs,
+                        point_data=point_data).to_dataset()
 
 
 def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, balance=None, params: Mapping | None = None,
