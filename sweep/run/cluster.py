@@ -197,6 +197,10 @@ class BackgroundCall:
             raise self._error
         return self._result
 
+    def wait(self) -> None:
+        """Wait for the call to end, whatever it does (a caller that stops early lets it finish, not die)."""
+        self._thread.join()
+
 
 class ClientStart(BackgroundCall):
     """:func:`start_client` begun in a thread, so that the caller can prepare a store meanwhile.

@@ -424,6 +424,10 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
                 WORKER_TIMEOUT if worker_timeout is None else worker_timeout, starting, store_ready)
     finally:
         bar.close()
+        if template is not None:
+            # A run stopped early (interrupted) lets its template finish: a daemon thread cut off at
+            # the interpreter's exit would leave its temporary folder behind.
+            template.wait()
 
     if run_codes:
         summary.by_status = _counts(np.concatenate(run_codes))
