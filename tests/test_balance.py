@@ -4,7 +4,8 @@ References nobody here wrote: the work-energy theorem (a damped model's
 energy change plus the energy its Rayleigh forces dissipated is zero),
 conservation of linear and angular momentum of a free system, and
 Euler's law dL/dt = r × F for a pendulum (the rod's force passes through
-the pivot, so only gravity has a torque about it).
+the pivot, so only gravity has a torque about it); SciPy's
+``cumulative_simpson`` for the dissipated energy's integral.
 """
 
 import jax
@@ -174,3 +175,33 @@ def test_a_daes_compiled_models_are_freed_with_it():
     jax.clear_caches()   # JAX's caches hold the jitted functions (the test conftest clears them per module)
     gc.collect()
     assert [r() is None for r in alive] == [True, True, True]
+
+
+@pytest.mark.parametrize("t", [np.linspace(0.0, 3.0, 101), np.sort(np.random.default_rng(1).uniform(0, 2, 40)),
+                               np.array([0.0, 0.3]), np.array([0.0, 0.3, 1.0]), np.linspace(0.0, 1.0, 4)],
+                         ids=["uniform", "uneven", "two samples", "three", "four"])
+def test_the_dissipated_energys_integral_is_scipys_cumulative_simpson_to_the_bit(t):
+    from scipy.integrate import cumulative_simpson, cumulative_trapezoid
+
+    from solver.results.balance import _cumulative_integral
+
+    y = np.random.default_rng(2).normal(size=(3, t.size))
+    y[1, t.size // 2:] = np.nan                       # a point that stopped: NaN from there on
+    ref = (cumulative_simpson(y, x=t, axis=-1, initial=0.0) if t.size >= 3
+           else cumulative_trapezoid(y, t, axis=-1, initial=0.0))
+    np.testing.assert_array_equal(_cumulative_integral(y, t), ref)
+    quadratic = 3 * t**2 - t + 1                      # the rule is exact for it (two samples: a line)
+    exact = t**3 - t**2 / 2 + t - (t[0] ** 3 - t[0] ** 2 / 2 + t[0])
+    if t.size >= 3:
+        np.testing.assert_allclose(_cumulative_integral(quadratic, t), exact, rtol=1e-13, atol=1e-13)
+
+
+def test_the_dissipated_energys_integral_does_not_import_scipy_integrate():
+    # Importing scipy.integrate was ~0.2 s of every damped model's first solve.
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np; from solver.results.balance import _cumulative_integral; "
+            "_cumulative_integral(np.ones((2, 5)), np.linspace(0, 1, 5)); print('scipy.integrate' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -145,12 +145,38 @@ def balance_kernels(dae, identity: str | None = None) -> dict:
 
 
 def _cumulative_integral(y: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """∫_{t0}^{t_k} y dt at every output time (last axis), 0 at t0."""
-    from scipy.integrate import cumulative_simpson, cumulative_trapezoid
+    """∫_{t0}^{t_k} y dt at every output time (last axis), 0 at t0: SciPy's ``cumulative_simpson`` rule.
 
+    Each interval's integral is that of the parabola through three samples:
+    an even-numbered interval's from its two ends and the next sample, an
+    odd-numbered one's (and the last) from its two ends and the previous one
+    (Cartwright's formula for any spacing, exact for quadratics; the same
+    arithmetic as ``scipy.integrate.cumulative_simpson(y, x=t,
+    initial=0)``, compared in tests/test_balance.py), without importing
+    ``scipy.integrate`` (~0.2 s of a damped model's first solve).  The
+    trapezoid rule below three samples.
+    """
+    y = np.asarray(y, dtype=float)
+    h = np.diff(np.asarray(t, dtype=float))
     if y.shape[-1] < 3:
-        return cumulative_trapezoid(y, t, axis=-1, initial=0.0)
-    return cumulative_simpson(y, x=t, axis=-1, initial=0.0)
+        pieces = 0.5 * h * (y[..., 1:] + y[..., :-1])
+    else:
+        ahead = _parabola_first_interval(y[..., :-2], y[..., 1:-1], y[..., 2:], h[:-1], h[1:])
+        behind = _parabola_first_interval(y[..., 2:], y[..., 1:-1], y[..., :-2], h[1:], h[:-1])
+        pieces = np.empty(y.shape[:-1] + h.shape)
+        pieces[..., :-1:2] = ahead[..., ::2]
+        pieces[..., 1::2] = behind[..., ::2]
+        pieces[..., -1] = behind[..., -1]
+    out = np.zeros(y.shape)
+    np.cumsum(pieces, axis=-1, out=out[..., 1:])
+    return out
+
+
+def _parabola_first_interval(f1, f2, f3, x21, x32):
+    """∫ over the first interval (width x21) of the parabola through f1, f2, f3 at spacings x21, x32."""
+    x21_x31 = x21 / (x21 + x32)
+    x21x21_x31x32 = x21_x31 * (x21 / x32)
+    return x21 / 6 * ((3 - x21_x31) * f1 + (3 + x21x21_x31x32 + x21_x31) * f2 + (-x21x21_x31x32) * f3)
 
 
 def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy, kernels=None) -> dict:
