@@ -122,7 +122,12 @@ class compile_clock:
         return self
 
     def __exit__(self, *exc):
-        _clocks.remove(self._acc)
+        # By identity: a clock nested in another holds equal intervals when nothing compiled
+        # before it, and list.remove would take the outer's (which then lost the compiles after).
+        for i, acc in enumerate(_clocks):
+            if acc is self._acc:
+                del _clocks[i]
+                break
         self._end = time.perf_counter()
         return False
 

@@ -147,6 +147,20 @@ def test_the_compile_clock_counts_a_trace_inside_a_trace_once():
     assert 0.0 < clock.seconds <= clock.wall_seconds
 
 
+def test_a_compile_clock_inside_another_leaves_the_outer_one_counting():
+    # Nested clocks (a command's around solve's own) start equal; the inner one's end must not
+    # take the outer one's place: the outer one counts a compile after it and ends cleanly.
+    from solver.compiled import _clocks
+
+    before = len(_clocks)
+    with compile_clock() as outer:
+        with compile_clock() as inner:
+            pass
+        assert inner.seconds == 0.0 and outer.seconds == 0.0 and len(_clocks) == before + 1
+        jax.jit(lambda x: jnp.sinh(x) + 4.0)(jnp.arange(3.0)).block_until_ready()
+    assert outer.seconds > 0.0 and inner.seconds == 0.0 and len(_clocks) == before
+
+
 def test_the_compile_clock_measures_the_union_of_intervals():
     from solver.compiled import _covered
 
