@@ -241,6 +241,24 @@ def test_a_worker_writes_its_batch_once_the_template_it_waits_for_is_whole(tmp_p
     assert store.check_store(path, "decode").done == [0]
 
 
+def test_a_store_written_before_template_records_is_ready_for_its_workers(tmp_path):
+    # Such a store (resumed by a newer mechsweep) has no template record to wait for: its workers
+    # write at once, not after STORE_WAIT_SECONDS.
+    import shutil
+
+    import zarr
+
+    spec = grid_spec([1, 2], [0.1], batch=2)
+    path = str(tmp_path / "sweep.zarr")
+    token = new_template(path, spec, ToyContext(), "old")
+    shutil.rmtree(os.path.join(path, "template_commit"))
+    with pytest.warns(UserWarning, match="Consolidated metadata"):
+        zarr.consolidate_metadata(path)
+    assert "template_commit" not in zarr.open_group(path, mode="r")
+    assert store.template_ready(path, token)
+    assert not store.template_ready(path, store.store_token({"store_id": "new", "sweep_hash": spec.hash}))
+
+
 def test_a_worker_never_writes_into_another_store_at_the_path(tmp_path, monkeypatch):
     # An older store at the path (one being overwritten) has another token: the worker waits for
     # its own, and says so when it never comes; the older store is left as it was.

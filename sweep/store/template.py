@@ -278,7 +278,7 @@ def template_ready(path, token: str) -> bool:
     (they overlap, see :func:`sweep.run.run_sweep`) asks this before it
     writes: an older store still at the path (being overwritten) has another
     token, and a template is whole once its template record is written (its
-    last file).
+    last file; a store written before template records is whole).
 
     Args:
         path: a local path or an object-store URL.
@@ -290,7 +290,11 @@ def template_ready(path, token: str) -> bool:
     """
     try:
         group = zarr.open_group(str(path), mode="r")
-        return store_token(group.attrs) == token and bool(str(group[TEMPLATE_ARRAY][()]))
+        if store_token(group.attrs) != token:
+            return False
+        # A store written before template records existed has none (and was whole before any
+        # batch ran); a new one lists its record in the consolidated metadata from the start.
+        return TEMPLATE_ARRAY not in group or bool(str(group[TEMPLATE_ARRAY][()]))
     except Exception:  # noqa: BLE001 - a store not there, half there or being removed is not ready
         return False
 
