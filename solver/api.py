@@ -526,7 +526,8 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         the initialisation messages of points that did not assemble in
         ``attrs["failures"]`` (JSON), and ``wall_seconds``; with ``outputs``,
         only those of the outputs (and ``status``, ``steps``,
-        ``failure_time``, ``failure_reason``).
+        ``failure_time``, ``failure_reason``).  With ``dataset=False``, the
+        same as a :class:`~solver.results.solution.BatchArrays`.
 
     Raises:
         InputError: unknown parameter names, columns of different lengths,
