@@ -20,8 +20,10 @@ Dask LocalCluster of single-threaded worker processes, and measures:
     the last batch written) not spent inside the batch's one jit+vmap
     integration call, which is timed on the workers (target <= 5%).  The
     overhead is split into the batch function outside that call
-    (initialisation by batched Newton, residuals, metrics) and the rest
-    (scheduling, transfers, store writes, idle workers).
+    (initialisation by batched Newton, residuals, metrics; of which the
+    solver's own programs, the consistent start and the residual and energy
+    series, are timed apart) and the rest (scheduling, transfers, store
+    writes, idle workers).
 
 Compilation is not timed: each worker compiles (traces) once per batch shape
 before the timed runs, as a long sweep amortises it; the warm-up times are
@@ -131,33 +133,40 @@ def warm_up(points: dict, context, cache_dir: str) -> dict:
     import solver.api as api
     from sweep import pipeline
 
+    from solver.compiled import Compiled
+
     t0 = _time.perf_counter()
     result = run_batch_task(pipeline.batch_fn, points, context, cache_dir)
     seconds = _time.perf_counter() - t0
     if not hasattr(api, "_bench_clock"):
         # Time the integration inside solve_batch (it returns numpy arrays,
-        # so the clock stops after the device work).
-        inner = api._integrate
-        api._bench_clock = [0.0, 0]
+        # so the clock stops after the device work), and apart from it the
+        # solver's own programs around it: the consistent start (batched
+        # Gauss-Newton) and the constraint residual and energy series.
+        api._bench_clock = [0.0, 0, 0.0]
 
-        def timed(*args, **kwargs):
-            t = _time.perf_counter()
-            out = inner(*args, **kwargs)
-            api._bench_clock[0] += _time.perf_counter() - t
-            api._bench_clock[1] += 1
-            return out
+        def timed(inner, slot, count):
+            def call(*args, **kwargs):
+                t = _time.perf_counter()
+                out = inner(*args, **kwargs)
+                api._bench_clock[slot] += _time.perf_counter() - t
+                api._bench_clock[1] += count
+                return out
+            return call
 
-        api._integrate = timed
+        api._integrate = timed(api._integrate, 0, 1)
+        Compiled.consistent_points = timed(Compiled.consistent_points, 2, 0)
+        Compiled.output_series = timed(Compiled.output_series, 2, 0)
     return {"seconds": seconds, "status": np.asarray(result.status).tolist(),
             "message": result.message}
 
 
-def integration_clock(key: str) -> tuple[float, int]:
-    """(seconds inside the integration call, calls) so far in this worker."""
+def integration_clock(key: str) -> tuple[float, int, float]:
+    """(seconds in the integration call, calls, seconds in the solver's start and series) so far in this worker."""
     import solver.api as api
 
-    seconds, calls = getattr(api, "_bench_clock", (0.0, 0))
-    return float(seconds), int(calls)
+    seconds, calls, around = getattr(api, "_bench_clock", (0.0, 0, 0.0))
+    return float(seconds), int(calls), float(around)
 
 
 # ------------------------------------------------------------ on the driver
@@ -170,10 +179,11 @@ def clock(client, key: str) -> tuple[float, int]:
         key: the model's cache key (``context.key``).
 
     Returns:
-        (seconds inside the integration call, calls), summed over the workers.
+        (seconds inside the integration call, calls, seconds in the solver's
+        consistent start and residual and energy series), summed over the workers.
     """
     values = client.run(integration_clock, key).values()
-    return sum(v[0] for v in values), sum(v[1] for v in values)
+    return sum(v[0] for v in values), sum(v[1] for v in values), sum(v[2] for v in values)
 
 
 def warm_workers(client, addresses, points, context, cache_dir) -> list[float]:
@@ -218,7 +228,9 @@ def timed_sweep(client, address, spec_like, context, store, cache_dir) -> dict:
     Returns:
         wall (store preparation to last write), busy (time inside the batch
         function, summed over batches), integration (inside the integration
-        call, summed over workers), threads, points, failed, calls.
+        call, summed over workers), around (the solver's consistent start
+        and residual and energy series, summed over workers), threads,
+        points, failed, calls.
     """
     from sweep.pipeline import batch_fn
 
@@ -230,7 +242,7 @@ def timed_sweep(client, address, spec_like, context, store, cache_dir) -> dict:
     failed = sum(n for name, n in summary.store_by_status.items() if name != "success")
     return {"wall": summary.startup_seconds + summary.wall_seconds, "startup": summary.startup_seconds,
             "busy": sum(summary.batch_seconds.values()),
-            "integration": after[0] - before[0], "calls": after[1] - before[1],
+            "integration": after[0] - before[0], "calls": after[1] - before[1], "around": after[2] - before[2],
             "threads": summary.threads, "points": summary.points_run, "failed": failed,
             "batches": len(summary.batches_run), "tasks": summary.tasks}
 
@@ -256,6 +268,8 @@ def overhead_lines(label: str, r: dict) -> tuple[list[str], float]:
             f"inside integration {r['integration']:.2f} s ({r['calls']} calls)",
             f"    overhead (1 - integration / (wall x {r['threads']} workers)) {100 * overhead:5.1f}%"
             f" = batch function outside integration {100 * inside:.1f}%"
+            f" (of which the solver's consistent start and residual and energy series"
+            f" {100 * r['around'] / worker_time:.1f}%)"
             f" + outside the batch function {100 * outside:.1f}%"
             f" (of which the store's preparation and the client's start {100 * startup:.1f}%)"], overhead
 
