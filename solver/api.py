@@ -299,9 +299,12 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
 
     Returns:
         xarray.Dataset (docs/reference/outputs.md) with ``status`` (0 = success),
-        ``attrs["wall_seconds"]`` and ``attrs["compile_seconds"]`` (the part
+        ``attrs["wall_seconds"]``, ``attrs["compile_seconds"]`` (the part
         of it JAX spent tracing and compiling; near 0 on a second solve of
-        the same DAE, or with a warm persistent compilation cache).
+        the same DAE, or with a warm persistent compilation cache) and
+        ``attrs["integration_seconds"]`` (the steps alone: the integration
+        call less its compiling; the rest of a first solve is setting up,
+        consistent initial values and the outputs).
 
     Raises:
         InputError: bad arguments or initial values, unknown ``outputs``.
@@ -350,8 +353,11 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     if names:
         dz0 = _start_tangents(comp, params_b, t0, np.asarray(z0)[None], np.asarray(spec.free)[None], names, values,
                               fixed)
+    compiled_before, started = clock.seconds, _time.perf_counter()
     res = _integrate(comp, params_b, np.asarray(z0)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval, tol,
                      max_steps, h_max, 1, names, dz0)
+    # The steps alone: the integration call less what JAX compiled inside it.
+    integration = max(_time.perf_counter() - started - (clock.seconds - compiled_before), 0.0)
     residual, energy, balance = _derived_series(comp, res["values"], t_eval, params_b, want)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
                 "linear": integ.linear, "optimize": integ.optimize}
@@ -370,6 +376,7 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
                                            outputs=want)
     ds.attrs["wall_seconds"] = _time.perf_counter() - wall0
     ds.attrs["compile_seconds"] = clock.seconds
+    ds.attrs["integration_seconds"] = integration
     ds.attrs["t_final"] = float(res["t_final"][0])
     return ds
 

@@ -100,6 +100,7 @@ def test_simulate_json_summary(pendulum_run):
     assert info["max_constraint_residual"] < 1e-9
     assert "energy_drift" not in info          # a DAE-kind model has no energy
     assert info["wall_seconds"] > 0 and 0 <= info["compile_seconds"] <= info["wall_seconds"]
+    assert 0 <= info["integration_seconds"] <= info["wall_seconds"] - info["compile_seconds"]
     # Progress on stderr: a start and a finish line with the time taken,
     # compiling apart from solving.
     assert "solving 'Short pendulum'" in err and "finished in" in err
