@@ -50,6 +50,9 @@ def test_a_new_stores_empty_text_and_time_arrays_have_their_chunks_and_no_chunk_
         assert not (path / name / "c").exists()
         np.testing.assert_array_equal(group[name][:], np.full(group[name].shape, fill, dtype=group[name].dtype))
     assert store.check_store(path, "decode").ok
+    # What the driver groups a new store's tasks by before the template is written.
+    assert group["batch_commit"].chunks == (store.commit_chunk_length(34),)
+    assert store.commit_chunk_length(34) == 32 and store.commit_chunk_length(5) == 5
 
 
 def _metadata(path):

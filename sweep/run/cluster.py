@@ -192,7 +192,7 @@ class BackgroundCall:
         Raises:
             Whatever the call raised.
         """
-        self._thread.join()
+        self.wait()
         if self._error is not None:
             raise self._error
         return self._result
@@ -219,7 +219,7 @@ class ClientStart(BackgroundCall):
 
     def close(self) -> None:
         """Wait for the start, then close the client and the cluster it started (for a run with nothing to do)."""
-        self._thread.join()
+        self.wait()
         if self._result is not None:
             client, own = self._result
             client.close()

@@ -34,8 +34,8 @@ from sweep.run.cluster import (WORKER_TIMEOUT, BackgroundCall, ClientStart, Work
                                memory_kills, say_dashboard, start_client, worker_lost_message, worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch, run_and_write_batches)
-from sweep.store import (COMMIT_GROUP, BatchCommitter, BatchResult, Schema, batch_slices, plan_store,
-                         store_token, write_batch_data, writer_group)
+from sweep.store import (COMMIT_GROUP, BatchCommitter, BatchResult, Schema, batch_slices, commit_chunk_length,
+                         plan_store, store_token, write_batch_data, writer_group)
 
 __all__ = ["format_seconds", "interrupt", "SweepSummary", "run_sweep", "ProgressLog", "task_runs",
            "TASK_MOST_BATCHES", "TASK_SHARE"]
@@ -326,7 +326,7 @@ def run_sweep(spec_like, batch_fn: Callable, context: Any, store_path, workers: 
                                       verify, store_id=store_id, name="mechsweep-template")
             todo, check = list(range(len(slices))), None
             token = store_token({"store_id": store_id, "sweep_hash": spec_hash})
-            commit_chunk = min(COMMIT_GROUP, len(slices))
+            commit_chunk = commit_chunk_length(len(slices))
         else:
             todo, check = plan_store(store_path, spec_hash, points, schema, attrs, batch, mode, verify)
             group = zarr.open_group(store_path, mode="r+")

@@ -37,8 +37,8 @@ __getattr__, __dir__ = lazy_names(__name__, {
     "sweep.store.commit": ("BatchCommitter", "commit_batch", "write_batch"),
     "sweep.store.report": ("failure_groups", "status_report"),
     "sweep.store.schema": ("COMMIT_FORMAT", "COMMIT_GROUP", "FAILURE_ARRAYS", "RESERVED", "STORE_FORMAT",
-                           "BatchResult", "Schema", "WrittenBatch", "batch_slices", "effective_batch", "store_attrs",
-                           "store_format"),
+                           "BatchResult", "Schema", "WrittenBatch", "batch_slices", "commit_chunk_length",
+                           "effective_batch", "store_attrs", "store_format"),
     "sweep.store.template": ("MODES", "create_template", "plan_store", "prepare_store", "store_token",
                              "template_ready", "variable_length_text", "write_dataset", "zarr_ready"),
     "sweep.store.tree": ("ROOT_MARK", "is_structural_store", "open_store", "open_tree", "root_attrs"),
@@ -53,5 +53,5 @@ __all__ = [
     "CHECK_LEVELS", "FAILURE_ARRAYS", "failure_columns", "failure_groups",
     "RESERVED", "STORE_FORMAT", "COMMIT_GROUP", "COMMIT_FORMAT", "variable_length_text", "zarr_ready", "write_dataset",
     "store_format", "writer_group", "ROOT_MARK", "root_attrs", "is_structural_store", "open_tree",
-    "store_token", "template_ready",
+    "store_token", "template_ready", "commit_chunk_length",
 ]

@@ -84,6 +84,15 @@ STORE_FORMAT = 4
 #: a task's batches are committed with one write.
 COMMIT_GROUP = 32
 
+
+def commit_chunk_length(n_batches: int) -> int:
+    """The commit records per chunk of ``batch_commit`` in a new store of ``n_batches`` batches.
+
+    Known before the store is written: the driver groups a new store's
+    batches into tasks by it while the template is still being made.
+    """
+    return min(COMMIT_GROUP, int(n_batches))
+
 #: The per-point failure variables (store format 3 on), in the order a batch writes them.
 FAILURE_ARRAYS = ("failure_time", "failure_reason")
 

@@ -33,8 +33,8 @@ from solver.results.solution import package_versions
 from sweep.folders import publish, temporary_sibling
 from sweep.location import StoreLocation, is_url
 from sweep.store.check import StoreCheck, check_store
-from sweep.store.schema import (COMMIT_GROUP, STORE_FORMAT, Schema, batch_slices, effective_batch, legacy_message,
-                                place, store_attrs)
+from sweep.store.schema import (STORE_FORMAT, Schema, batch_slices, commit_chunk_length, effective_batch,
+                                legacy_message, place, store_attrs)
 from sweep.template_record import TEMPLATE_ARRAY, repair_coordinates, write_template_record
 
 __all__ = [
@@ -232,7 +232,7 @@ def _template_arrays(spec_hash: str, points: Mapping[str, np.ndarray], schema: S
     per_batch = [("batch_message", str, "", 1, {"long_name": "why the batch failed (empty: no message)"}),
                  ("batch_seconds", np.float64, np.nan, 1, {"long_name": "compute time of the batch on its worker",
                                                            "units": "s"}),
-                 ("batch_commit", str, "", min(COMMIT_GROUP, n_batches),
+                 ("batch_commit", str, "", commit_chunk_length(n_batches),
                   {"long_name": "commit record of the batch: JSON with the checksums of its chunks and its "
                                 "completion time (empty: not committed)"})]
     arrays += [_TemplateArray(name, ("batch",), (n_batches,), dtype if dtype is str else np.dtype(dtype), (chunk,),
