@@ -48,7 +48,7 @@ import jax
 
 from solver.errors import limit
 
-__all__ = ["stored_jit", "mark_dae", "dae_identity", "store_directory", "stats",
+__all__ = ["stored_jit", "mark_dae", "dae_identity", "store_directory", "program_stem", "stats",
            "STORE_ENV", "SUBDIRECTORY", "STORE_BYTES"]
 
 #: The environment variable that turns the store off (``off``, ``0``, ``false``).
@@ -165,6 +165,22 @@ def _key(identity: str, name: str, statics: dict, tree, avals) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def program_stem(directory: pathlib.Path, identity: str, name: str, statics: dict, tree, avals) -> pathlib.Path:
+    """Where the files of one program go in the store, less their ending.
+
+    Args:
+        directory: the store (:func:`store_directory`).
+        identity: the compiled model's :func:`dae_identity`.
+        name: the program's name within it.
+        statics: its static arguments by name.
+        tree, avals: the tree structure and abstract values of its other arguments.
+
+    Returns:
+        ``directory / "<name>-<first 40 hex digits of the key>"``.
+    """
+    return directory / f"{name}-{_key(identity, name, statics, tree, avals)[:40]}"
+
+
 # ------------------------------------------------------------------ the jit
 def stored_jit(fn, identity: str | None, name: str, *, static_argnames=(), compiler_options=None):
     """``jax.jit(fn)``, whose lowered program is kept in and loaded from the store.
@@ -208,8 +224,8 @@ def _program(fn, identity, name, statics, tree, avals):
     directory = store_directory()
     if directory is None:  # turned off since the jit was made
         return None
-    key = _key(identity, name, statics, tree, avals)
-    path = directory / f"{name}-{key[:40]}{_SUFFIX}"
+    stem = program_stem(directory, identity, name, statics, tree, avals)
+    path = stem.with_name(stem.name + _SUFFIX)
     if path.exists():
         try:
             program = export.deserialize(bytearray(_decompress(path.read_bytes())))

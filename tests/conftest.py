@@ -55,6 +55,10 @@ if os.environ.get("MECHSWEEP_TEST_XLA_OPT", "") != "full":
     _added = [flag for flag in TEST_XLA_FLAGS if flag[2:].split("=")[0] not in _named]
     os.environ["XLA_FLAGS"] = " ".join(_added + [_named]).strip()
 
+# Every build of the suite is a quick one already (the flags above): a tiered compile
+# (solver.tiered) would compile each program twice.  tests/test_tiered_compile.py turns it on.
+os.environ.setdefault("MECHSWEEP_TIERED_COMPILE", "off")
+
 import jax  # noqa: E402
 import pytest  # noqa: E402
 

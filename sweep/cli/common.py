@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import math
+import os
+import sys
+import time
 from pathlib import Path
 
 from solver.errors import InputError, check_regular_file
 from sweep.log import get_logger
 
-__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "check_out", "add_log_options", "log_level"]
+__all__ = ["EXIT_OK", "EXIT_FAILED", "EXIT_INPUT", "check_out", "add_log_options", "log_level",
+           "finish_optimised_builds"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INPUT = 0, 1, 2
 
@@ -101,6 +106,37 @@ def log_level(args) -> int:
 def note_progress(message: str) -> None:
     """A progress line or note: an ``INFO`` record of ``mechsweep.cli`` (``[mechsweep] ...`` on stderr)."""
     log.info(message)
+
+
+def finish_optimised_builds(code: int) -> int:
+    """Wait, saying so, for the optimised builds a tiered compile left compiling (:mod:`solver.tiered`).
+
+    The command's result is complete by then: the wait only puts the optimised
+    programs in the compilation cache, so that later runs start on them.
+
+    Args:
+        code: the command's exit code.
+
+    Returns:
+        ``code``.  Ctrl-C during the wait ends the process at once with ``code``
+        (the builds are compiled again by a later run).
+    """
+    tiered = sys.modules.get("solver.tiered")
+    if tiered is None or not tiered.pending():
+        return code
+    note_progress("the result is complete; compiling the optimised build of its programs for later runs "
+                  "(Ctrl-C skips this)")
+    start = time.perf_counter()
+    try:
+        tiered.wait_pending()
+    except KeyboardInterrupt:
+        # Python would join the compiling thread on its way out: leave without it.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
+    note_progress(f"optimised build ready after {time.perf_counter() - start:.1f} s more")
+    return code
 
 
 def split_text(wall: float, compile_seconds: float, solve_seconds: float | None = None) -> str:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from solver.errors import InputError
-from sweep.cli.common import EXIT_FAILED, EXIT_OK, model_file_arg, note_progress, check_out, split_text
+from sweep.cli.common import (EXIT_FAILED, EXIT_OK, check_out, finish_optimised_builds, model_file_arg, note_progress,
+                              split_text)
 
 __all__ = ["cmd_design"]
 
 
 def cmd_design(args) -> int:
     """Run a design file (:func:`sweep.design.optimize.run_design`) and print its summary.
+
+    Its solves start on quick builds while the optimised ones compile
+    (:mod:`solver.tiered`); before it returns it waits for those, saying so.
 
     Returns:
         0 when some start ended on a design that solves, 1 when none did.
@@ -21,6 +25,16 @@ def cmd_design(args) -> int:
 
     # Float64 and the persistent compilation cache before the solver compiles.
     configure_jax(default_jax_cache_dir())
+    from solver import tiered_compiles
+
+    # A design's many short solves start on quick builds and move to the optimised
+    # ones when they are ready (solver.tiered; MECHSWEEP_TIERED_COMPILE=off turns it off).
+    with tiered_compiles(True):
+        code = _design(args)
+    return finish_optimised_builds(code)
+
+
+def _design(args) -> int:
     from sweep.design.optimize import run_design
 
     if args.out:
