@@ -95,6 +95,24 @@ def test_a_model_read_again_compiles_the_optimised_build_at_once(store, compile_
     assert int(again.status) == 0
 
 
+def test_a_failed_optimised_build_leaves_the_quick_one_and_says_so(store, monkeypatch, caplog):
+    def fail(lowered, mark):
+        raise RuntimeError("out of memory in LLVM")
+
+    monkeypatch.setattr(tiered, "_optimise", fail)
+    model = _model({"ProblemData": {"tend": 0.6}})
+    before = _counts()
+    first = model.solve()
+    assert tiered.wait_pending(timeout=60)
+    with caplog.at_level(logging.WARNING, logger="solver.tiered"):
+        again = model.solve()
+    after = _counts()
+    assert after["failed"] - before["failed"] == 1 and after["switched"] == before["switched"]
+    assert "the optimised build of run failed (out of memory in LLVM); staying on the quick build" in caplog.text
+    assert not list(store.glob("*.optimised"))  # the next process tries again
+    np.testing.assert_array_equal(again["x"].values, first["x"].values)  # the same (quick) build
+
+
 DESIGN = """\
 Title: Pendulum length
 Model: {model}
