@@ -141,6 +141,18 @@ def _release_compiled_programs():
     jax.clear_caches()
 
 
+@pytest.fixture
+def program_store_dir(tmp_path, monkeypatch):
+    """A program store of its own (JAX's cache directory points at tmp_path while the test runs)."""
+    from solver import program_store
+
+    old = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+    monkeypatch.delenv(program_store.STORE_ENV, raising=False)
+    yield tmp_path / program_store.SUBDIRECTORY
+    jax.config.update("jax_compilation_cache_dir", old)
+
+
 @pytest.fixture(scope="session")
 def s3():
     """A real S3 API server (moto's server mode) on 127.0.0.1, this process pointed at it.

@@ -27,6 +27,20 @@ SolverParams:
   Integration: {tol: 1.0e-8}
 """
 
+#: A design file for the shipped pendulum (``{model}``: its path): fit L to the motion of L = 1.1.
+PENDULUM_DESIGN = """\
+Title: Pendulum length
+Model: {model}
+Override: {{ProblemData: {{tend: 0.5}}}}
+Parameters:
+  L: {{start: 0.9, bounds: [0.8, 1.3]}}
+Objective:
+  path: [x, y]
+  target: {{design: {{L: 1.1}}}}
+  samples: 11
+Optimizer: {{method: L-BFGS-B, max_iterations: 5}}
+"""
+
 SWEEP = """\
 Title: Pendulum release study
 Model: pendulum_x0.yaml

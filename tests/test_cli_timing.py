@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pendulum_sweep import write_pendulum_sweep
+from pendulum_sweep import PENDULUM_DESIGN, write_pendulum_sweep
 from solver import compile_clock
 from sweep.cli.app import main
 
@@ -30,18 +30,6 @@ ROUNDING = 0.11
 
 SPLIT = re.compile(r"finished in (\d+\.\d) s \((\d+\.\d) s compiling, (\d+\.\d\d) s solving\)")
 
-DESIGN = """\
-Title: Pendulum length
-Model: {model}
-Override: {{ProblemData: {{tend: 0.5}}}}
-Parameters:
-  L: {{start: 0.9, bounds: [0.8, 1.3]}}
-Objective:
-  path: [x, y]
-  target: {{design: {{L: 1.1}}}}
-  samples: 11
-Optimizer: {{method: L-BFGS-B, max_iterations: 5}}
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -113,7 +101,7 @@ def test_sweep_estimate_reports_compiling_and_solving(tmp_path, capsys):
 
 def test_design_reports_compiling_and_solving(tmp_path, capsys):
     design = tmp_path / "design.yaml"
-    design.write_text(DESIGN.format(model=PENDULUM))
+    design.write_text(PENDULUM_DESIGN.format(model=PENDULUM))
     assert main(["design", str(design)]) == 0
     err = capsys.readouterr().err
     _split(err)

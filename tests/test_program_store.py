@@ -27,13 +27,9 @@ SHORT = {"ProblemData": {"tend": 1.0, "samples": 11}}
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
-    """A program store of its own (JAX's cache directory points at tmp_path while the test runs)."""
-    old = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-    monkeypatch.delenv(program_store.STORE_ENV, raising=False)
-    yield tmp_path / program_store.SUBDIRECTORY
-    jax.config.update("jax_compilation_cache_dir", old)
+def store(program_store_dir):
+    """A program store of its own (tests/conftest.py)."""
+    return program_store_dir
 
 
 def _files(directory):

@@ -22,8 +22,10 @@ import pytest
 import jax
 
 import solver
-from solver import program_store, tiered
+from solver import tiered
 from solver.integrate.choices import QUICK_COMPILE
+
+from pendulum_sweep import PENDULUM_DESIGN
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PENDULUM = str(ROOT / "configs" / "mechanisms" / "pendulum.yaml")
@@ -31,17 +33,13 @@ SHORT = {"ProblemData": {"tend": 1.0, "samples": 11}}
 
 
 @pytest.fixture
-def store(tmp_path, monkeypatch):
-    """A program store of its own, tiering on for the test (the process default restored after)."""
-    old = jax.config.jax_compilation_cache_dir
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-    monkeypatch.delenv(program_store.STORE_ENV, raising=False)
+def store(program_store_dir, monkeypatch):
+    """A program store of its own (tests/conftest.py), tiering on for the test (off again after)."""
     monkeypatch.delenv(tiered.TIERED_ENV, raising=False)
     tiered.set_tiered(True)
-    yield tmp_path / program_store.SUBDIRECTORY
+    yield program_store_dir
     assert tiered.wait_pending(timeout=300)
     tiered.set_tiered(False)
-    jax.config.update("jax_compilation_cache_dir", old)
 
 
 @pytest.fixture
@@ -113,20 +111,6 @@ def test_a_failed_optimised_build_leaves_the_quick_one_and_says_so(store, monkey
     np.testing.assert_array_equal(again["x"].values, first["x"].values)  # the same (quick) build
 
 
-DESIGN = """\
-Title: Pendulum length
-Model: {model}
-Override: {{ProblemData: {{tend: 0.5}}}}
-Parameters:
-  L: {{start: 0.9, bounds: [0.8, 1.3]}}
-Objective:
-  path: [x, y]
-  target: {{design: {{L: 1.1}}}}
-  samples: 11
-Optimizer: {{method: L-BFGS-B, max_iterations: 5}}
-"""
-
-
 def test_mechsweep_design_starts_its_solves_on_quick_builds_and_waits_for_the_optimised(store, tmp_path,
                                                                                        monkeypatch, capsys):
     from sweep.cli.app import main
@@ -135,7 +119,7 @@ def test_mechsweep_design_starts_its_solves_on_quick_builds_and_waits_for_the_op
     old_cache = jax.config.jax_compilation_cache_dir
     monkeypatch.setenv("MECHSWEEP_JAX_CACHE", str(store.parent))
     design = tmp_path / "design.yaml"
-    design.write_text(DESIGN.format(model=PENDULUM))
+    design.write_text(PENDULUM_DESIGN.format(model=PENDULUM))
     tiered.set_tiered(False)  # the command turns it on for itself
     before = _counts()
     try:
