@@ -659,10 +659,11 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
 def _mask_after_failure(ds, times, status):
     """A batch's :class:`~solver.results.solution.BatchArrays` with each failed point's series NaN after its failure.
 
-    A point that never assembled has all its samples NaN. The integrator writes an output row only when a step reaches it, so the
-    rows after the failure are NaN already; this makes the rule explicit,
-    and covers a point that did not assemble (its run started from the
-    guesses, which are not a solution).
+    A point that never assembled has all its samples NaN. The integrator
+    writes an output row only when a step reaches it, so the rows after the
+    failure are NaN already; this makes the rule explicit, and covers a
+    point that did not assemble (its run started from the guesses, which
+    are not a solution).
     """
     status = np.asarray(status)
     if not st.is_failure(status).any():

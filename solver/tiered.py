@@ -44,7 +44,7 @@ import jax
 from solver.errors import InputError
 from solver.program_store import program_stem, store_directory
 
-__all__ = ["TieredJit", "tiered_jit", "set_tiered", "tiered_compiles", "tiered_enabled", "pending", "wait_pending",
+__all__ = ["TieredJit", "set_tiered", "tiered_compiles", "tiered_enabled", "pending", "wait_pending",
            "stats", "TIERED_ENV"]
 
 #: The environment variable that turns tiering on or off for a process (over :func:`set_tiered`).
@@ -268,16 +268,3 @@ class TieredJit:
 def _forget(stem) -> None:
     with _lock:
         _compiling.pop(stem, None)
-
-
-def tiered_jit(jitted, identity: str | None, name: str, *, quick_options: dict, static_argnames=(),
-               enabled: bool = True) -> TieredJit:
-    """Wrap a jitted program so that its first calls may run on a quick build.
-
-    Args:
-        jitted, identity, name, quick_options, static_argnames, enabled: as for :class:`TieredJit`.
-
-    Returns:
-        A :class:`TieredJit`, called as ``jitted`` is.
-    """
-    return TieredJit(jitted, identity, name, quick_options, static_argnames=static_argnames, enabled=enabled)

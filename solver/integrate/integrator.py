@@ -52,7 +52,7 @@ from solver.taylor.compact import CompactProgram, CompactUnsupportedError
 from solver.taylor.degree import stage0_is_affine
 from solver.taylor.program import TaylorProgram
 from solver.taylor.tape import UnrolledProgram
-from solver.tiered import tiered_jit
+from solver.tiered import TieredJit
 
 __all__ = ["Integrator", "order_for_tol", "BATCH_CPU_OPTIONS", "WHOLE_ROUND_CPU_OPTIONS", "KKT_MIN_SIZE", "MODES",
            "QUICK_COMPILE", "UNROLL_MAX_OPS", "UNROLL_MAX_OPS_SINGLE", "tape_ops", "choose_mode",
@@ -149,16 +149,15 @@ class Integrator(StateLayout, SeriesStages, Stepper, SingleRun, BatchPool, Tange
         self.identity = dae_identity(dae, program.p, self.linear, self.mode, self.optimize)
         # A single run and a forward-mode run may start on a quick build (solver.tiered); a
         # batch's program is compiled for the many batches of a sweep and is always optimised.
-        self._run_jit = tiered_jit(
+        self._run_jit = TieredJit(
             stored_jit(self._run_whole, self.identity, "run", compiler_options=self.compiler_options()),
-            self.identity, "run", quick_options=QUICK_COMPILE, enabled=self.optimize)
+            self.identity, "run", QUICK_COMPILE, enabled=self.optimize)
         self._run_batch_jit = stored_jit(self._run_batch, self.identity, "run_batch", static_argnames=("slots",),
                                          compiler_options=self.batch_compiler_options())
-        self._run_tangents_jit = tiered_jit(
+        self._run_tangents_jit = TieredJit(
             stored_jit(self._run_tangents, self.identity, "run_tangents", static_argnames=("slots",),
                        compiler_options=self.compiler_options()),
-            self.identity, "run_tangents", quick_options=QUICK_COMPILE, static_argnames=("slots",),
-            enabled=self.optimize)
+            self.identity, "run_tangents", QUICK_COMPILE, static_argnames=("slots",), enabled=self.optimize)
 
 
     def compiler_options(self, options: dict | None = None) -> dict | None:

@@ -93,6 +93,7 @@ def commit_chunk_length(n_batches: int) -> int:
     """
     return min(COMMIT_GROUP, int(n_batches))
 
+
 #: The per-point failure variables (store format 3 on), in the order a batch writes them.
 FAILURE_ARRAYS = ("failure_time", "failure_reason")
 
