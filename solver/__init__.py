@@ -32,7 +32,7 @@ __getattr__, __dir__ = _module_aliases.lazy_names(__name__, {
     "solver.errors": ("InputError",),
     "solver.api": ("solve", "solve_batch", "integrator_for", "consistent_point"),
     "solver.compiled": ("Compiled", "compiled_model", "compile_clock"),
-    "solver.tiered": ("tiered_compiles",),
+    "solver.tiered": ("tiered_compiles", "set_tiered"),
     "solver.integrate.integrator": ("order_for_tol",),
     "solver.status": ("status",),
     "solver.mechanics.lagrangian": ("lagrangian",),
@@ -42,5 +42,5 @@ __getattr__, __dir__ = _module_aliases.lazy_names(__name__, {
 })
 
 __all__ = ["DAE", "Event", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
-           "consistent_point", "order_for_tol", "compile_clock", "tiered_compiles", "InputError",
+           "consistent_point", "order_for_tol", "compile_clock", "tiered_compiles", "set_tiered", "InputError",
            "DAEDefinitionError", "status", "lagrangian", "load", "lagrangian_ds", "equilibrium"]

@@ -17,27 +17,43 @@ the same program compiles in about half the time and runs 1.3-10x slower
 When the optimised build is done, a marker beside the program in the program
 store (:mod:`solver.program_store`) records it, and later processes compile the
 optimised build straight away (a hit in JAX's persistent compilation cache):
-tiering costs a warm process nothing.  Both builds are the same StableHLO, so
-they differ only by the rounding of LLVM's rewrites (up to 2e-10 over five
-shipped models in ``optimize.txt``, where Mechanism0's chaotic motion is left
-out; ``tests/test_tiered_compile.py`` compares them on the pendulum).
+tiering costs a warm process nothing.
+
+Processes that share a program store (a sweep's worker processes on one host)
+compile each optimised build once: the first to need it takes a lock file
+beside the marker (``flock``, which the system releases if the process dies)
+and compiles it; the others stay on their quick builds, look for the marker
+about once a second (:data:`LOOK_SECONDS`) and then load the build from the
+cache.  Where the holder's build fails, or its process ends first, the next
+one to look takes the lock over.
+
+Both builds are the same StableHLO, so they differ only by the rounding of
+LLVM's rewrites (up to 2e-10 over five shipped models in ``optimize.txt``,
+where Mechanism0's chaotic motion is left out; ``tests/test_tiered_compile.py``
+compares them on the pendulum).  A sweep from an empty cache therefore has
+its first batches from the quick build and the rest from the optimised one;
+a sweep that must match another bit for bit runs with tiering off.
 
 Tiering is off unless asked for: ``mechsweep design`` turns it on for its own
-process (many short solves, where the switch pays), as does
-:func:`set_tiered` for a library session, and :data:`TIERED_ENV` (``on`` or
-``off``) overrides both.  It needs the program store (a model read from a file
-and a compilation cache directory); anything else compiles as before.  A
-process with a build still compiling waits for it before it exits
-(:func:`wait_pending` lets a command say so).
+process (many short solves, where the switch pays), a sweep for its workers'
+batches (:class:`sweep.run.worker.JaxSetup`), :func:`set_tiered` for a library
+session, and :data:`TIERED_ENV` (``on`` or ``off``) overrides all of them.  It
+needs the program store (a model read from a file and a compilation cache
+directory); anything else compiles as before.  A process with a build still
+compiling waits for it before it exits (:func:`wait_pending` lets a command
+say so; :func:`sweep.run.cluster.finish_worker_builds` does for a sweep's
+workers).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import logging
 import os
 import threading
+import time
 
 import jax
 
@@ -45,26 +61,31 @@ from solver.errors import InputError
 from solver.program_store import program_stem, store_directory
 
 __all__ = ["TieredJit", "set_tiered", "tiered_compiles", "tiered_enabled", "pending", "wait_pending",
-           "stats", "TIERED_ENV"]
+           "stats", "TIERED_ENV", "LOOK_SECONDS"]
 
 #: The environment variable that turns tiering on or off for a process (over :func:`set_tiered`).
 TIERED_ENV = "MECHSWEEP_TIERED_COMPILE"
 
 #: The ending of the marker that says a program's optimised build is in the compilation cache.
 _MARK = ".optimised"
+#: The ending of the lock file held by the process compiling a program's optimised build.
+_LOCK = ".optimising"
+#: Seconds between two looks, by a process on a quick build, for another's optimised build.
+LOOK_SECONDS = 1.0
 
 _ON, _OFF = ("on", "1", "true", "yes"), ("off", "0", "false", "no")
 _process_default = False
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a build's look starts the executor
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
-#: The programs whose optimised build is compiling: {program stem: (quick build, future)}.
+#: The programs on a quick build, by program stem: their :class:`_Builds`, until they switch.
 _compiling: dict = {}
 _log = logging.getLogger(__name__)
 
 #: Counts of this process: programs started on a quick build, builds shared with another
 #: compiled model of the same program, optimised builds that replaced a quick one, optimised
-#: builds compiled at once (marker present), background failures.
-stats = {"quick": 0, "shared": 0, "switched": 0, "direct": 0, "failed": 0}
+#: builds compiled at once (marker present), optimised builds compiled in the background
+#: here, optimised builds another process compiled and this one loaded, background failures.
+stats = {"quick": 0, "shared": 0, "switched": 0, "direct": 0, "optimised": 0, "loaded": 0, "failed": 0}
 
 
 def set_tiered(on: bool) -> None:
@@ -120,9 +141,9 @@ def tiered_enabled() -> bool:
 
 
 def pending() -> int:
-    """How many optimised builds are still compiling in the background."""
+    """How many optimised builds are still compiling (or loading) in the background."""
     with _lock:
-        return sum(not future.done() for _, future in _compiling.values())
+        return sum(builds.coming is not None and not builds.coming.done() for builds in _compiling.values())
 
 
 def wait_pending(timeout: float | None = None) -> bool:
@@ -135,7 +156,7 @@ def wait_pending(timeout: float | None = None) -> bool:
         True when none is left compiling.
     """
     with _lock:
-        futures = [future for _, future in _compiling.values()]
+        futures = [builds.coming for builds in _compiling.values() if builds.coming is not None]
     concurrent.futures.wait(futures, timeout=timeout)
     return pending() == 0
 
@@ -160,34 +181,119 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
-def _optimise(lowered, mark):
-    executable = lowered.compile()
-    with contextlib.suppress(OSError):
-        mark.parent.mkdir(parents=True, exist_ok=True)
-        mark.touch()
+class _Claim:
+    """The lock file of one program's optimised build, held while this process compiles it."""
+
+    def __init__(self, path):
+        self.path = path
+        self._handle = None
+
+    def take(self) -> bool:
+        """Take the lock unless another process holds it.
+
+        Returns:
+            False when another process holds it; True when this one does now,
+            or where files cannot be locked here (then every process compiles).
+        """
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): each process compiles its own
+            return True
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.path, "ab")
+        except OSError:
+            return True
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            handle.close()
+            return exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+        self._handle = handle
+        return True
+
+    def release(self) -> None:
+        """Let the lock go (closing the file releases it)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.close()
+
+
+def _optimise(lowered, mark, claim: _Claim):
+    try:
+        executable = lowered.compile()
+        with contextlib.suppress(OSError):
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.touch()
+    finally:
+        claim.release()
+    with _lock:
+        stats["optimised"] += 1
+    return executable
+
+
+def _load(lowered):
+    executable = lowered.compile()  # another process's build: a hit in the compilation cache
+    with _lock:
+        stats["loaded"] += 1
     return executable
 
 
 class _Builds:
-    """The builds of one argument signature: the one in use and the optimised one to come."""
+    """The builds of one program and argument signature: the one in use and the optimised one to come.
 
-    __slots__ = ("current", "coming", "name")
+    Shared by the compiled models of the same program in one process.  Until
+    the optimised build is under way (here, or in another process that holds
+    its lock), it keeps the lowered program to compile it from.
+    """
 
-    def __init__(self, current, coming, name):
-        self.current, self.coming, self.name = current, coming, name
+    __slots__ = ("current", "coming", "name", "_stem", "_lowered", "_mark", "_claim", "_next_look")
+
+    def __init__(self, current, name, stem=None, lowered=None, mark=None):
+        self.current, self.coming, self.name, self._stem = current, None, name, stem
+        self._lowered, self._mark = lowered, mark
+        self._claim = _Claim(mark.with_name(mark.name[: -len(_MARK)] + _LOCK)) if mark is not None else None
+        self._next_look = 0.0
+
+    def look(self) -> None:
+        """Start the optimised build: load another process's, or compile it here if no one else is."""
+        if self._lowered is None or time.monotonic() < self._next_look:
+            return
+        with _lock:
+            if self._lowered is None or self.coming is not None:
+                return
+            self._next_look = time.monotonic() + LOOK_SECONDS
+            if self._mark.exists():
+                self.coming = _executor().submit(_load, self._lowered)
+            elif self._claim.take():
+                if self._mark.exists():  # finished by its last holder between the two looks
+                    self._claim.release()
+                    self.coming = _executor().submit(_load, self._lowered)
+                else:
+                    self.coming = _executor().submit(_optimise, self._lowered, self._mark, self._claim)
+            else:
+                return  # another process is compiling it: stay on the quick build
+            self._lowered = None
 
     def best(self):
+        """The build to run now: the optimised one once it is ready."""
         coming = self.coming
-        if coming is not None and coming.done():
-            self.coming = None
-            try:
-                self.current = coming.result()
-            except Exception as exc:  # the quick build stays; the next process tries again
-                _log.warning("the optimised build of %s failed (%s); staying on the quick build", self.name, exc)
-                with _lock:
+        if coming is None:
+            self.look()
+            return self.current
+        if coming.done():
+            with _lock:
+                if self.coming is not coming:
+                    return self.current
+                self.coming = None
+                _compiling.pop(self._stem, None)  # a model compiled from now on finds the marker
+                try:
+                    self.current = coming.result()
+                except Exception as exc:  # the quick build stays; the next process tries again
+                    _log.warning("the optimised build of %s failed (%s); staying on the quick build",
+                                 self.name, exc)
                     stats["failed"] += 1
-            else:
-                with _lock:
+                else:
                     stats["switched"] += 1
         return self.current
 
@@ -241,30 +347,24 @@ class TieredJit:
         stem = program_stem(directory, self._identity, self._name, statics, tree, avals)
         with _lock:
             # Another compiled model of the same file and settings (a design's
-            # copies of one model) whose optimised build is still compiling:
-            # the same program, so its builds serve this one too.
+            # copies of one model) still on its quick build: the same program,
+            # so its builds serve this one too.
             started = _compiling.get(stem)
             if started is not None:
                 stats["shared"] += 1
-                return _Builds(started[0], started[1], self._name)
+                return started
         mark = stem.with_name(stem.name + _MARK)
         lowered = self._jit.lower(*args, **kwargs)
         if mark.exists():
             with _lock:
                 stats["direct"] += 1
-            return _Builds(lowered.compile(), None, self._name)
+            return _Builds(lowered.compile(), self._name)
         # The optimised build starts once the quick one is done: started beside it, it
         # slows down the quick build, which the first result waits for
         # (workflows/benchmarks/results/design_first_result.txt).
-        quick = lowered.compile(self._quick_options)
-        future = _executor().submit(_optimise, lowered, mark)
+        builds = _Builds(lowered.compile(self._quick_options), self._name, stem, lowered, mark)
         with _lock:
-            _compiling[stem] = (quick, future)
+            _compiling[stem] = builds
             stats["quick"] += 1
-        future.add_done_callback(lambda done: _forget(stem))  # at once if it is done already
-        return _Builds(quick, future, self._name)
-
-
-def _forget(stem) -> None:
-    with _lock:
-        _compiling.pop(stem, None)
+        builds.look()
+        return builds

@@ -394,7 +394,8 @@ def run_groups(spec, names: list[str], groups: list[Group], out, *, workers=None
 
         def client():
             if not started:
-                started.append(stack.enter_context(dask_client(workers, scheduler, scheduler_file, cluster)))
+                started.append(stack.enter_context(dask_client(workers, scheduler, scheduler_file, cluster,
+                                                               tiered=True)))
                 say_dashboard(started[0])
             return started[0]
 

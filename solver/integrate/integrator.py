@@ -147,13 +147,14 @@ class Integrator(StateLayout, SeriesStages, Stepper, SingleRun, BatchPool, Tange
         self.events = EventStepper(self, events, getattr(dae, "max_events", DEFAULT_MAX_EVENTS)) if events else None
         #: What these programs are of, for the program store (None: not stored).
         self.identity = dae_identity(dae, program.p, self.linear, self.mode, self.optimize)
-        # A single run and a forward-mode run may start on a quick build (solver.tiered); a
-        # batch's program is compiled for the many batches of a sweep and is always optimised.
+        # Each run's program may start on a quick build where tiering is on (solver.tiered).
         self._run_jit = TieredJit(
             stored_jit(self._run_whole, self.identity, "run", compiler_options=self.compiler_options()),
             self.identity, "run", QUICK_COMPILE, enabled=self.optimize)
-        self._run_batch_jit = stored_jit(self._run_batch, self.identity, "run_batch", static_argnames=("slots",),
-                                         compiler_options=self.batch_compiler_options())
+        self._run_batch_jit = TieredJit(
+            stored_jit(self._run_batch, self.identity, "run_batch", static_argnames=("slots",),
+                       compiler_options=self.batch_compiler_options()),
+            self.identity, "run_batch", QUICK_COMPILE, static_argnames=("slots",), enabled=self.optimize)
         self._run_tangents_jit = TieredJit(
             stored_jit(self._run_tangents, self.identity, "run_tangents", static_argnames=("slots",),
                        compiler_options=self.compiler_options()),

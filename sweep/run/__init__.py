@@ -32,14 +32,19 @@ stopped the worker for memory and which ``Batch`` to try; a result that does not
 schema becomes ``error``. Tasks cancelled because the scheduler went away are
 left pending for a later resume.
 
+Workers start each program's batches on a quick build while one worker per
+host compiles the optimised build (:mod:`solver.tiered`, turned on by
+:class:`JaxSetup`); after the last batch the driver waits for a build still
+compiling, saying so (:func:`finish_worker_builds`).
+
 One concern per module:
 
 - :mod:`sweep.run.worker`: JAX set-up on the workers, the task of a run of
   batches (:func:`run_and_write_batches`, each batch by
   :func:`run_and_write_batch`) and the worker's checks (:func:`check_worker`);
 - :mod:`sweep.run.cluster`: cluster files, clusters and clients
-  (:func:`load_cluster_config`, :func:`dask_client`), and the watch for a
-  cluster without workers;
+  (:func:`load_cluster_config`, :func:`dask_client`), the watch for a
+  cluster without workers, and the wait for the workers' optimised builds;
 - :mod:`sweep.run.driver`: :func:`run_sweep`, the tasks' sizes
   (:func:`task_runs`), committing batches as they complete, the summary and
   the progress lines.
@@ -48,13 +53,14 @@ Every name is importable from ``sweep.run`` as well.
 """
 
 from sweep.run.cluster import (CLUSTER_KEYS, MEMORY_RESTART_EVENT, WORKER_TIMEOUT, WorkerWatch, check_dask_target,
-                               dask_client, load_cluster_config, local_cores, make_cluster, memory_kills,
-                               say_dashboard, start_client, worker_lost_message, worker_threads)
+                               dask_client, finish_worker_builds, load_cluster_config, local_cores, make_cluster,
+                               memory_kills, say_dashboard, start_client, worker_lost_message, worker_threads)
 from sweep.run.driver import (TASK_MOST_BATCHES, TASK_SHARE, ProgressLog, SweepSummary, format_seconds, interrupt,
                               run_sweep, task_runs)
 from sweep.run.worker import (CACHE_MIN_COMPILE_SECONDS, JaxSetup, Unfit, WriteFailed, check_result, check_worker,
                               checked_or_failed, configure_jax, default_jax_cache_dir, keep_freed_memory,
-                              package_version, pin_to_core, run_and_write_batch, run_and_write_batches, run_batch_task)
+                              package_version, pin_to_core, run_and_write_batch, run_and_write_batches, run_batch_task,
+                              tiered_report)
 from sweep.store import BatchResult
 
 __all__ = [
@@ -65,5 +71,5 @@ __all__ = [
     "worker_threads", "ProgressLog", "format_seconds", "interrupt", "CACHE_MIN_COMPILE_SECONDS", "Unfit",
     "WriteFailed", "check_worker", "checked_or_failed", "package_version", "pin_to_core", "run_and_write_batch",
     "MEMORY_RESTART_EVENT", "memory_kills", "worker_lost_message", "run_and_write_batches", "task_runs",
-    "TASK_MOST_BATCHES", "TASK_SHARE", "keep_freed_memory",
+    "TASK_MOST_BATCHES", "TASK_SHARE", "keep_freed_memory", "finish_worker_builds", "tiered_report",
 ]

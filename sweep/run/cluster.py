@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import threading
 import time
@@ -13,14 +14,14 @@ from typing import Callable, Mapping
 from solver.errors import InputError, format_bytes
 from solver.models.yamlio import load_yaml
 from sweep.file_schemas import CLUSTER_KEYS, ClusterFile
-from sweep.run.worker import JaxSetup, default_jax_cache_dir
+from sweep.run.worker import JaxSetup, default_jax_cache_dir, tiered_report
 from sweep.log import get_logger
 from sweep.yamlschema import validate
 
 __all__ = [
     "CLUSTER_KEYS", "local_cores", "load_cluster_config", "make_cluster", "check_dask_target", "start_client",
     "BackgroundCall", "ClientStart",
-    "dask_client", "WORKER_TIMEOUT", "WorkerWatch", "say_dashboard", "worker_threads",
+    "dask_client", "finish_worker_builds", "WORKER_TIMEOUT", "WorkerWatch", "say_dashboard", "worker_threads",
     "MEMORY_RESTART_EVENT", "memory_kills", "worker_lost_message",
 ]
 
@@ -229,7 +230,7 @@ class ClientStart(BackgroundCall):
 
 @contextlib.contextmanager
 def dask_client(workers=None, scheduler=None, scheduler_file=None, cluster=None,
-                jax_cache_dir: str | None = None):
+                jax_cache_dir: str | None = None, tiered: bool = False):
     """A Dask client on the same kind of cluster as sweeps, closed on exit.
 
     Other task-parallel commands (``mechsweep design``'s starts) use it: a
@@ -243,6 +244,11 @@ def dask_client(workers=None, scheduler=None, scheduler_file=None, cluster=None,
         scheduler, scheduler_file, cluster: as for :func:`sweep.run.driver.run_sweep`.
         jax_cache_dir: the workers' compilation cache (default
             :func:`default_jax_cache_dir`).
+        tiered: the workers start their programs on quick builds
+            (:class:`JaxSetup`), and on leaving the block the client waits
+            for the optimised builds still compiling
+            (:func:`finish_worker_builds`): for a sweep's groups, not for a
+            design's starts, whose result would wait for those builds.
 
     Yields:
         the ``distributed.Client``.
@@ -256,12 +262,67 @@ def dask_client(workers=None, scheduler=None, scheduler_file=None, cluster=None,
     client, own = start_client(workers, scheduler, scheduler_file, cluster, cluster_file)
     try:
         client.register_plugin(JaxSetup(jax_cache_dir or default_jax_cache_dir(),
-                                        pin=isinstance(own, LocalCluster), own_workers=own is not None))
+                                        pin=isinstance(own, LocalCluster), own_workers=own is not None,
+                                        tiered=tiered))
         yield client
+        if tiered:
+            finish_worker_builds(client)
     finally:
         client.close()
         if own is not None:
             own.close()
+
+
+def finish_worker_builds(client, poll: float = 0.5) -> tuple[dict[str, int], float]:
+    """Wait, saying so, for the optimised builds the workers are still compiling (:mod:`solver.tiered`).
+
+    A sweep's workers start each program on a quick build and compile its
+    optimised build once per host (:class:`~sweep.run.worker.JaxSetup`).  A
+    short sweep can be done before that build is: the wait puts it in the
+    compilation cache, so that later sweeps start on it.  Its results are
+    complete and committed by then.
+
+    Args:
+        client: the sweep's ``distributed.Client``, before its cluster closes.
+        poll: seconds between two looks at the workers.
+
+    Returns:
+        ``(counts, seconds)``: the workers' counts of :data:`solver.tiered.stats`,
+        summed, with ``pending`` (builds left compiling: non-zero only after
+        Ctrl-C or SIGTERM skipped the wait, or a worker could not be asked),
+        empty where no worker answered; and the seconds waited.
+    """
+    def counts() -> dict[str, int]:
+        total: dict[str, int] = {}
+        for report in client.run(tiered_report).values():
+            for key, n in report.items():
+                total[key] = total.get(key, 0) + n
+        return total
+
+    try:
+        total = counts()
+    except Exception:  # noqa: BLE001 - a worker gone or a scheduler away: nothing to wait for
+        return {}, 0.0
+    if not total.get("pending"):
+        return total, 0.0
+    log.info("the results are complete; the workers are compiling the optimised build of their programs for "
+             "later runs (Ctrl-C skips this)")
+    start = time.perf_counter()
+    try:
+        while total.get("pending"):
+            time.sleep(poll)
+            total = counts()
+    except KeyboardInterrupt:
+        log.info("skipped: a later run compiles the optimised build again")
+        # The compiling worker ends only when its nanny kills it, a few seconds
+        # later, with a warning that would only repeat this.
+        logging.getLogger("distributed.nanny").setLevel(logging.ERROR)
+        return total, time.perf_counter() - start
+    except Exception:  # noqa: BLE001 - as above
+        return total, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    log.info(f"optimised build ready after {seconds:.1f} s more")
+    return total, seconds
 
 
 #: Seconds a sweep waits while its cluster has no worker before it stops (``--worker-timeout``).

@@ -31,7 +31,8 @@ from solver import status as st
 from sweep.log import get_logger
 from sweep.location import StoreLocation
 from sweep.run.cluster import (WORKER_TIMEOUT, BackgroundCall, ClientStart, WorkerWatch, check_dask_target,
-                               memory_kills, say_dashboard, start_client, worker_lost_message, worker_threads)
+                               finish_worker_builds, memory_kills, say_dashboard, start_client, worker_lost_message,
+                               worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch, run_and_write_batches)
 from sweep.store import (COMMIT_GROUP, BatchCommitter, BatchResult, Schema, batch_slices, commit_chunk_length,
@@ -156,6 +157,10 @@ class SweepSummary:
         overhead_fraction: ``1 - sum(batch_seconds) / (wall_seconds * threads)``,
             the share of the workers' time not spent inside batch functions
             (scheduling, transfer, writing, idle workers at the end).
+        builds: the workers' tiered compiles (:func:`sweep.run.cluster.finish_worker_builds`),
+            counted after the run waited for their optimised builds; empty
+            where this run shared its client or ran in this process.
+        build_wait_seconds: how long it waited for them, after its last batch.
     """
 
     store: str
@@ -176,6 +181,8 @@ class SweepSummary:
     overhead_fraction: float = 0.0
     total_seconds: float = 0.0
     stopped: str = ""
+    builds: dict[str, int] = field(default_factory=dict)
+    build_wait_seconds: float = 0.0
 
     @property
     def compile_seconds(self) -> float:
@@ -188,6 +195,11 @@ class SweepSummary:
         busy = sum(s for s in self.batch_seconds.values() if math.isfinite(s))
         return max(0.0, float(busy) - self.compile_seconds)
 
+    def _build_wait(self) -> str:
+        if not self.build_wait_seconds:
+            return ""
+        return f", {self.build_wait_seconds:.3g} s more for the optimised build of its programs"
+
     def __str__(self) -> str:
         counts = ", ".join(f"{k} {v}" for k, v in self.store_by_status.items())
         per = (f"{np.mean(list(self.batch_seconds.values())):.3g} s/batch"
@@ -198,7 +210,7 @@ class SweepSummary:
                  f"store status: {counts}",
                  f"wall {format_seconds(max(self.total_seconds, self.wall_seconds + self.startup_seconds))} "
                  f"({self.startup_seconds:.3g} s store and cluster start-up, {self.wall_seconds:.3g} s "
-                 f"running batches), {per}, {self.threads} worker threads, "
+                 f"running batches{self._build_wait()}), {per}, {self.threads} worker threads, "
                  f"overhead {100 * self.overhead_fraction:.0f}%"]
         if self.batches_damaged:
             lines.append(f"{len(self.batches_damaged)} batches failed verification against their "
@@ -505,7 +517,7 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
             # core: pin each to its own core.  Workers started here are this
             # run's own: they keep the memory a batch frees for the next one.
             client.register_plugin(JaxSetup(cache_dir, pin=isinstance(own, LocalCluster),
-                                            own_workers=own is not None))
+                                            own_workers=own is not None, tiered=True))
         startup = time.perf_counter() - t_start
         t0, since = time.perf_counter(), time.time()
         batch_size = max(sl.stop - sl.start for sl in slices) if len(slices) else 1
@@ -564,7 +576,10 @@ def _run_dask(todo, slices, points, batch_fn, context, cache_dir, finish, summar
         watch.stop()
         summary.stopped = summary.stopped or watch.reason
         wall = time.perf_counter() - t0
-        return startup, wall, max(threads, worker_threads(client))
+        threads = max(threads, worker_threads(client))
+        if not shared:  # a shared client's owner waits for its workers' builds when it is done with them
+            summary.builds, summary.build_wait_seconds = finish_worker_builds(client)
+        return startup, wall, threads
     except BaseException:
         # Interrupted: drop the queued tasks; written batches stay, the rest stay pending.
         # Closing a cluster in the middle of its work makes its event loop log the

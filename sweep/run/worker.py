@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import sys
 import time
 import traceback
 from concurrent.futures import CancelledError
@@ -29,7 +30,7 @@ from sweep.store import BatchResult, Schema, WrittenBatch, template_ready, write
 
 __all__ = [
     "default_jax_cache_dir", "CACHE_MIN_COMPILE_SECONDS", "configure_jax", "pin_to_core", "keep_freed_memory",
-    "JaxSetup",
+    "JaxSetup", "tiered_report",
     "run_batch_task", "check_result", "checked_or_failed", "WriteFailed", "Unfit", "package_version",
     "check_worker", "run_and_write_batch", "run_and_write_batches", "STORE_WAIT_SECONDS",
 ]
@@ -118,23 +119,47 @@ class JaxSetup(_WorkerPlugin):
             process that made the plugin (its allocator is its own: it
             changes even the last bits of numpy's results, whose vector
             loops depend on the arrays' alignment).
+        tiered: start each program's batches on a quick build while its
+            optimised build compiles, once per host (:mod:`solver.tiered`;
+            ``MECHSWEEP_TIERED_COMPILE`` still wins); never for workers that
+            are threads of the process that made the plugin, whose own
+            setting stays as it is.
     """
 
     name = "mechsweep-jax-setup"
 
-    def __init__(self, cache_dir: str, pin: bool = False, own_workers: bool = False):
+    def __init__(self, cache_dir: str, pin: bool = False, own_workers: bool = False, tiered: bool = False):
         self.cache_dir = cache_dir
         self.pin = pin
         self.own_workers = own_workers
+        self.tiered = tiered
         self.maker_pid = os.getpid()
 
     def setup(self, worker) -> None:
         """Called by Dask when the plugin reaches a worker."""
         configure_jax(self.cache_dir)
-        if self.own_workers and os.getpid() != self.maker_pid:
+        another_process = os.getpid() != self.maker_pid
+        if self.own_workers and another_process:
             keep_freed_memory()
         if self.pin and isinstance(worker.name, int):
             pin_to_core(worker.name)
+        if self.tiered and another_process:
+            from solver import set_tiered
+
+            set_tiered(True)
+
+
+def tiered_report() -> dict[str, int]:
+    """This worker's tiered compiles: :data:`solver.tiered.stats` and ``pending`` (builds still compiling).
+
+    Returns:
+        The counts; only ``pending: 0`` where this process never imported
+        :mod:`solver.tiered` (it compiled nothing).
+    """
+    tiered = sys.modules.get("solver.tiered")
+    if tiered is None:
+        return {"pending": 0}
+    return {"pending": tiered.pending(), **tiered.stats}
 
 
 def run_batch_task(batch_fn: Callable, points: dict, context: Any, cache_dir: str) -> BatchResult:
