@@ -72,6 +72,9 @@ def main():
     args = parser.parse_args()
     only = set(args.only.split(",")) if args.only else None
     rows = []
+    # One optimised build per worker, as the estimate assumes: a tiered worker would
+    # hold a quick build beside it (solver.tiered).  The workers inherit this.
+    os.environ.setdefault("MECHSWEEP_TIERED_COMPILE", "off")
     with tempfile.TemporaryDirectory() as tmp:
         for name, model, block, outs, batch, n, samples in cases:
             if only and name not in only:

@@ -335,6 +335,10 @@ def main(argv=None) -> int:
         say(f"pipeline: Dask LocalCluster, single-threaded worker processes pinned to one core each, the workers "
             f"write their batches into the Zarr store and the driver commits them; batched = {args.batch} points per batch ({spec.n_batches} batches, in tasks of one or more: sweep.run.task_runs)")
 
+        # The steady state on optimised builds, compiled by the warm-up: without this a
+        # timed sweep would turn tiering on in these workers (solver.tiered), which have
+        # compiled untiered, and start its batches on quick builds again.
+        os.environ.setdefault("MECHSWEEP_TIERED_COMPILE", "off")
         cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                dashboard_address=None)
         client = Client(cluster)
