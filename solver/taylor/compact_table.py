@@ -56,9 +56,12 @@ class Operand:
         """(G, B): the value (coefficient 0)."""
         return self.combine(V, V.at(self.src, 0, V.C.shape[1]), False)
 
-    def shifted(self, V, m, K):
-        """(G, K, B): entry r holds coefficient m − r (0 where r > m)."""
-        Bv = self.cols(V)[:, ::-1]
+    def shifted(self, V, m, K, skip: int = 0):
+        """(G, K, B): entry r holds coefficient m − r (0 where r > m, and where m − r < ``skip``)."""
+        B = self.cols(V)
+        if skip:
+            B = jnp.concatenate([jnp.zeros_like(B[:, :skip]), B[:, skip:]], axis=1)
+        Bv = B[:, ::-1]
         P = jnp.concatenate([Bv, jnp.zeros_like(Bv)], axis=1)
         return lax.dynamic_slice_in_dim(P, K - 1 - m, K, 1)
 
