@@ -89,7 +89,7 @@ def _ev_log(P, C, g, m):
 def _ev_sincos(P, C, g, m):
     (x,) = g.ops
     s = g.own
-    c = Operand(s.src + g.size)
+    c = Operand(s.src + g.size, own=True)
     x0 = x.row0(C)
     sm = P.cauchy(C, x, c, m, lo=1, weight=_term_index) / _safe(m)
     cm = P.cauchy(C, x, s, m, lo=1, weight=_term_index) / _safe(m)

@@ -29,10 +29,13 @@ class Operand:
     the batch).
     """
 
-    def __init__(self, src, w=None, fac=None):
+    def __init__(self, src, w=None, fac=None, own: bool = False):
         self.src = np.asarray(src, dtype=np.int32)
         self.w = None if w is None else np.asarray(w, dtype=np.float64)
         self.fac = None if fac is None else np.asarray(fac, dtype=np.int32)
+        # A group's own members: their coefficient of this pass's order is the one being
+        # computed, which no Cauchy sum of theirs reads (see cols).
+        self.own = own
 
     def combine(self, V, vals, with_k: bool):
         # vals: (G, T, *B) or (G, T, K, *B) coefficients of the terms.
@@ -45,8 +48,14 @@ class Operand:
         return jnp.sum(vals, axis=1) if vals.shape[1] > 1 else vals[:, 0]
 
     def cols(self, V):
-        """(G, K, B): every coefficient."""
-        return self.combine(V, V.cols(self.src), True)
+        """(G, K, B): every coefficient.
+
+        Only the recurrences' Cauchy sums read whole columns, and a sum over a
+        group's own members never reaches the order the group computes (the
+        terms that would are cut off or meet zeros): their columns are read as
+        the table holds them, without this pass's coefficients merged in.
+        """
+        return self.combine(V, V.C[self.src] if self.own else V.cols(self.src), True)
 
     def at(self, V, m, K):
         """(G, B): coefficient m (clipped to [0, K))."""
@@ -124,7 +133,7 @@ class Group:
         self.kind, self.param = kind, param
         self.start, self.size, self.off = int(start), int(size), int(off)
         self.ops = ops
-        self.own = Operand(np.arange(self.start, self.start + self.size)[:, None])
+        self.own = Operand(np.arange(self.start, self.start + self.size)[:, None], own=True)
         # Table columns from start: a sin-cos group keeps its cosines after its sines.
         self.width = self.size * (2 if kind == "sincos" else 1)
 
