@@ -181,6 +181,11 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
 
 
+def _beside(stem, ending):
+    """The file ``<stem><ending>`` beside a program in the store (its marker or its lock)."""
+    return stem.with_name(stem.name + ending)
+
+
 class _Claim:
     """The lock file of one program's optimised build, held while this process compiles it."""
 
@@ -249,10 +254,11 @@ class _Builds:
 
     __slots__ = ("current", "coming", "name", "_stem", "_lowered", "_mark", "_claim", "_next_look")
 
-    def __init__(self, current, name, stem=None, lowered=None, mark=None):
+    def __init__(self, current, name, stem=None, lowered=None):
         self.current, self.coming, self.name, self._stem = current, None, name, stem
-        self._lowered, self._mark = lowered, mark
-        self._claim = _Claim(mark.with_name(mark.name[: -len(_MARK)] + _LOCK)) if mark is not None else None
+        self._lowered = lowered
+        self._mark = _beside(stem, _MARK) if stem is not None else None
+        self._claim = _Claim(_beside(stem, _LOCK)) if stem is not None else None
         self._next_look = 0.0
 
     def look(self) -> None:
@@ -307,9 +313,9 @@ class TieredJit:
         identity: the compiled model's :func:`~solver.program_store.dae_identity`
             (None: never tiered).
         name: the program's name within it (as given to ``stored_jit``).
-        static_argnames: ``jitted``'s static keyword arguments.
         quick_options: the XLA options of the quick build
             (:data:`~solver.integrate.choices.QUICK_COMPILE`), merged over the jit's own.
+        static_argnames: ``jitted``'s static keyword arguments.
         enabled: False for a program that is built quickly anyway (``optimize=False``).
     """
 
@@ -353,16 +359,15 @@ class TieredJit:
             if started is not None:
                 stats["shared"] += 1
                 return started
-        mark = stem.with_name(stem.name + _MARK)
         lowered = self._jit.lower(*args, **kwargs)
-        if mark.exists():
+        if _beside(stem, _MARK).exists():
             with _lock:
                 stats["direct"] += 1
             return _Builds(lowered.compile(), self._name)
         # The optimised build starts once the quick one is done: started beside it, it
         # slows down the quick build, which the first result waits for
         # (workflows/benchmarks/results/design_first_result.txt).
-        builds = _Builds(lowered.compile(self._quick_options), self._name, stem, lowered, mark)
+        builds = _Builds(lowered.compile(self._quick_options), self._name, stem, lowered)
         with _lock:
             _compiling[stem] = builds
             stats["quick"] += 1

@@ -147,19 +147,18 @@ class Integrator(StateLayout, SeriesStages, Stepper, SingleRun, BatchPool, Tange
         self.events = EventStepper(self, events, getattr(dae, "max_events", DEFAULT_MAX_EVENTS)) if events else None
         #: What these programs are of, for the program store (None: not stored).
         self.identity = dae_identity(dae, program.p, self.linear, self.mode, self.optimize)
-        # Each run's program may start on a quick build where tiering is on (solver.tiered).
-        self._run_jit = TieredJit(
-            stored_jit(self._run_whole, self.identity, "run", compiler_options=self.compiler_options()),
-            self.identity, "run", QUICK_COMPILE, enabled=self.optimize)
-        self._run_batch_jit = TieredJit(
-            stored_jit(self._run_batch, self.identity, "run_batch", static_argnames=("slots",),
-                       compiler_options=self.batch_compiler_options()),
-            self.identity, "run_batch", QUICK_COMPILE, static_argnames=("slots",), enabled=self.optimize)
-        self._run_tangents_jit = TieredJit(
-            stored_jit(self._run_tangents, self.identity, "run_tangents", static_argnames=("slots",),
-                       compiler_options=self.compiler_options()),
-            self.identity, "run_tangents", QUICK_COMPILE, static_argnames=("slots",), enabled=self.optimize)
+        self._run_jit = self._tiered_jit(self._run_whole, "run", self.compiler_options())
+        self._run_batch_jit = self._tiered_jit(self._run_batch, "run_batch", self.batch_compiler_options(),
+                                               ("slots",))
+        self._run_tangents_jit = self._tiered_jit(self._run_tangents, "run_tangents", self.compiler_options(),
+                                                  ("slots",))
 
+    def _tiered_jit(self, fn, name: str, options: dict | None, static_argnames=()) -> TieredJit:
+        # A run's program, kept in the program store, that may start on a quick build where
+        # tiering is on (solver.tiered); never tiered when it is built quickly anyway.
+        jitted = stored_jit(fn, self.identity, name, static_argnames=static_argnames, compiler_options=options)
+        return TieredJit(jitted, self.identity, name, QUICK_COMPILE, static_argnames=static_argnames,
+                         enabled=self.optimize)
 
     def compiler_options(self, options: dict | None = None) -> dict | None:
         """XLA options for this integrator's runs: ``options`` plus :data:`QUICK_COMPILE` unless it optimises.

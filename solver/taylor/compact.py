@@ -529,10 +529,10 @@ class CompactProgram:
 
     def cauchy(self, C, a: Operand, b: Operand, m, lo=0, top=0, weight=None):
         """Σ_{r=lo}^{m−top} w(r) a_r b_{m−r} for each member (w a function of r and m)."""
-        A = a.cols(C)
-        if weight is not None:
-            r = jnp.arange(self.K).reshape((1, self.K) + (1,) * (C.C.ndim - 2))
-            A = A * weight(r.astype(jnp.float64), jnp.asarray(m, jnp.float64))
         # The terms r > m meet the zeros b.shifted puts there, the terms r > m - top the
-        # b_0 ... b_(top-1) it leaves out, and r < lo is cut off: a plain sum, no mask.
-        return jnp.sum(A[:, lo:] * b.shifted(C, m, self.K, skip=top)[:, lo:], axis=1)
+        # b_0 ... b_(top-1) it leaves out, and r < lo are cut off: a plain sum, no mask.
+        A = a.cols(C)[:, lo:]
+        if weight is not None:
+            r = jnp.arange(lo, self.K).reshape((1, self.K - lo) + (1,) * (C.C.ndim - 2))
+            A = A * weight(r.astype(jnp.float64), jnp.asarray(m, jnp.float64))
+        return jnp.sum(A * b.shifted(C, m, self.K, skip=top)[:, lo:], axis=1)
