@@ -42,10 +42,15 @@ def blocks(page: str) -> list[tuple[str, str, int]]:
 
 
 def mechsweep_entry():
-    """The function the ``mechsweep`` console script calls (``[project.scripts]``)."""
+    """The function that runs the ``mechsweep`` console script's commands, called here in-process.
+
+    The script (``[project.scripts]``) is ``run`` of its module, which ends
+    the process: its commands are that module's ``main``.
+    """
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, attr = scripts["mechsweep"].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    assert attr == "run", scripts["mechsweep"]
+    return getattr(importlib.import_module(module), "main")
 
 
 def commands(console: str) -> list[tuple[list[str], int]]:

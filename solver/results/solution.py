@@ -26,10 +26,13 @@ import numpy as np
 import xarray as xr
 
 from solver import status as st
+from solver.results.xarray_setup import defer_dask_check
 from solver.results.balance import balance_layout
 
 __all__ = ["component_dim", "driver_outputs", "output_layout", "event_layout", "build_dataset", "build_batch_dataset",
            "batch_arrays", "BatchArrays", "package_versions"]
+
+defer_dask_check()
 
 # Packages whose versions a result (one run or a sweep store) records.
 _VERSIONED = ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask", "distributed",

@@ -1,0 +1,91 @@
+"""A command's process: what its first Dataset imports, and how the ``mechsweep`` script ends.
+
+- xarray learns the dask array class only once ``dask.array`` is imported
+  (``solver.results.xarray_setup``): a solve's Dataset in a fresh process
+  leaves ``dask.array`` unimported, and a process that imports it later
+  gets dask-backed arrays as xarray always made them.
+- ``sweep.cli.app.run`` (the console script) ends the process after the
+  exit handlers, with the command's exit code and everything it printed,
+  also through a pipe.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PENDULUM = ROOT / "configs" / "mechanisms" / "pendulum.yaml"
+
+
+def _python(code: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=timeout)
+
+
+def test_a_solves_dataset_does_not_import_dask_and_dask_arrays_stay_dask_arrays_after():
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "import solver.api\n"
+        "import xarray as xr\n"
+        "ds = xr.Dataset({'x': (('time',), np.arange(3.0))}, coords={'time': np.arange(3.0)})\n"
+        "print('dask.array' in sys.modules)\n"
+        "import dask.array as da\n"
+        "from xarray.namedarray.pycompat import array_type, is_chunked_array\n"
+        "a = xr.DataArray(da.ones(4, chunks=2), dims='p')\n"
+        "print(a.chunks, type(a.data).__module__.split('.')[0], array_type('dask') == (da.Array,),\n"
+        "      is_chunked_array(a.data), float((a + 1).sum().compute()))\n"
+        "b = xr.DataArray(np.ones(4), dims='p').chunk(2)\n"
+        "print(b.chunks, type(b.data).__name__)\n")
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["False", "((2, 2),) dask True True 8.0", "((2, 2),) Array"]
+
+
+def test_the_deferred_entry_is_xarrays_own_once_dask_array_is_imported():
+    code = (
+        "import solver.results.solution\n"
+        "from xarray.namedarray import pycompat\n"
+        "print(type(pycompat._cached_duck_array_modules['dask']).__name__)\n"
+        "import dask.array\n"
+        "pycompat.array_type('dask')\n"
+        "print(type(pycompat._cached_duck_array_modules['dask']).__name__)\n")
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["DaskWhenImported", "DuckArrayModule"]
+
+
+def test_the_console_script_ends_with_the_commands_code_and_its_whole_output():
+    script = "import sys; sys.argv[0] = 'mechsweep'; from sweep.cli.app import run; run()"
+    done = _python(script, "simulate", str(PENDULUM), "--json")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("}") and '"status": "success"' in done.stdout
+    bad = _python(script, "simulate", str(PENDULUM), "--set", "nothing=1")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("mechsweep: error:") and "nothing" in bad.stderr
+
+
+def test_an_exception_that_escapes_the_command_ends_the_script_with_code_1_and_its_traceback():
+    script = ("import sys\n"
+              "from sweep.cli import app\n"
+              "def broken(argv=None):\n"
+              "    raise RuntimeError('a bug')\n"
+              "app.main = broken\n"
+              "app.run()\n")
+    out = _python(script)
+    assert out.returncode == 1
+    assert "Traceback" in out.stderr and "RuntimeError: a bug" in out.stderr
+
+
+def test_the_exit_handlers_registered_by_a_command_still_run():
+    script = ("import atexit, sys\n"
+              "from sweep.cli import app\n"
+              "def command(argv=None):\n"
+              "    atexit.register(lambda: print('handler ran', flush=True))\n"
+              "    print('command ran')\n"
+              "    return 3\n"
+              "app.main = command\n"
+              "app.run()\n")
+    out = _python(script)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.splitlines() == ["command ran", "handler ran"]
