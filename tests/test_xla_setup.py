@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from solver.integrate.xla_setup import (OPTION, SMALL_LOOP_BYTES, UNROLL_MAX_TRIPS, UNROLL_OPTION, with_mechsweep_options,
@@ -179,3 +180,36 @@ def test_importing_the_package_or_the_cli_loads_no_numerics_and_jax_still_gets_i
     lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
     assert json.loads(lines["IMPORTS"]) == []
     assert json.loads(lines["CONFIG"]) == ["float64", False]
+
+
+_CHAIN_PROBE = r"""
+import json, sys
+import numpy as np
+import solver
+from solver.integrate import single_run
+if sys.argv[1] == "whole":
+    single_run.WHOLE_LOOP_MAX_UNKNOWNS = 10_000
+model = solver.load("configs/mechanisms/pendulum_chain3d.yaml", overrides={"PhysicalParams": {"N": 6}})
+from solver.integrate.integrator import order_for_tol
+integ = solver.compiled_model(model.dae, model.order or order_for_tol(model.tol), "auto").integrator
+run = model.solve(t_span=(0.0, 0.3), t_eval=np.linspace(0.0, 0.3, 7))
+print("PROBE " + json.dumps({"unknowns": int(integ.c.shape[0]), "whole": integ.loop_compiled_whole(),
+                             "x": np.asarray(run["P6"]).tolist(), "status": int(run.status)}))
+"""
+
+
+def test_a_run_past_the_size_limit_keeps_lapack_and_gives_the_same_motion():
+    """A 3-D chain of 6 pendula (24 unknowns) is over ``WHOLE_LOOP_MAX_UNKNOWNS``: its step loop
+    is written with LAPACK calls (run kernel by kernel), and its motion equals that of the loop
+    written to be compiled whole, to rounding."""
+    runs = {}
+    for how in ("default", "whole"):
+        proc = subprocess.run([sys.executable, "-c", _CHAIN_PROBE, how], cwd=ROOT, capture_output=True, text=True,
+                              timeout=600)
+        line = [ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")]
+        assert proc.returncode == 0 and line, proc.stdout[-2000:] + proc.stderr[-3000:]
+        runs[how] = json.loads(line[0][6:])
+    assert runs["default"]["unknowns"] == 24
+    assert runs["default"]["whole"] is False and runs["whole"]["whole"] is True
+    assert runs["default"]["status"] == runs["whole"]["status"] == 0
+    assert abs(np.asarray(runs["default"]["x"]) - np.asarray(runs["whole"]["x"])).max() < 1e-9

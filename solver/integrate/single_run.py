@@ -22,7 +22,11 @@ from solver.integrate.step import step_loop_condition
 from solver.integrate.tangents import seeded, tangent_seed
 from solver.numerics import linalg
 
-__all__ = ["SingleRun", "in_one_trip_loop"]
+__all__ = ["SingleRun", "in_one_trip_loop", "WHOLE_LOOP_MAX_UNKNOWNS"]
+
+#: The most unknowns of a dense stage system for which a single run's step loop is
+#: written to be compiled as one function (:meth:`SingleRun.loop_compiled_whole`).
+WHOLE_LOOP_MAX_UNKNOWNS = 20
 
 
 def in_one_trip_loop(fn, *args):
@@ -115,6 +119,28 @@ class SingleRun:
     # XLA:CPU's limit on a loop body's buffers for sequential execution (see _run).
     _SMALL_BUFFER_BYTES = 512
 
+    def loop_compiled_whole(self) -> bool:
+        """Whether this run's step loop is written for XLA:CPU to compile it as one function.
+
+        Where the option is in effect (:func:`solver.integrate.xla_setup.loops_compiled_whole`),
+        unless the step factors a dense system of more than
+        :data:`WHOLE_LOOP_MAX_UNKNOWNS` unknowns: written without LAPACK,
+        its elimination is O(n³) masked updates for each factor and inverse,
+        which past that size cost more than a loop of kernels with LAPACK
+        calls (3-D chains of pendula, a run's milliseconds compiled whole
+        against kernel by kernel: 16 unknowns 2.5 against 3.7, 20 unknowns
+        4.8 against 5.5, 24 unknowns 10-13 against 7.6, 28 unknowns 18
+        against 9.5-10; ``workflows/benchmarks/results/whole_loop_size.txt``).
+        Such a run keeps LAPACK, its loop runs kernel by kernel, and its outputs are
+        written in chunks as for a loop of kernels.
+
+        Returns:
+            True where the loop is written without LAPACK calls, scatters
+            and chunked outputs.
+        """
+        return xla_setup.loops_compiled_whole() and (
+            self.linear == "kkt" or int(self.c.shape[0]) <= WHOLE_LOOP_MAX_UNKNOWNS)
+
     def _output_chunk(self, n_out: int) -> int:
         """Output rows per chunk of :meth:`_run`: the most whose buffers stay small, or all of them.
 
@@ -123,7 +149,7 @@ class SingleRun:
         and chunks only add kernels around it (pendulum run: 0.26 against
         0.21 ms).
         """
-        if xla_setup.loops_compiled_whole():
+        if self.loop_compiled_whole():
             return max(n_out, 1)
         row_bytes = max(8 * self.out_orders[v.name] * v.size for v in self.dae.variables)
         rows = self._SMALL_BUFFER_BYTES // row_bytes
@@ -132,7 +158,7 @@ class SingleRun:
     def _run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, packed=False):
         # Mid-size linear algebra as XLA loops, not LAPACK calls, so that
         # XLA:CPU can compile the step loop as one function (linalg.native_loops).
-        with linalg.native_loops(xla_setup.loops_compiled_whole()):
+        with linalg.native_loops(self.loop_compiled_whole()):
             out = self._run_traced(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step)
         if self.events is not None and not packed:
             out["events"] = self.events.unpack(out["events"])
@@ -149,7 +175,7 @@ class SingleRun:
         args = (params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step)
         # The event records come back packed; run() unpacks them.
         run = functools.partial(self._run, packed=True)
-        if not xla_setup.loops_compiled_whole() or self.mode != "unrolled":
+        if not self.loop_compiled_whole() or self.mode != "unrolled":
             return run(*args)
         return in_one_trip_loop(run, *args)
 

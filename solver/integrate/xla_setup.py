@@ -21,7 +21,8 @@ XLA hoists no loop that holds a custom call (LAPACK), a scatter, a sort
 or a library fusion (XLA:CPU makes YNNPACK fusions of some dots and, under
 ``vmap``, of some multiply-and-reduce patterns; a small plain dot is
 hoisted); where the option is in effect (:func:`loops_compiled_whole`) a
-single run's loop is written without them (``solver.numerics.linalg.native_loops``),
+single run's loop is written without them (``solver.numerics.linalg.native_loops``;
+up to 20 unknowns in its dense stage system, ``SingleRun.loop_compiled_whole``),
 and a batch's slots step in rounds without scatters
 (``Integrator._run_batch_rounds``).  A loop compiled
 whole takes longer to compile (Andrews 9.8 -> 14.3 s, RSCR 8.3 -> 13.9 s).

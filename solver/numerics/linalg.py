@@ -52,6 +52,8 @@ SOLVE_UNROLL_MAX = 8
 # scatter) keeps XLA:CPU from compiling the step loop as one function
 # (solver.integrate.xla_setup), and a loop of kernels costs a mid-size model's run
 # more than the O(n³) masked arithmetic (workflows/benchmarks/results/small_loops.txt).
+# A single run's step loop is written this way only up to a smaller size
+# (solver.integrate.single_run.WHOLE_LOOP_MAX_UNKNOWNS).
 NATIVE_LOOP_MAX = 48
 
 # A pivot below this fraction of the largest one counts as singular.
