@@ -203,6 +203,25 @@ def test_mass_blocks_are_found_structurally_and_declared_blocks_are_checked():
         wrong.mass_blocks
 
 
+def test_mass_blocks_are_read_element_by_element_not_by_whole_coordinates():
+    def point_masses(t, q, qd, p):  # four point masses in one vector coordinate: M is diagonal
+        return 0.5 * jnp.sum(jnp.array([1.0, 2.0, 3.0, 4.0]) * qd["r"] ** 2)
+
+    mb = lagrangian(point_masses, {"r": 4}).mass_blocks
+    assert mb.block_sizes == [1] and mb.groups[0].shape == (4, 1) and mb.source == "structural"
+
+    def stacked(t, q, qd, p):  # two coordinates computed as one array; only a and b[1] couple
+        v = jnp.concatenate([qd["a"], qd["b"]])
+        return 0.5 * jnp.sum(v ** 2) + 0.5 * v[0] * v[2]
+
+    dae = lagrangian(stacked, {"a": 1, "b": 2})
+    assert sorted(sorted(r.tolist()) for g in dae.mass_blocks.groups for r in g) == [[0, 2], [1]]
+    q, qd = _rand(3), _rand(3)
+    dense = np.asarray(dae.mass_matrix(0.1, q, qd))
+    np.testing.assert_allclose(dense, [[1.0, 0.0, 0.5], [0.0, 1.0, 0.0], [0.5, 0.0, 1.0]], atol=1e-14)
+    np.testing.assert_allclose(dae.mass_blocks.assemble(dae.mass_matrix_blocks(0.1, q, qd)), dense, atol=1e-14)
+
+
 def test_mass_matrix_blocks_equal_the_dense_mass_matrix():
     for dae, n in ((ex.rigid_body_euler(I1=1.0, I2=2.0, I3=3.5), 6), (ex.pendulum_chain(3), 9)):
         q, qd = _rand(n, lo=0.2, hi=1.0), _rand(n)

@@ -123,14 +123,17 @@ class SingleRun:
         """Whether this run's step loop is written for XLA:CPU to compile it as one function.
 
         Where the option is in effect (:func:`solver.integrate.xla_setup.loops_compiled_whole`),
-        unless the step factors a dense system of more than
-        :data:`WHOLE_LOOP_MAX_UNKNOWNS` unknowns: written without LAPACK,
+        unless its stage system has more than :data:`WHOLE_LOOP_MAX_UNKNOWNS`
+        unknowns (on the dense path or the structured one): written without LAPACK,
         its elimination is O(n³) masked updates for each factor and inverse,
         which past that size cost more than a loop of kernels with LAPACK
         calls (3-D chains of pendula, a run's milliseconds compiled whole
         against kernel by kernel: 16 unknowns 2.5 against 3.7, 20 unknowns
         4.8 against 5.5, 24 unknowns 10-13 against 7.6, 28 unknowns 18
         against 9.5-10; ``workflows/benchmarks/results/whole_loop_size.txt``).
+        On the structured path too (mass blocks and a Schur complement, models
+        of 40 unknowns or more) kernel by kernel was as fast or faster: the
+        chain of 10 pendula 20.3 against 21.8 ms, the cloth 6.6 either way.
         Such a run keeps LAPACK, its loop runs kernel by kernel, and its outputs are
         written in chunks as for a loop of kernels.
 
@@ -138,8 +141,7 @@ class SingleRun:
             True where the loop is written without LAPACK calls, scatters
             and chunked outputs.
         """
-        return xla_setup.loops_compiled_whole() and (
-            self.linear == "kkt" or int(self.c.shape[0]) <= WHOLE_LOOP_MAX_UNKNOWNS)
+        return xla_setup.loops_compiled_whole() and int(self.c.shape[0]) <= WHOLE_LOOP_MAX_UNKNOWNS
 
     def _output_chunk(self, n_out: int) -> int:
         """Output rows per chunk of :meth:`_run`: the most whose buffers stay small, or all of them.

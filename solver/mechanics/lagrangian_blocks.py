@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
+import scipy.sparse as sp
 
 import jax
 import jax.numpy as jnp
@@ -107,6 +108,54 @@ def _input_dependence(closed) -> list[set]:
     return [set() if isinstance(o, jex_core.Literal) else deps.get(o, set()) for o in jaxpr.outvars]
 
 
+def _element_components(closed, coords, n_q: int) -> list[np.ndarray] | None:
+    """The flat coordinates that ∂L/∂q' couples, element by element: sorted index arrays; None if unknown.
+
+    Each momentum element's dependence on the flat q' is read from the jaxpr
+    by the Σ-method's structural analysis (:func:`solver.dae.sparsity.jaxpr_dependencies`),
+    so a mass matrix that is diagonal inside a vector coordinate, or that
+    several coordinates computed together as one array leave uncoupled, is
+    found so.  None where the jaxpr holds a primitive without an element
+    rule.
+    """
+    from scipy.sparse import csgraph
+
+    from solver.dae.sparsity import UnsupportedPrimitiveError, jaxpr_dependencies
+
+    in_deps = [sp.csr_array((np.ones(c.size, np.int32), np.arange(c.offset, c.offset + c.size, dtype=np.int32),
+                             np.arange(c.size + 1, dtype=np.int64)), shape=(c.size, n_q)) for c in coords]
+    try:
+        outs = jaxpr_dependencies(closed, in_deps, n_q)
+    except UnsupportedPrimitiveError:
+        return None
+    rows = [sp.csr_array((c.size, n_q)) if d is None else d for c, d in zip(coords, outs)]
+    pattern = sp.csr_array(sp.vstack(rows, format="csr"))
+    pattern = pattern + pattern.T + sp.eye_array(n_q, format="csr")
+    count, label = csgraph.connected_components(pattern, directed=False)
+    return [np.flatnonzero(label == k) for k in sorted(range(count), key=lambda k: np.flatnonzero(label == k)[0])]
+
+
+def _name_components(closed, coords) -> list[np.ndarray]:
+    """The flat coordinates of the named coordinates that ∂L/∂q' couples, by whole arrays (conservative)."""
+    deps = _input_dependence(closed)
+    parent = list(range(len(coords)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, d in enumerate(deps):
+        for j in d:
+            parent[find(i)] = find(j)
+    comps: dict = {}
+    for i in range(len(coords)):
+        comps.setdefault(find(i), []).append(i)
+    return [np.sort(np.concatenate([np.arange(coords[m].offset, coords[m].offset + coords[m].size)
+                                    for m in members])) for members in comps.values()]
+
+
 # ---------------------------------------------------------------- the mixin
 class LagrangianBlocks:
     """The mass-block and KKT methods of :class:`solver.mechanics.lagrangian.LagrangianDAE`.
@@ -177,36 +226,22 @@ class LagrangianBlocks:
             m = self._momenta(jnp.float64(0.0), q, qd, params)
             return [m[n] for n in names]
 
-        deps = _input_dependence(jax.make_jaxpr(mom)(*shapes))
-        # Connected components of the name-coupling graph (union-find).
-        parent = list(range(len(names)))
-
-        def find(i):
-            while parent[i] != i:
-                parent[i] = parent[parent[i]]
-                i = parent[i]
-            return i
-
-        for i, d in enumerate(deps):
-            for j in d:
-                parent[find(i)] = find(j)
-        comps: dict = {}
-        for i in range(len(names)):
-            comps.setdefault(find(i), []).append(i)
+        closed = jax.make_jaxpr(mom)(*shapes)
+        components = _element_components(closed, self.coords, self.n_q)
+        if components is None:      # a primitive without an element rule: couple by names
+            components = _name_components(closed, self.coords)
         declared = self._declared()
         by_size: dict = {}
         used_decl = False
-        for members in comps.values():
-            if len(members) == 1 and names[members[0]] in declared:
-                c = self.coords[members[0]]
-                b = declared[c.name]
-                rows = np.arange(c.offset, c.offset + c.size).reshape(-1, b)
-                used_decl = True
+        for rows in components:
+            whole = [c for c in self.coords if c.name in declared and c.size == len(rows)
+                     and rows[0] == c.offset and rows[-1] == c.offset + c.size - 1]
+            if whole:   # a coordinate found dense inside, declared finer by its builder
+                blocks = rows.reshape(-1, declared[whole[0].name])
+                used_decl = used_decl or blocks.shape[0] > 1
             else:
-                rows = np.concatenate([np.arange(self.coords[m].offset,
-                                                 self.coords[m].offset + self.coords[m].size)
-                                       for m in members])[None, :]
-            for r in rows:
+                blocks = rows[None, :]
+            for r in blocks:
                 by_size.setdefault(len(r), []).append(r)
         groups = tuple(np.asarray(by_size[b], dtype=np.int64) for b in sorted(by_size))
         return MassBlocks(self.n_q, groups, "structural+declared" if used_decl else "structural")
