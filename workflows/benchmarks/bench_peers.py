@@ -10,6 +10,8 @@ ratios mechsweep / peer:
    (one run; ``jax.vmap`` over the lengths) and heyoka's ``taylor_adaptive``
    (one run; ``taylor_adaptive_batch`` in SIMD batches).  Reference: the
    exact solution (Jacobi elliptic functions).
+1b. (with ``pendulum``) the second pendulum benchmark: released from 1.2 rad at
+   rest, outputs at the start and the end only (the final state), as 1.
 2. ``andrews``: Andrews' squeezing mechanism (7 bodies, index 3, 7 angles +
    6 multipliers) of the IVP test set, tol 1e-10 and 1e-12, t in [0, 0.03],
    against diffrax Dopri8 on the index-1 ODE (KKT solve with the constraint
@@ -33,10 +35,16 @@ ratios mechsweep / peer:
    Error: positions at t = 3 against the test set's published reference.
 4. ``cloth``: the 90x90 particle-spring cloth (mechsweep only): time per
    fixed step and per particle-step, compile time, a 0.5 s run.
+   ``breakdown``: where one step of the Pleiades and of the chain goes
+   (``profile_step.py`` in a process of its own: the series with stage 0
+   and the stage solves, the projection, the advance, the step size, the
+   dense output), every loop kernel by kernel.
 5. ``gpu`` (when ``jax.default_backend() != "cpu"``): 1,000 to 100,000
-   pendulums, mechsweep against diffrax's vmap on the same device.  Named
-   on a CPU (``--only gpu``), it runs 100 and 1,000 there: a check of the
-   section's code before device time is spent on it, not a GPU figure.
+   pendulums, mechsweep against diffrax's vmap on the same device, and
+   1,000 and 10,000 RSCR designs (``solve_batch``) against diffrax's vmap
+   of the index-1 ODE.  Named on a CPU (``--only gpu``), it runs 100 and
+   1,000 pendulums and 20 and 100 designs there: a check of the section's
+   code before device time is spent on it, not a GPU figure.
 
 Timing: run times are the best of several calls of the compiled kernel
 (``block_until_ready``); "compile" is the first call minus a second identical
@@ -60,10 +68,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -100,7 +110,7 @@ except ImportError:  # heyoka is optional: its rows say n/a
     hy = None
 
 ROOT = Path(__file__).resolve().parents[2]
-PROBLEMS = ("pendulum", "andrews", "rscr", "mechanism0", "chain", "pleiades", "cloth", "gpu")
+PROBLEMS = ("pendulum", "andrews", "rscr", "mechanism0", "chain", "pleiades", "cloth", "breakdown", "gpu")
 # Peer tolerances tried, loosest first (rtol = atol for diffrax; tol for heyoka).
 PEER_TOLS = (1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13, 1e-14, 1e-15)
 
@@ -352,6 +362,7 @@ def shipped_model_state(model, order):
 G = 9.81
 X0 = 0.8  # released from x = 0.8 L at rest
 THETA0 = math.asin(X0)
+PENDULUM2_THETA0 = 1.2  # the second pendulum benchmark: released from 1.2 rad, the final state only
 
 
 def pendulum_residual(t, v, p):
@@ -359,33 +370,33 @@ def pendulum_residual(t, v, p):
     return [x[2] + lam[0] * x[0], y[2] + lam[0] * y[0] - p["g"], x[0] ** 2 + y[0] ** 2 - p["L"] ** 2]
 
 
-def pendulum_values(p):
+def pendulum_values(p, theta0=THETA0):
     L = float(p["L"])
-    return {"x": X0 * L, "y": math.sqrt(1 - X0 * X0) * L, "x'": 0.0, "y'": 0.0}
+    return {"x": math.sin(theta0) * L, "y": math.cos(theta0) * L, "x'": 0.0, "y'": 0.0}
 
 
 PENDULUM_FIXED = ["x", "x'"]
 
 
-def exact_xy(t, L):
-    """Exact (x, y) (y downward) for lengths L (B,) at times t (T,): arrays (B, T)."""
+def exact_xy(t, L, theta0=THETA0):
+    """Exact (x, y) (y downward) for lengths L (B,) at times t (T,), released at rest from theta0: arrays (B, T)."""
     L = np.atleast_1d(np.asarray(L, dtype=float))[:, None]
-    k = math.sin(THETA0 / 2)
+    k = math.sin(theta0 / 2)
     omega = np.sqrt(G / L)
     sn, *_ = sps.ellipj(sps.ellipk(k * k) - omega * np.asarray(t)[None, :], k * k)
     th = 2 * np.arcsin(k * sn)
     return L * np.sin(th), L * np.cos(th)
 
 
-def xy_error(x, y, t, L):
-    xe, ye = exact_xy(t, L)
+def xy_error(x, y, t, L, theta0=THETA0):
+    xe, ye = exact_xy(t, L, theta0)
     return float(max(np.max(np.abs(np.asarray(x) - xe)), np.max(np.abs(np.asarray(y) - ye))))
 
 
-def angle_error(th, t, L):
+def angle_error(th, t, L, theta0=THETA0):
     """Error of angle trajectories th (B, T) measured as Cartesian positions."""
     L = np.atleast_1d(np.asarray(L, dtype=float))[:, None]
-    return xy_error(L * np.sin(th), L * np.cos(th), t, L[:, 0])
+    return xy_error(L * np.sin(th), L * np.cos(th), t, L[:, 0], theta0)
 
 
 def pendulum_rhs(t, y, args):
@@ -393,12 +404,12 @@ def pendulum_rhs(t, y, args):
     return jnp.stack([y[1], -(g / L) * jnp.sin(y[0])])
 
 
-def diffrax_pendulum(t1, t_eval):
+def diffrax_pendulum(t1, t_eval, theta0=THETA0):
     """jit(L, rtol) -> (theta at t_eval, steps): Dopri8 on the angle ODE."""
     term = diffrax.ODETerm(pendulum_rhs)
 
     def one(L, rtol):
-        sol = diffrax.diffeqsolve(term, diffrax.Dopri8(), 0.0, t1, None, jnp.array([THETA0, 0.0]),
+        sol = diffrax.diffeqsolve(term, diffrax.Dopri8(), 0.0, t1, None, jnp.array([theta0, 0.0]),
                                   args=(G, L), saveat=diffrax.SaveAt(ts=jnp.asarray(t_eval)),
                                   stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol),
                                   max_steps=1_000_000)
@@ -412,16 +423,16 @@ def heyoka_pendulum_sys():
     return [(th, v), (v, -hy.par[0] / hy.par[1] * hy.sin(th))]
 
 
-def heyoka_pendulum_one(t_eval, target, repeat):
+def heyoka_pendulum_one(t_eval, target, repeat, theta0=THETA0):
     """heyoka one run: (Row inputs) compile, best run, error, tol, steps."""
     sys_ = heyoka_pendulum_sys()
 
     def build(tol):
-        return hy.taylor_adaptive(sys_, [THETA0, 0.0], tol=tol, pars=[G, 1.0])
+        return hy.taylor_adaptive(sys_, [theta0, 0.0], tol=tol, pars=[G, 1.0])
 
     def run(ta):
         ta.time = 0.0
-        ta.state[:] = [THETA0, 0.0]
+        ta.state[:] = [theta0, 0.0]
         return ta.propagate_grid(t_eval)
 
     cache = {}
@@ -429,7 +440,7 @@ def heyoka_pendulum_one(t_eval, target, repeat):
     def err_of(tol):
         cache[tol] = hy_build(lambda: build(tol))
         res = run(cache[tol][0])
-        return angle_error(res[-1][None, :, 0], t_eval, [1.0])
+        return angle_error(res[-1][None, :, 0], t_eval, [1.0], theta0)
 
     tol, err = pick_tol(err_of, target)
     ta, tc = cache[tol]
@@ -437,7 +448,7 @@ def heyoka_pendulum_one(t_eval, target, repeat):
     return tc, best, err, tol, int(res[3])
 
 
-def heyoka_pendulum_batch(t_eval, Ls, target, repeat):
+def heyoka_pendulum_batch(t_eval, Ls, target, repeat, theta0=THETA0):
     """heyoka taylor_adaptive_batch over the lengths in SIMD batches: compile, best, error, tol, b."""
     sys_ = heyoka_pendulum_sys()
     b = hy.recommended_simd_size()
@@ -447,14 +458,14 @@ def heyoka_pendulum_batch(t_eval, Ls, target, repeat):
     grid = np.repeat(np.asarray(t_eval)[:, None], b, axis=1)
 
     def build(tol):
-        return hy.taylor_adaptive_batch(sys_, np.array([[THETA0] * b, [0.0] * b]), tol=tol,
+        return hy.taylor_adaptive_batch(sys_, np.array([[theta0] * b, [0.0] * b]), tol=tol,
                                         pars=np.array([[G] * b, Lp[:b]]))
 
     def run(ta):
         out = np.empty((nb * b, len(t_eval)))
         for i in range(nb):
             ta.set_time(0.0)
-            ta.state[0, :] = THETA0
+            ta.state[0, :] = theta0
             ta.state[1, :] = 0.0
             ta.pars[1, :] = Lp[i * b:(i + 1) * b]
             res = ta.propagate_grid(grid)
@@ -465,7 +476,7 @@ def heyoka_pendulum_batch(t_eval, Ls, target, repeat):
 
     def err_of(tol):
         cache[tol] = hy_build(lambda: build(tol))
-        return angle_error(run(cache[tol][0]), t_eval, Ls)
+        return angle_error(run(cache[tol][0]), t_eval, Ls, theta0)
 
     tol, err = pick_tol(err_of, target)
     ta, tc = cache[tol]
@@ -473,32 +484,44 @@ def heyoka_pendulum_batch(t_eval, Ls, target, repeat):
     return tc, best, err, tol, b
 
 
-def bench_pendulum(args, tab: Tables):
+def bench_pendulum(args, tab: Tables, theta0: float = THETA0, final_only: bool = False):
+    """The pendulum section: one run and a batch of lengths, against diffrax and heyoka at equal accuracy.
+
+    Args:
+        args: the command line.
+        tab: the report.
+        theta0: the release angle (at rest).
+        final_only: outputs at the start and the end only (the final state), instead of 101 times.
+    """
     say = tab.say
     tol, t1, B = 1e-10, (2.0 if args.quick else 10.0), args.batch
-    t_eval = np.linspace(0.0, t1, 101)
+    t_eval = np.array([0.0, t1]) if final_only else np.linspace(0.0, t1, 101)
     order = order_for_tol(tol)
-    say(f"\n## 1. Cartesian pendulum, index 3, tol {tol:g}, t in [0, {t1:g}], x0 = {X0} L at rest, "
-        f"{len(t_eval)} output times (order {order})")
+    section, which = ("1b", "final state only") if final_only else ("1", f"{len(t_eval)} output times")
+    say(f"\n## {section}. Cartesian pendulum, index 3, tol {tol:g}, t in [0, {t1:g}], released at rest from "
+        f"theta0 = {theta0:.4g} (x0 = {math.sin(theta0):.4g} L), {which} (order {order})")
     say("reference: exact solution (Jacobi elliptic functions); error = max |(x, y) - exact| over the outputs")
+    values = functools.partial(pendulum_values, theta0=theta0)
+    xy_err = functools.partial(xy_error, theta0=theta0)
+    ang_err = functools.partial(angle_error, theta0=theta0)
     dae = solver.DAE(pendulum_residual, ["x", "y", "lam"], {"g": G, "L": 1.0})
     params = {"g": jnp.asarray(G), "L": jnp.asarray(1.0)}
-    comp, z0, u0 = mechsweep_state(dae, order, params, 0.0, pendulum_values({"L": 1.0}), PENDULUM_FIXED)
+    comp, z0, u0 = mechsweep_state(dae, order, params, 0.0, values({"L": 1.0}), PENDULUM_FIXED)
     integ = comp.integrator
     tc, best, r = compile_and_run(lambda: block(integ.run(params, z0, u0, 0.0, t1, t_eval, tol)), args.repeat)
     assert int(r["status"]) == 0, f"pendulum: status {int(r['status'])}"
-    err = xy_error(r["values"]["x"][None, :, 0], r["values"]["y"][None, :, 0], t_eval, [1.0])
+    err = xy_err(r["values"]["x"][None, :, 0], r["values"]["y"][None, :, 0], t_eval, [1.0])
     ms = Row(f"mechsweep integrator.run (order {order}, {integ.mode})", best, tc, err, f"{int(r['steps'])} steps")
-    _, sbest, _, _, ds = timed(lambda: solver.solve(dae, (0.0, t1), pendulum_values({"L": 1.0}), PENDULUM_FIXED,
+    _, sbest, _, _, ds = timed(lambda: solver.solve(dae, (0.0, t1), values({"L": 1.0}), PENDULUM_FIXED,
                                                     tol=tol, t_eval=t_eval), max(3, args.repeat // 4))
     ms_solve = Row("mechsweep solve() (init + run + Dataset)", sbest, None,
-                   xy_error(ds["x"].values[None], ds["y"].values[None], t_eval, [1.0]))
+                   xy_err(ds["x"].values[None], ds["y"].values[None], t_eval, [1.0]))
     rows = [ms, ms_solve]
     dx = hx = None
     if diffrax is not None:
-        one, many = diffrax_pendulum(t1, t_eval)
+        one, many = diffrax_pendulum(t1, t_eval, theta0)
         dtc, _, _ = compile_and_run(lambda: block(one(1.0, 1e-10)), 1)
-        drtol, derr = pick_tol(lambda rt: angle_error(np.asarray(one(1.0, rt)[0])[None], t_eval, [1.0]), err)
+        drtol, derr = pick_tol(lambda rt: ang_err(np.asarray(one(1.0, rt)[0])[None], t_eval, [1.0]), err)
         _, dbest, dres = compile_and_run(lambda: block(one(1.0, drtol)), args.repeat)
         dx = Row(f"diffrax Dopri8, angle ODE (rtol=atol={drtol:g})", dbest, dtc, derr,
                  f"{int(dres[1])} steps")
@@ -511,14 +534,14 @@ def bench_pendulum(args, tab: Tables):
     else:
         rows.append(Row("diffrax", note="n/a: diffrax not installed (pip install -e '.[peers]')"))
     if hy is not None:
-        htc, hbest, herr, htol, hsteps = heyoka_pendulum_one(t_eval, err, args.repeat)
+        htc, hbest, herr, htol, hsteps = heyoka_pendulum_one(t_eval, err, args.repeat, theta0)
         hx = Row(f"heyoka taylor_adaptive, angle ODE (tol={htol:g})", hbest, htc, herr, f"{hsteps} steps")
         rows.append(hx)
     else:
         rows.append(Row("heyoka", note="n/a: import heyoka failed"))
     say("\n### one run (L = 1)")
     tab.table(rows)
-    tab.ratios("pendulum, one run", ms, dx, hx)
+    tab.ratios("pendulum, one run" + (", final state" if final_only else ""), ms, dx, hx)
 
     # ---- a batch of lengths
     Ls = np.linspace(0.5, 2.0, B)
@@ -526,27 +549,27 @@ def bench_pendulum(args, tab: Tables):
     params_b = {"g": np.full(B, G), "L": Ls}
     comp = solver.compiled_model(dae, order, batch=True)   # the engine solve_batch picks
     integ = comp.integrator
-    z0s, u0s = mechsweep_states(comp, [pendulum_values({"L": L}) for L in Ls], PENDULUM_FIXED, params_b, 0.0)
+    z0s, u0s = mechsweep_states(comp, [values({"L": L}) for L in Ls], PENDULUM_FIXED, params_b, 0.0)
     slots = min(integ.default_slots(), B)  # what run_batch and solve_batch take by default
     pb = {k: jnp.asarray(v) for k, v in params_b.items()}
     btc, bbest, rb = compile_and_run(
         lambda: block(integ.run_batch(pb, z0s, u0s, 0.0, t1, t_eval, tol, slots=slots)), max(3, args.repeat // 4))
     assert np.all(np.asarray(rb["status"]) == 0)
-    berr = xy_error(rb["values"]["x"][:, :, 0], rb["values"]["y"][:, :, 0], t_eval, Ls)
+    berr = xy_err(rb["values"]["x"][:, :, 0], rb["values"]["y"][:, :, 0], t_eval, Ls)
     steps = np.asarray(rb["steps"])
     msb = Row(f"mechsweep integrator.run_batch ({slots} slots, {integ.mode})", bbest, btc, berr,
               f"{steps.min()}-{steps.max()} steps")
-    kw = dict(values=pendulum_values, fixed=PENDULUM_FIXED, t_span=(0.0, t1), t_eval=t_eval, tol=tol, slots=slots)
+    kw = dict(values=values, fixed=PENDULUM_FIXED, t_span=(0.0, t1), t_eval=t_eval, tol=tol, slots=slots)
     _, sbest, _, _, ds = timed(lambda: solver.solve_batch(dae, {"L": Ls}, **kw), max(1, args.repeat // 10))
     msbs = Row("mechsweep solve_batch (init + run + Dataset)", sbest, None,
-               xy_error(ds["x"].values, ds["y"].values, t_eval, Ls),
+               xy_err(ds["x"].values, ds["y"].values, t_eval, Ls),
                f"wall_seconds {ds.attrs['wall_seconds'] * 1e3:.0f} ms")
     rows = [msb, msbs]
     dxb = hxb = None
     if diffrax is not None:
         Lj = jnp.asarray(Ls)
         dtc, _, _ = compile_and_run(lambda: block(many(Lj, 1e-10)), 1)
-        drtol, derr = pick_tol(lambda rt: angle_error(np.asarray(many(Lj, rt)[0]), t_eval, Ls), berr)
+        drtol, derr = pick_tol(lambda rt: ang_err(np.asarray(many(Lj, rt)[0]), t_eval, Ls), berr)
         _, dbest, dres = compile_and_run(lambda: block(many(Lj, drtol)), max(3, args.repeat // 4))
         dxb = Row(f"diffrax Dopri8, jax.vmap (rtol=atol={drtol:g})", dbest, dtc, derr,
                   f"{int(np.max(dres[1]))} steps (lockstep)")
@@ -554,14 +577,14 @@ def bench_pendulum(args, tab: Tables):
     else:
         rows.append(Row("diffrax", note="n/a: diffrax not installed"))
     if hy is not None:
-        htc, hbest, herr, htol, b = heyoka_pendulum_batch(t_eval, Ls, berr, max(3, args.repeat // 4))
+        htc, hbest, herr, htol, b = heyoka_pendulum_batch(t_eval, Ls, berr, max(3, args.repeat // 4), theta0)
         hxb = Row(f"heyoka taylor_adaptive_batch (tol={htol:g})", hbest, htc, herr, f"SIMD batches of {b}")
         rows.append(hxb)
     else:
         rows.append(Row("heyoka", note="n/a: import heyoka failed"))
     tab.table(rows)
-    tab.ratios(f"pendulum, {B} lengths (CPU)" if jax.default_backend() == "cpu" else f"pendulum, {B} lengths",
-               msb, dxb, hxb)
+    label = f"pendulum, {B} lengths" + (", final state" if final_only else "")
+    tab.ratios(label + (" (CPU)" if jax.default_backend() == "cpu" else ""), msb, dxb, hxb)
 
 
 # ============================================================ 2. Andrews' squeezer
@@ -1118,6 +1141,44 @@ def cloth_state(m: int, order: int):
     return dae, params, comp, jnp.asarray(spec.z_hat), jnp.asarray(spec.u_guess)
 
 
+# ============================================================ 4. where a mid-size step goes
+# (label, profile_step.py --model, --set values)
+BREAKDOWN_MODELS = (("the Pleiades", "pleiades", ()), ("the 3-D chain of 10 pendula", "pendulum_chain3d", ("N=10",)))
+# Every loop kernel by kernel: XLA:CPU compiling a part's timing loop as one function can exhaust
+# this machine's memory (see profile_step.py).
+KERNEL_BY_KERNEL = "--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=0"
+
+
+def bench_breakdown(args, tab: Tables):
+    """Where one step of the mid-size models goes: ``profile_step.py`` for each, in a process of its own.
+
+    Each part of a step (the series with stage 0 and the stage solves, the
+    projection, the state advance, the step size, the dense output) is
+    jitted and timed on its own, beside the whole run; the parts' timing
+    loops run kernel by kernel (:data:`KERNEL_BY_KERNEL`), so the figures are
+    shares of that build (the chain's own run takes it, the Pleiades' run is
+    compiled whole and faster).
+    """
+    say = tab.say
+    say("\n## 4. Per-step cost breakdown (workflows/benchmarks/profile_step.py, compact engine, every loop kernel "
+        "by kernel: the parts' shares, not the run's own time)")
+    for label, model, sets in BREAKDOWN_MODELS:
+        cmd = [sys.executable, str(ROOT / "workflows" / "benchmarks" / "profile_step.py"), "--model", model,
+               "--modes", "compact"] + [a for kv in sets for a in ("--set", kv)]
+        env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + KERNEL_BY_KERNEL).strip())
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            say(f"### {label}: profile_step.py did not finish in 600 s")
+            continue
+        if proc.returncode != 0:
+            say(f"### {label}: profile_step.py exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
+            continue
+        say(f"### {label}")
+        for line in proc.stdout.splitlines():
+            say("  " + line)
+
+
 def bench_cloth(args, tab: Tables):
     say = tab.say
     sizes = (5, 10) if args.quick else (30, 90)
@@ -1211,6 +1272,76 @@ def bench_gpu(args, tab: Tables):
         tab.ratios(f"pendulum, {N} lengths, slots = N ({dev.device_kind})", ms, dx)
 
 
+# The RSCR designs of the GPU section: the box of configs/sweeps/rscr_lengths_angles.yaml, where every design assembles.
+GPU_RSCR_BOX = {"L2": (0.98, 1.18), "L3": (0.32, 0.40), "gamma": (1.25, 1.45)}
+GPU_RSCR_CHECKED = 8  # designs whose error is measured against diffrax at MODEL_REF_TOL
+
+
+def bench_gpu_rscr(args, tab: Tables, sizes):
+    """RSCR designs on the device: ``solve_batch`` (slots = N) against diffrax's vmap of the index-1 ODE.
+
+    The designs are drawn uniformly (seeded) from :data:`GPU_RSCR_BOX`.
+    mechsweep's time is the whole ``solve_batch`` (the vmapped consistent
+    start, the run, the outputs as arrays); diffrax starts from mechsweep's
+    consistent states.  The errors are measured on the first
+    :data:`GPU_RSCR_CHECKED` designs against diffrax at
+    :data:`MODEL_REF_TOL`, and diffrax's tolerance is the first of
+    :data:`MODEL_TOLS` as accurate as mechsweep there.
+    """
+    say = tab.say
+    model = solver.load(str(ROOT / "configs" / "mechanisms" / "rscr.yaml"))
+    dae, dev = model.dae, jax.devices()[0]
+    t0, t1 = model.t0, (0.5 if args.quick else 2.0)
+    t_eval = np.linspace(t0, t1, 101)
+    n = dae.n_q
+    say(f"\n## 5b. GPU: RSCR designs (L2, L3, gamma uniform in {GPU_RSCR_BOX}) on {dev.device_kind}, tol "
+        f"{model.tol:g}, t in [{t0:g}, {t1:g}], 101 outputs; mechsweep solve_batch (slots = N) vs diffrax jax.vmap "
+        f"of the index-1 ODE from mechsweep's consistent states")
+    rng = np.random.default_rng(7)
+
+    def design_params(table, i):
+        return model.dae.param_values(model.check_params({k: float(v[i]) for k, v in table.items()}))
+
+    for N in sizes:
+        table = {k: rng.uniform(lo, hi, N) for k, (lo, hi) in GPU_RSCR_BOX.items()}
+
+        def run_ms():
+            return solver.solve_batch(model, table, t_span=(t0, t1), t_eval=t_eval, slots=N, dataset=False)
+
+        tc, best, out = compile_and_run(run_ms, 2)
+        ok = np.asarray(out["status"]) == 0
+        Q = np.concatenate([np.asarray(out[c.name]).reshape(N, len(t_eval), -1) for c in dae.coords], axis=2)
+        QD = np.concatenate([np.asarray(out[c.name + "_d1"]).reshape(N, len(t_eval), -1)
+                             for c in dae.coords], axis=2)
+        ms = Row(f"mechsweep solve_batch, N = {N}", best, tc, None, f"{int(ok.sum())} of {N} succeeded")
+        rows, dx = [ms], None
+        if diffrax is not None:
+            plist = [design_params(table, i) for i in range(N)]
+            P = {k: jnp.asarray(np.stack([np.asarray(p[k], float) for p in plist])) for k in plist[0]}
+            term = diffrax.ODETerm(lambda t, y, p: lagrangian_index1(dae, p)(t, y, None))
+            y0 = jnp.asarray(np.concatenate([Q[:, 0], QD[:, 0]], axis=1))
+
+            def one(y, p, rtol):
+                sol = diffrax.diffeqsolve(term, diffrax.Dopri8(), t0, t1, None, y, args=p,
+                                          saveat=diffrax.SaveAt(ts=jnp.asarray(t_eval)),
+                                          stepsize_controller=diffrax.PIDController(rtol=rtol, atol=rtol),
+                                          max_steps=1_000_000)
+                return sol.ys[:, :n]
+
+            many = jax.jit(jax.vmap(one, in_axes=(0, 0, None)))
+            k = min(GPU_RSCR_CHECKED, N)
+            head = ({key: v[:k] for key, v in P.items()}, y0[:k])
+            ref = np.asarray(many(head[1], head[0], MODEL_REF_TOL))
+            ms.error = float(np.max(np.abs(Q[:k] - ref)))
+            drtol, derr = pick_tol(lambda rt: float(np.max(np.abs(np.asarray(many(head[1], head[0], rt)) - ref))),
+                                   ms.error, MODEL_TOLS)
+            dtc, dbest, _ = compile_and_run(lambda: block(many(y0, P, drtol)), 2)
+            dx = Row(f"diffrax vmap, N = {N} (rtol=atol={drtol:g})", dbest, dtc, derr)
+            rows.append(dx)
+        tab.table(rows)
+        tab.ratios(f"RSCR, {N} designs, slots = N ({dev.device_kind})", ms, dx)
+
+
 # ============================================================ main
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -1224,6 +1355,8 @@ def main():
                     help="run mechsweep at its default order plus this (peers unchanged; default 0)")
     ap.add_argument("--gpu-sizes", type=int, nargs="+", default=None,
                     help="pendulum batch sizes of the GPU section (default 1000 10000 100000; 100 1000 on a CPU)")
+    ap.add_argument("--gpu-rscr-sizes", type=int, nargs="+", default=None,
+                    help="RSCR design counts of the GPU section (default 1000 10000; 20 100 on a CPU)")
     args = ap.parse_args()
     global ORDER_OFFSET
     ORDER_OFFSET = args.order_offset
@@ -1255,6 +1388,8 @@ def main():
         say("heyoka: import failed, its rows are n/a")
     if "pendulum" in only:
         bench_pendulum(args, tab)
+        # The second benchmark of the pendulum: released further out, the final state only.
+        bench_pendulum(args, tab, theta0=PENDULUM2_THETA0, final_only=True)
     if "andrews" in only:
         bench_andrews(args, tab)
     if "rscr" in only:
@@ -1270,11 +1405,15 @@ def main():
         bench_pleiades(args, tab)
     if "cloth" in only:
         bench_cloth(args, tab)
+    if "breakdown" in only:
+        bench_breakdown(args, tab)
     if "gpu" in only:
         if backend != "cpu" or args.only:
             # Named on a CPU (--only gpu), the section runs small sizes there: a check of its
             # code before device time is spent on it, not a figure for the GPU target.
             bench_gpu(args, tab)
+            bench_gpu_rscr(args, tab, args.gpu_rscr_sizes or (
+                (20, 100) if backend == "cpu" else (1000,) if args.quick else (1000, 10000)))
     tab.print_summary()
     report.save(args.out)
     if args.out:
