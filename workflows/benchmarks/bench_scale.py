@@ -572,6 +572,9 @@ def main(argv=None) -> int:
                          "temporary folder, each store deleted once measured")
     ap.add_argument("--start-timeout", type=float, default=120.0,
                     help="seconds for the scheduler to start, plus 30 per worker (default 120)")
+    ap.add_argument("--memory-margin", type=float, default=1.3,
+                    help="an N runs only if N x (the last worker's peak memory, 400 MB before the first) x this "
+                         "is available (default 1.3)")
     ap.add_argument("--quick", action="store_true", help="smoke test: N = 1, 2 and few points")
     ap.add_argument("--out", default=None, help="also write the output to this file")
     args = ap.parse_args(argv)
@@ -588,9 +591,9 @@ def main(argv=None) -> int:
     except ValueError:
         ap.error(f"--workers: comma-separated whole numbers, not {args.workers!r}")
     if not ns or min(ns) < 1 or args.batch < 1 or args.min_points < 1 or args.old_points < 1 \
-            or args.points_per_worker < 0 or not args.point_ms > 0:
+            or args.points_per_worker < 0 or not args.point_ms > 0 or not args.memory_margin > 0:
         ap.error("--workers, --batch, --min-points, --old-points must be >= 1, --points-per-worker "
-                 ">= 0 and --point-ms > 0")
+                 ">= 0, --point-ms and --memory-margin > 0")
 
     import psutil
 
@@ -634,7 +637,7 @@ def main(argv=None) -> int:
         folder = keep or work
         worker_mb = None
         for n in ns:
-            need = n * (worker_mb or 400) * MB * 1.3
+            need = n * (worker_mb or 400) * MB * args.memory_margin
             avail = psutil.virtual_memory().available
             disk = shutil.disk_usage(folder).free
             need_disk = points_for(n, args) * (per_point * 8 + 64) * 1.2
