@@ -600,7 +600,7 @@ def main(argv=None) -> int:
         f"{sum(1 for d in schema.variables.values() if len(d) == 2)} x ({args.batch}, {T}, 3) per batch) + status int8 "
         f"+ steps int64 + batch_message + batch_seconds; one chunk per batch in each; codecs Zstandard(level 0) + "
         f"CRC32C in both stores; best of {args.repeats} run(s) of each store")
-    log("worker ms: write the batch's chunks (mechsweep: and read them back for SHA-256s; icechunk: unpickle the "
+    log("worker ms: write the batch's chunks (mechsweep: and SHA-256 the bytes written; icechunk: unpickle the "
         "fork, open the group, write, pickle the fork); driver ms: commit record (mechsweep) / fork + merge + "
         "commit/K (icechunk); points/s serial = points / (worker + driver time); driver-bound = batch / mean driver "
         "ms, what one driver could commit with free workers")
