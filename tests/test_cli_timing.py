@@ -1,7 +1,7 @@
 """Every command that compiles and runs JAX programs reports its time, compiling apart from solving.
 
-``check``, ``simulate``, ``equilibrium``, ``sweep`` (its ``--estimate`` too)
-and ``design`` each write ``... (C s compiling, R s solving)`` on stderr
+``check``, ``simulate`` (and ``plot`` or ``animate`` of a model file),
+``equilibrium``, ``sweep`` (its ``--estimate`` too) and ``design`` each write ``... (C s compiling, R s solving)`` on stderr
 through the ``mechsweep`` logger, and the two parts add up to no more than
 the time the command reports; ``-q`` hides the line.  The compile clock
 under them counts only its own thread's compiles (a Dask worker runs batches
@@ -64,6 +64,13 @@ def test_simulate_reports_compiling_and_solving_and_quiet_hides_it(capsys):
     assert steps_s <= solve_s + ROUNDING
     assert main(["simulate", str(PENDULUM), "-q"]) == 0
     assert "compiling" not in capsys.readouterr().err
+
+
+def test_plot_and_animate_of_a_model_file_report_compiling_and_solving(tmp_path, capsys):
+    assert main(["plot", str(PENDULUM), "--out", str(tmp_path / "p.png")]) == 0
+    _split(capsys.readouterr().err)
+    assert main(["animate", str(PENDULUM), "--out", str(tmp_path / "a.html")]) == 0
+    _split(capsys.readouterr().err)
 
 
 def test_equilibrium_reports_compiling_and_solving(capsys):
