@@ -192,16 +192,17 @@ if sys.argv[1] == "whole":
 model = solver.load("configs/mechanisms/pendulum_chain3d.yaml", overrides={"PhysicalParams": {"N": 6}})
 from solver.integrate.integrator import order_for_tol
 integ = solver.compiled_model(model.dae, model.order or order_for_tol(model.tol), "auto").integrator
-run = model.solve(t_span=(0.0, 0.3), t_eval=np.linspace(0.0, 0.3, 7))
+run = model.solve(t_span=(0.0, 0.3), t_eval=np.linspace(0.0, 0.3, 7), sensitivities=["l"])
 print("PROBE " + json.dumps({"unknowns": int(integ.c.shape[0]), "whole": integ.loop_compiled_whole(),
-                             "x": np.asarray(run["P6"]).tolist(), "status": int(run.status)}))
+                             "x": np.asarray(run["P6"]).tolist(), "dx": np.asarray(run["dP6_dl"]).tolist(),
+                             "status": int(run.status)}))
 """
 
 
 def test_a_run_past_the_size_limit_keeps_lapack_and_gives_the_same_motion():
     """A 3-D chain of 6 pendula (24 unknowns) is over ``WHOLE_LOOP_MAX_UNKNOWNS``: its step loop
-    is written with LAPACK calls (run kernel by kernel), and its motion equals that of the loop
-    written to be compiled whole, to rounding."""
+    is written with LAPACK calls (run kernel by kernel), and its motion and its sensitivities equal
+    those of the loop written to be compiled whole, to rounding."""
     runs = {}
     for how in ("default", "whole"):
         proc = subprocess.run([sys.executable, "-c", _CHAIN_PROBE, how], cwd=ROOT, capture_output=True, text=True,
@@ -213,3 +214,6 @@ def test_a_run_past_the_size_limit_keeps_lapack_and_gives_the_same_motion():
     assert runs["default"]["whole"] is False and runs["whole"]["whole"] is True
     assert runs["default"]["status"] == runs["whole"]["status"] == 0
     assert abs(np.asarray(runs["default"]["x"]) - np.asarray(runs["whole"]["x"])).max() < 1e-9
+    # and its forward-mode sensitivities (through the projection's reverse-mode Jacobian, which such a
+    # run takes: Stepper._projection_jacobian) equal those of the other build
+    assert abs(np.asarray(runs["default"]["dx"]) - np.asarray(runs["whole"]["dx"])).max() < 1e-7

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -151,6 +152,25 @@ class Stepper:
         rho = math.exp(-0.7 / (p - 1))
         return rho * jnp.minimum(hs[0], hs[1])
 
+    def _projection_jacobian(self, f, has_aux: bool = False):
+        """The Jacobian transform of the projection's G: reverse mode where it is the cheaper one.
+
+        Reverse mode pulls back one row per hidden constraint, forward mode
+        pushes one column per state entry.  Where the hidden constraints are
+        at most a third of the state and the step loop runs kernel by kernel
+        (:meth:`~solver.integrate.single_run.SingleRun.loop_compiled_whole`
+        False), reverse mode made the run faster: 3-D chains of 6, 7 and 10
+        pendula (20, 28 and 40 constraint rows against 36, 42 and 60 state
+        entries) 7.7 -> 6.3, 9.5-9.9 -> 8.2-8.5 and 19.8-20.5 -> 15.8-16.2 ms.
+        In a loop compiled as one function it made the same kind of model
+        slower (a chain of 5 in the plane 5.0 -> 5.7-5.9 ms, of 3 in 3-D
+        1.4 -> 1.5-2.5 ms), and forward mode stays there
+        (``workflows/benchmarks/results/whole_loop_size.txt``).
+        """
+        if 3 * self.n_hidden <= self.n_state and not self.loop_compiled_whole():
+            return jax.jacrev(f, has_aux=has_aux)
+        return jacfwd(f, has_aux=has_aux)
+
     def project(self, z, t, consts, free=None, iters: int = 2):
         """Gauss–Newton minimum-norm projection onto the hidden constraints.
 
@@ -175,7 +195,7 @@ class Stepper:
             return z, jnp.zeros((), dtype=z.dtype)
         g = lambda zz: self._hidden(zz, t, consts)
         mask = jnp.ones(z.shape) if free is None else jnp.asarray(free, dtype=z.dtype)
-        G, r = jacfwd(lambda y: (g(y), g(y)), has_aux=True)(z)
+        G, r = self._projection_jacobian(lambda y: (g(y), g(y)), has_aux=True)(z)
         G = G * mask[None, :]
         fact = linalg.min_norm_factor(G)
         z = z + linalg.min_norm_step(fact, G, r)
