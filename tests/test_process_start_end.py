@@ -4,9 +4,10 @@
   (``solver.results.xarray_setup``): a solve's Dataset in a fresh process
   leaves ``dask.array`` unimported, and a process that imports it later
   gets dask-backed arrays as xarray always made them.
-- ``sweep.cli.app.run`` (the console script) ends the process after the
-  exit handlers, with the command's exit code and everything it printed,
-  also through a pipe.
+- ``sweep.cli.app.run`` (the console script) ends the process after its
+  threads and every exit handler, with the command's exit code and
+  everything it printed, also through a pipe; an exception that escapes
+  the command ends it as Python does.
 """
 
 import subprocess
@@ -77,15 +78,22 @@ def test_an_exception_that_escapes_the_command_ends_the_script_with_code_1_and_i
     assert "Traceback" in out.stderr and "RuntimeError: a bug" in out.stderr
 
 
-def test_the_exit_handlers_registered_by_a_command_still_run():
-    script = ("import atexit, sys\n"
+def test_every_exit_handler_and_every_thread_still_runs_before_the_process_ends():
+    script = ("import atexit, sys, threading, time\n"
+              "import logging\n"
+              "atexit.register(lambda: print('registered before the command', flush=True))\n"
               "from sweep.cli import app\n"
+              "def late():\n"
+              "    time.sleep(0.3)\n"
+              "    print('thread finished', flush=True)\n"
               "def command(argv=None):\n"
-              "    atexit.register(lambda: print('handler ran', flush=True))\n"
-              "    print('command ran')\n"
+              "    atexit.register(lambda: print('registered by the command', flush=True))\n"
+              "    threading.Thread(target=late).start()\n"
+              "    sys.stdout.write('command ran, unflushed')\n"
               "    return 3\n"
               "app.main = command\n"
               "app.run()\n")
     out = _python(script)
     assert out.returncode == 3, out.stderr
-    assert out.stdout.splitlines() == ["command ran", "handler ran"]
+    assert out.stdout.splitlines() == ["command ran, unflushedthread finished", "registered by the command",
+                                       "registered before the command"]

@@ -35,6 +35,7 @@ import atexit
 import contextlib
 import os
 import sys
+import threading
 from typing import Sequence
 
 from solver.errors import InputError
@@ -235,37 +236,34 @@ def _run(stack: contextlib.ExitStack, argv: Sequence[str] | None) -> int:
 def run() -> None:
     """The ``mechsweep`` console script: :func:`main` on ``sys.argv``, then the process ends with its exit code.
 
-    The process ends as soon as Python's exit handlers have run (logging's
-    flush, Dask's clean-up, anything a library registered), without the
+    After the command returns, the process does what Python's own exit does
+    (it waits for the threads that are not daemons, runs every exit handler
+    that was registered: logging's flush, Dask's clean-up, anything a library
+    registered), flushes the standard streams and ends, without the
     interpreter's teardown of its modules: with JAX and xarray loaded that
     teardown took 0.3-0.5 s of every command after its work was done
-    (``workflows/benchmarks/results/startup.txt``). Threads that are not
-    daemons are still waited for, as Python waits for them before its exit
-    handlers; every file a command writes is closed before it returns.
+    (``workflows/benchmarks/results/startup.txt``). Every file a command
+    writes is closed before it returns. An exception that escapes
+    :func:`main` ends the process as Python does, with its traceback.
 
     Raises:
-        SystemExit: always, with :func:`main`'s exit code (1 for an
-            exception that escaped it, after its traceback).
+        SystemExit: with :func:`main`'s exit code, where this Python has no
+            way to run its exit handlers first (then the teardown is kept).
     """
-    code = [1]
-    # Registered first, so run last: after every handler registered while the command ran.
-    atexit.register(_end_process, code)
-    try:
-        code[0] = main()
-    except KeyboardInterrupt:  # before main's own handling (an import): the shell's code for Ctrl-C
-        code[0] = 130
-        raise
-    sys.exit(code[0])
-
-
-def _end_process(code: list[int]) -> None:
-    """The last exit handler: flush the standard streams and end the process with ``code[0]``."""
+    code = main()
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if run_exit_handlers is None:
+        sys.exit(code)
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
             pass
-    os._exit(code[0])
+    os._exit(code)
 
 
 if __name__ == "__main__":
