@@ -78,6 +78,22 @@ def test_an_exception_that_escapes_the_command_ends_the_script_with_code_1_and_i
     assert "Traceback" in out.stderr and "RuntimeError: a bug" in out.stderr
 
 
+def test_a_thread_pool_left_by_the_command_is_shut_down_as_python_does():
+    script = ("from concurrent.futures import ThreadPoolExecutor\n"
+              "from sweep.cli import app\n"
+              "pool = None\n"
+              "def command(argv=None):\n"
+              "    global pool\n"
+              "    pool = ThreadPoolExecutor(2)\n"
+              "    print(pool.submit(lambda: 'pool ran').result(), flush=True)\n"
+              "    return 0\n"
+              "app.main = command\n"
+              "app.run()\n")
+    out = _python(script, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["pool ran"]
+
+
 def test_every_exit_handler_and_every_thread_still_runs_before_the_process_ends():
     script = ("import atexit, sys, threading, time\n"
               "import logging\n"

@@ -236,27 +236,30 @@ def _run(stack: contextlib.ExitStack, argv: Sequence[str] | None) -> int:
 def run() -> None:
     """The ``mechsweep`` console script: :func:`main` on ``sys.argv``, then the process ends with its exit code.
 
-    After the command returns, the process does what Python's own exit does
-    (it waits for the threads that are not daemons, runs every exit handler
-    that was registered: logging's flush, Dask's clean-up, anything a library
-    registered), flushes the standard streams and ends, without the
-    interpreter's teardown of its modules: with JAX and xarray loaded that
-    teardown took 0.3-0.5 s of every command after its work was done
+    After the command returns, the process does what Python's own exit does,
+    in its order: it shuts its threads down (the hooks of thread pools, such
+    as ``concurrent.futures``', then a wait for every thread that is not a
+    daemon) and runs every exit handler that was registered (logging's
+    flush, Dask's clean-up, anything a library registered); then it flushes
+    the standard streams and ends, without the interpreter's teardown of its
+    modules: with JAX and xarray loaded that teardown took 0.3-0.5 s of
+    every command after its work was done
     (``workflows/benchmarks/results/startup.txt``). Every file a command
     writes is closed before it returns. An exception that escapes
     :func:`main` ends the process as Python does, with its traceback.
 
     Raises:
-        SystemExit: with :func:`main`'s exit code, where this Python has no
-            way to run its exit handlers first (then the teardown is kept).
+        SystemExit: with :func:`main`'s exit code, where this Python lacks
+            the two steps of its exit that this needs (then the teardown is kept).
     """
     code = main()
+    # The two steps of Python's own exit before the teardown (Py_FinalizeEx): private
+    # names, so a Python without them exits the ordinary way.
+    shut_threads = getattr(threading, "_shutdown", None)
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
-    if run_exit_handlers is None:
+    if shut_threads is None or run_exit_handlers is None:
         sys.exit(code)
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    shut_threads()
     run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
