@@ -24,7 +24,7 @@ from solver.numerics import linalg
 
 __all__ = ["SingleRun", "in_one_trip_loop", "WHOLE_LOOP_MAX_UNKNOWNS"]
 
-#: The most unknowns of a dense stage system for which a single run's step loop is
+#: The most unknowns of a stage system for which a single run's step loop is
 #: written to be compiled as one function (:meth:`SingleRun.loop_compiled_whole`).
 WHOLE_LOOP_MAX_UNKNOWNS = 20
 

@@ -160,12 +160,19 @@ class Stepper:
         at most a third of the state and the step loop runs kernel by kernel
         (:meth:`~solver.integrate.single_run.SingleRun.loop_compiled_whole`
         False), reverse mode made the run faster: 3-D chains of 6, 7 and 10
-        pendula (20, 28 and 40 constraint rows against 36, 42 and 60 state
+        pendula (12, 14 and 20 hidden constraints against 36, 42 and 60 state
         entries) 7.7 -> 6.3, 9.5-9.9 -> 8.2-8.5 and 19.8-20.5 -> 15.8-16.2 ms.
         In a loop compiled as one function it made the same kind of model
         slower (a chain of 5 in the plane 5.0 -> 5.7-5.9 ms, of 3 in 3-D
         1.4 -> 1.5-2.5 ms), and forward mode stays there
         (``workflows/benchmarks/results/whole_loop_size.txt``).
+
+        Args:
+            f: the function of the state (``(G's rows, aux)`` with ``has_aux``).
+            has_aux: as for ``jax.jacfwd``.
+
+        Returns:
+            ``jax.jacrev(f)`` or :func:`solver.numerics.jacobian.jacfwd` of ``f``.
         """
         if 3 * self.n_hidden <= self.n_state and not self.loop_compiled_whole():
             return jax.jacrev(f, has_aux=has_aux)

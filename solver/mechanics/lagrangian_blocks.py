@@ -132,7 +132,9 @@ def _element_components(closed, coords, n_q: int) -> list[np.ndarray] | None:
     pattern = sp.csr_array(sp.vstack(rows, format="csr"))
     pattern = pattern + pattern.T + sp.eye_array(n_q, format="csr")
     count, label = csgraph.connected_components(pattern, directed=False)
-    return [np.flatnonzero(label == k) for k in sorted(range(count), key=lambda k: np.flatnonzero(label == k)[0])]
+    order = np.argsort(label, kind="stable")      # the indices of each component together, ascending
+    bounds = np.searchsorted(label[order], np.arange(count + 1))
+    return sorted((order[bounds[k]:bounds[k + 1]] for k in range(count)), key=lambda rows: rows[0])
 
 
 def _name_components(closed, coords) -> list[np.ndarray]:
@@ -231,13 +233,14 @@ class LagrangianBlocks:
         if components is None:      # a primitive without an element rule: couple by names
             components = _name_components(closed, self.coords)
         declared = self._declared()
+        # (first flat index, size) of each declared coordinate -> its declared block size
+        spans = {(c.offset, c.size): declared[c.name] for c in self.coords if c.name in declared}
         by_size: dict = {}
         used_decl = False
         for rows in components:
-            whole = [c for c in self.coords if c.name in declared and c.size == len(rows)
-                     and rows[0] == c.offset and rows[-1] == c.offset + c.size - 1]
-            if whole:   # a coordinate found dense inside, declared finer by its builder
-                blocks = rows.reshape(-1, declared[whole[0].name])
+            b = spans.get((int(rows[0]), len(rows))) if rows[-1] - rows[0] == len(rows) - 1 else None
+            if b is not None:   # a coordinate found dense inside, declared finer by its builder
+                blocks = rows.reshape(-1, b)
                 used_decl = used_decl or blocks.shape[0] > 1
             else:
                 blocks = rows[None, :]
