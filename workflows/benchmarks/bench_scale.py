@@ -55,6 +55,7 @@ import platform
 import resource
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -692,5 +693,18 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
+def _interrupt_on_sigterm() -> None:
+    """SIGTERM (``kill``, ``timeout``) raises KeyboardInterrupt, so the clusters' ``finally`` end their processes.
+
+    Killed by the default action instead, the benchmark left its scheduler
+    and workers running (a worker whose scheduler is gone keeps retrying).
+    """
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 if __name__ == "__main__":
+    _interrupt_on_sigterm()
     sys.exit(main())
