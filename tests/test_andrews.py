@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def bench():
     spec = importlib.util.spec_from_file_location("bench_peers", ROOT / "workflows" / "benchmarks" / "bench_peers.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_peers", module)
+    sys.modules["bench_peers"] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

@@ -222,6 +222,19 @@ def test_mass_blocks_are_read_element_by_element_not_by_whole_coordinates():
     np.testing.assert_allclose(dae.mass_blocks.assemble(dae.mass_matrix_blocks(0.1, q, qd)), dense, atol=1e-14)
 
 
+def test_without_an_element_rule_the_mass_blocks_couple_whole_coordinates(monkeypatch):
+    from solver.mechanics import lagrangian_blocks
+
+    # As for a momentum holding a primitive the structural analysis has no rule for.
+    monkeypatch.setattr(lagrangian_blocks, "_element_components", lambda *args: None)
+
+    def L(t, q, qd, p):  # a and c couple; b's two components do not couple with anything
+        return 0.5 * qd["a"][0] ** 2 + 0.5 * jnp.sum(qd["b"] ** 2) + qd["c"][0] * qd["a"][0]
+
+    groups = lagrangian(L, {"a": 1, "b": 2, "c": 1}).mass_blocks.groups
+    assert sorted(sorted(r.tolist()) for g in groups for r in g) == [[0, 3], [1, 2]]
+
+
 def test_mass_matrix_blocks_equal_the_dense_mass_matrix():
     for dae, n in ((ex.rigid_body_euler(I1=1.0, I2=2.0, I3=3.5), 6), (ex.pendulum_chain(3), 9)):
         q, qd = _rand(n, lo=0.2, hi=1.0), _rand(n)

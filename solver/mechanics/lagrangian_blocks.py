@@ -108,6 +108,16 @@ def _input_dependence(closed) -> list[set]:
     return [set() if isinstance(o, jex_core.Literal) else deps.get(o, set()) for o in jaxpr.outvars]
 
 
+def _components(pattern) -> list[np.ndarray]:
+    """The connected components of a coupling pattern (a square sparse array): sorted index arrays, by first index."""
+    from scipy.sparse import csgraph
+
+    count, label = csgraph.connected_components(pattern, directed=False)
+    order = np.argsort(label, kind="stable")      # the indices of each component together, ascending
+    bounds = np.searchsorted(label[order], np.arange(count + 1))
+    return sorted((order[bounds[k]:bounds[k + 1]] for k in range(count)), key=lambda rows: rows[0])
+
+
 def _element_components(closed, coords, n_q: int) -> list[np.ndarray] | None:
     """The flat coordinates that ∂L/∂q' couples, element by element: sorted index arrays; None if unknown.
 
@@ -118,8 +128,6 @@ def _element_components(closed, coords, n_q: int) -> list[np.ndarray] | None:
     found so.  None where the jaxpr holds a primitive without an element
     rule.
     """
-    from scipy.sparse import csgraph
-
     from solver.dae.sparsity import UnsupportedPrimitiveError, jaxpr_dependencies
 
     in_deps = [sp.csr_array((np.ones(c.size, np.int32), np.arange(c.offset, c.offset + c.size, dtype=np.int32),
@@ -129,33 +137,16 @@ def _element_components(closed, coords, n_q: int) -> list[np.ndarray] | None:
     except UnsupportedPrimitiveError:
         return None
     rows = [sp.csr_array((c.size, n_q)) if d is None else d for c, d in zip(coords, outs)]
-    pattern = sp.csr_array(sp.vstack(rows, format="csr"))
-    pattern = pattern + pattern.T + sp.eye_array(n_q, format="csr")
-    count, label = csgraph.connected_components(pattern, directed=False)
-    order = np.argsort(label, kind="stable")      # the indices of each component together, ascending
-    bounds = np.searchsorted(label[order], np.arange(count + 1))
-    return sorted((order[bounds[k]:bounds[k + 1]] for k in range(count)), key=lambda rows: rows[0])
+    return _components(sp.csr_array(sp.vstack(rows, format="csr")))
 
 
 def _name_components(closed, coords) -> list[np.ndarray]:
     """The flat coordinates of the named coordinates that ∂L/∂q' couples, by whole arrays (conservative)."""
-    deps = _input_dependence(closed)
-    parent = list(range(len(coords)))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i, d in enumerate(deps):
-        for j in d:
-            parent[find(i)] = find(j)
-    comps: dict = {}
-    for i in range(len(coords)):
-        comps.setdefault(find(i), []).append(i)
-    return [np.sort(np.concatenate([np.arange(coords[m].offset, coords[m].offset + coords[m].size)
-                                    for m in members])) for members in comps.values()]
+    pairs = [(i, j) for i, d in enumerate(_input_dependence(closed)) for j in d]
+    i, j = (np.array(x, dtype=np.int64) for x in zip(*pairs)) if pairs else (np.zeros(0, np.int64),) * 2
+    coupled = sp.csr_array((np.ones(len(i)), (i, j)), shape=(len(coords), len(coords)))
+    return [np.concatenate([np.arange(coords[m].offset, coords[m].offset + coords[m].size) for m in members])
+            for members in _components(coupled)]
 
 
 # ---------------------------------------------------------------- the mixin

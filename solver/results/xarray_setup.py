@@ -19,6 +19,7 @@ version), nothing is changed.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 
@@ -48,38 +49,34 @@ def defer_dask_check() -> bool:
     return True
 
 
-_DEFERRED: dict[type, type] = {}
-
-
+@functools.cache
 def _deferred_class(base: type) -> type:
     """The deferred entry's class, a subclass of xarray's ``DuckArrayModule`` (one per base)."""
-    if base not in _DEFERRED:
-        class DaskWhenImported(base):
-            """xarray's entry for dask, made from ``dask.array`` once that is imported; no class before."""
+    class DaskWhenImported(base):
+        """xarray's entry for dask, made from ``dask.array`` once that is imported; no class before."""
 
-            def __init__(self, cache: dict) -> None:  # noqa: D107 - imports nothing, unlike the base
-                self._cache = cache
+        def __init__(self, cache: dict) -> None:  # noqa: D107 - imports nothing, unlike the base
+            self._cache = cache
 
-            def _real(self):
-                real = base("dask")
-                self._cache["dask"] = real      # from now on xarray asks its own entry
-                return real
+        def _real(self):
+            real = base("dask")
+            self._cache["dask"] = real      # from now on xarray asks its own entry
+            return real
 
-            @property
-            def type(self):
-                return self._real().type if "dask.array" in sys.modules else ()
+        @property
+        def type(self):
+            return self._real().type if "dask.array" in sys.modules else ()
 
-            @property
-            def module(self):
-                return self._real().module
+        @property
+        def module(self):
+            return self._real().module
 
-            @property
-            def version(self):
-                return self._real().version
+        @property
+        def version(self):
+            return self._real().version
 
-            @property
-            def available(self):
-                return "dask" in sys.modules or importlib.util.find_spec("dask") is not None
+        @property
+        def available(self):
+            return "dask" in sys.modules or importlib.util.find_spec("dask") is not None
 
-        _DEFERRED[base] = DaskWhenImported
-    return _DEFERRED[base]
+    return DaskWhenImported

@@ -1165,6 +1165,8 @@ def bench_breakdown(args, tab: Tables):
     for label, model, sets in BREAKDOWN_MODELS:
         cmd = [sys.executable, str(ROOT / "workflows" / "benchmarks" / "profile_step.py"), "--model", model,
                "--modes", "compact"] + [a for kv in sets for a in ("--set", kv)]
+        # A flag list of its own, not merged into the one importing solver put in XLA_FLAGS here
+        # (xla_setup.with_extra_options keeps a threshold already named): XLA keeps the last list.
         env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + KERNEL_BY_KERNEL).strip())
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
@@ -1272,7 +1274,8 @@ def bench_gpu(args, tab: Tables):
         tab.ratios(f"pendulum, {N} lengths, slots = N ({dev.device_kind})", ms, dx)
 
 
-# The RSCR designs of the GPU section: the box of configs/sweeps/rscr_lengths_angles.yaml, where every design assembles.
+# The RSCR designs of the GPU section: the box of configs/sweeps/rscr_lengths_angles.yaml, where every design
+# assembles.  Written out, not read with sweep.spec's loader: that imports Zarr, which a lent device lacks.
 GPU_RSCR_BOX = {"L2": (0.98, 1.18), "L3": (0.32, 0.40), "gamma": (1.25, 1.45)}
 GPU_RSCR_CHECKED = 8  # designs whose error is measured against diffrax at MODEL_REF_TOL
 
@@ -1294,7 +1297,7 @@ def bench_gpu_rscr(args, tab: Tables, sizes):
     t0, t1 = model.t0, (0.5 if args.quick else 2.0)
     t_eval = np.linspace(t0, t1, 101)
     n = dae.n_q
-    say(f"\n## 5b. GPU: RSCR designs (L2, L3, gamma uniform in {GPU_RSCR_BOX}) on {dev.device_kind}, tol "
+    say(f"\n## 5b. GPU: RSCR designs (uniform in {GPU_RSCR_BOX}) on {dev.device_kind}, tol "
         f"{model.tol:g}, t in [{t0:g}, {t1:g}], 101 outputs; mechsweep solve_batch (slots = N) vs diffrax jax.vmap "
         f"of the index-1 ODE from mechsweep's consistent states")
     rng = np.random.default_rng(7)
