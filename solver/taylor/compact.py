@@ -527,12 +527,43 @@ class CompactProgram:
         vals = D[op.src] * same.reshape(same.shape + (1,) * (D.ndim - 1))
         return op.combine(V, vals, False)
 
-    def cauchy(self, C, a: Operand, b: Operand, m, lo=0, top=0, weight=None):
-        """Σ_{r=lo}^{m−top} w(r) a_r b_{m−r} for each member (w a function of r and m)."""
+    def cauchy(self, V, a: Operand, b: Operand, m, off: int, lo=0, top=0, weight=None):
+        """Σ_{r=lo}^{m−top} w(r) a_r b_{m−r} for each member (w a function of r and m).
+
+        Args:
+            V: the pass's view of the table.
+            a, b: the operands.
+            m: the order computed, ``k + off``.
+            off: the group's order offset.
+            lo, top: the terms r < lo and r > m − top are left out.
+            weight: ``w(r, m)``, or None for 1.
+
+        The sum is formed on the table as the pass found it.  An operand's
+        coefficients of order above m meet zeros, and this pass computes
+        its coefficient k + off' (off' >= off, still zero in the table) for
+        each term, so only a_m (term r = m, with b_0) and b_m (term r = 0,
+        with a_0) of the terms at the group's offset are missing: added
+        here, instead of merging the pass's column into every gathered row.
+        """
         # The terms r > m meet the zeros b.shifted puts there, the terms r > m - top the
         # b_0 ... b_(top-1) it leaves out, and r < lo are cut off: a plain sum, no mask.
-        A = a.cols(C)[:, lo:]
+        tail = (1,) * (V.C.ndim - 2)
+        mf = jnp.asarray(m, jnp.float64)
+        A = a.cols(V)[:, lo:]
         if weight is not None:
-            r = jnp.arange(lo, self.K).reshape((1, self.K - lo) + (1,) * (C.C.ndim - 2))
-            A = A * weight(r.astype(jnp.float64), jnp.asarray(m, jnp.float64))
-        return jnp.sum(A * b.shifted(C, m, self.K, skip=top)[:, lo:], axis=1)
+            r = jnp.arange(lo, self.K).reshape((1, self.K - lo) + tail)
+            A = A * weight(r.astype(jnp.float64), mf)
+        s = jnp.sum(A * b.shifted(V, m, self.K, skip=top)[:, lo:], axis=1)
+
+        def w(r):
+            return 1.0 if weight is None else weight(jnp.full((1, 1) + tail, r, jnp.float64), mf)[:, 0]
+
+        da = a.fresh(V, off) if top == 0 else None  # a_m, term r = m
+        db = b.fresh(V, off) if lo == 0 else None  # b_m, term r = 0
+        if da is not None:
+            s = s + jnp.where(m >= lo, w(mf) * da * b.first(V), 0.0)
+        if db is not None:
+            s = s + jnp.where(m >= top, w(0.0) * a.first(V) * db, 0.0)
+            if da is not None:  # m = 0: one term, a_0 b_0, both of this pass
+                s = s + jnp.where(m == 0, w(0.0) * da * db, 0.0)
+        return s

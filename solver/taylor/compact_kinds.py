@@ -46,19 +46,19 @@ def _ev_ddt(P, C, g, m):
 
 def _ev_mul(P, C, g, m):
     a, b = g.ops
-    return C.write(g.start, P.cauchy(C, a, b, m))
+    return C.write(g.start, P.cauchy(C, a, b, m, g.off))
 
 
 def _ev_div(P, C, g, m):
     a, b = g.ops
-    val = (a.at(C, m, P.K) - P.cauchy(C, b, g.own, m, lo=1)) / b.row0(C)
+    val = (a.at(C, m, P.K) - P.cauchy(C, b, g.own, m, g.off, lo=1)) / b.row0(C)
     return C.write(g.start, val)
 
 
 def _ev_sqrt(P, C, g, m):
     (a,) = g.ops
     z = g.own
-    rest = (a.at(C, m, P.K) - P.cauchy(C, z, z, m, lo=1, top=1)) / (2.0 * z.row0(C))
+    rest = (a.at(C, m, P.K) - P.cauchy(C, z, z, m, g.off, lo=1, top=1)) / (2.0 * z.row0(C))
     return C.write(g.start, jnp.where(m == 0, jnp.sqrt(a.row0(C)), rest))
 
 
@@ -68,20 +68,20 @@ def _ev_powc(P, C, g, m):
     x0 = a.row0(C)
     z0 = jnp.cbrt(x0) if g.param == "cbrt" else x0 ** alpha
     # z_m = 1/(m x0) Σ_{j=0}^{m-1} (α (m−j) − j) x_{m−j} z_j
-    s = P.cauchy(C, g.own, a, m, lo=0, top=1, weight=lambda r, mm: alpha[:, None] * (mm - r) - r)
+    s = P.cauchy(C, g.own, a, m, g.off, lo=0, top=1, weight=lambda r, mm: alpha[:, None] * (mm - r) - r)
     return C.write(g.start, jnp.where(m == 0, z0, s / (_safe(m) * x0)))
 
 
 def _ev_exp(P, C, g, m):
     (a,) = g.ops
-    s = P.cauchy(C, a, g.own, m, lo=1, weight=_term_index)
+    s = P.cauchy(C, a, g.own, m, g.off, lo=1, weight=_term_index)
     return C.write(g.start, jnp.where(m == 0, jnp.exp(a.row0(C)), s / _safe(m)))
 
 
 def _ev_log(P, C, g, m):
     (a,) = g.ops
     x0 = a.row0(C)
-    s = P.cauchy(C, g.own, a, m, lo=1, top=1, weight=_term_index)
+    s = P.cauchy(C, g.own, a, m, g.off, lo=1, top=1, weight=_term_index)
     rest = (a.at(C, m, P.K) - s / _safe(m)) / x0
     return C.write(g.start, jnp.where(m == 0, jnp.log(x0), rest))
 
@@ -91,8 +91,8 @@ def _ev_sincos(P, C, g, m):
     s = g.own
     c = Operand(s.src + g.size, own=True)
     x0 = x.row0(C)
-    sm = P.cauchy(C, x, c, m, lo=1, weight=_term_index) / _safe(m)
-    cm = P.cauchy(C, x, s, m, lo=1, weight=_term_index) / _safe(m)
+    sm = P.cauchy(C, x, c, m, g.off, lo=1, weight=_term_index) / _safe(m)
+    cm = P.cauchy(C, x, s, m, g.off, lo=1, weight=_term_index) / _safe(m)
     if g.param:  # sinh, cosh
         s0, c0 = jnp.sinh(x0), jnp.cosh(x0)
     else:
@@ -104,7 +104,7 @@ def _ev_sincos(P, C, g, m):
 def _ev_inv(P, C, g, m):
     x, q = g.ops
     sign = -1.0 if g.param == "acos" else 1.0
-    corr = P.cauchy(C, q, g.own, m, lo=1, top=1, weight=lambda r, mm: mm - r)
+    corr = P.cauchy(C, q, g.own, m, g.off, lo=1, top=1, weight=lambda r, mm: mm - r)
     rest = (sign * _mf(m) * x.at(C, m, P.K) - corr) / (_safe(m) * q.row0(C))
     return C.write(g.start, jnp.where(m == 0, INVERSE_F0[g.param](x.row0(C)), rest))
 
@@ -112,8 +112,8 @@ def _ev_inv(P, C, g, m):
 def _ev_atan2(P, C, g, m):
     y, x, q = g.ops
     w = lambda r, mm: mm - r
-    rhs = P.cauchy(C, x, y, m, lo=0, top=1, weight=w) - P.cauchy(C, y, x, m, lo=0, top=1, weight=w)
-    corr = P.cauchy(C, q, g.own, m, lo=1, top=1, weight=w)
+    rhs = P.cauchy(C, x, y, m, g.off, lo=0, top=1, weight=w) - P.cauchy(C, y, x, m, g.off, lo=0, top=1, weight=w)
+    corr = P.cauchy(C, q, g.own, m, g.off, lo=1, top=1, weight=w)
     rest = (rhs - corr) / (_safe(m) * q.row0(C))
     return C.write(g.start, jnp.where(m == 0, jnp.arctan2(y.row0(C), x.row0(C)), rest))
 

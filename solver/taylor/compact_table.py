@@ -48,14 +48,33 @@ class Operand:
         return jnp.sum(vals, axis=1) if vals.shape[1] > 1 else vals[:, 0]
 
     def cols(self, V):
-        """(G, K, B): every coefficient.
+        """(G, K, B): every coefficient as the table held it before this pass.
 
-        Only the recurrences' Cauchy sums read whole columns, and a sum over a
-        group's own members never reaches the order the group computes (the
-        terms that would are cut off or meet zeros): their columns are read as
-        the table holds them, without this pass's coefficients merged in.
+        Only the recurrences' Cauchy sums read whole columns.  The orders a
+        pass computes are still zeros there (:meth:`View.fresh`); the sums
+        add the few terms that reach them (:meth:`CompactProgram.cauchy`).
         """
-        return self.combine(V, V.C[self.src] if self.own else V.cols(self.src), True)
+        return self.combine(V, V.C[self.src], True)
+
+    def first(self, V):
+        """(G, B): coefficient 0 as the table held it before this pass."""
+        return self.combine(V, V.C[:, 0][self.src], False)
+
+    def fresh(self, V, off: int):
+        """(G, B): the operand's part computed in this pass at order k + off; None where it has none.
+
+        The terms whose own offset is ``off``: this pass writes their
+        coefficient of that order, which the table still holds as zero.  A
+        group's own members are left out: no sum of theirs reads the order
+        it computes.
+        """
+        if V.R is None or self.own:
+            return None
+        same = V.new_off[self.src] == off  # (G, T): static, as every offset is
+        if not same.any():
+            return None
+        vals = V.R[self.src]
+        return self.combine(V, vals * same.reshape(same.shape + (1,) * (vals.ndim - 2)), False)
 
     def at(self, V, m, K):
         """(G, B): coefficient m (clipped to [0, K))."""
@@ -88,7 +107,9 @@ class View:
     one the pass computes), written group by group; a read of coefficient j
     of node i takes ``R[i]`` where ``j == k + off_i`` and ``C[i, j]``
     elsewhere.  :meth:`CompactProgram._merge` writes ``R`` into the table
-    once, at the end of the pass.  ``R`` None: a table no pass is writing.
+    once, at the end of the pass, so ``C`` holds zeros (the table's
+    initial values) at every order a pass computes; whole-column reads use
+    that (:meth:`Operand.cols`).  ``R`` None: a table no pass is writing.
     """
 
     __slots__ = ("C", "R", "k", "new_off")
@@ -103,16 +124,6 @@ class View:
             return old
         fresh = (m == self.k + self.new_off[src]).reshape(src.shape + (1,) * (old.ndim - 2))
         return jnp.where(fresh, self.R[src], old)
-
-    def cols(self, src):
-        """(G, T, K, *B): every coefficient of the nodes ``src``."""
-        old = self.C[src]
-        if self.R is None:
-            return old
-        r = jnp.arange(old.shape[2])
-        fresh = r == (self.k + self.new_off[src])[:, :, None]  # (G, T, K)
-        fresh = fresh.reshape(fresh.shape + (1,) * (old.ndim - 3))
-        return jnp.where(fresh, self.R[src][:, :, None], old)
 
     def write(self, start, val):
         """The view with ``R[start:start + len(val)] = val`` (this pass's coefficients of those nodes)."""
