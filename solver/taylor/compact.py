@@ -203,6 +203,14 @@ class CompactProgram:
             self.col_off[g.start: g.start + g.width] = g.off
         # A column's order in a stage k pass is k + new_off (constants and t: never).
         self.new_off = np.where(self.col_off >= 0, self.col_off, -(1 << 30)).astype(np.int64)
+        # (first row, end, offset) of each run of rows with one offset: the blocks _merge writes.
+        self.offset_runs = []
+        for i in np.nonzero(self.col_off >= 0)[0].tolist():
+            if self.offset_runs and self.offset_runs[-1][1] == i and self.offset_runs[-1][2] == self.col_off[i]:
+                self.offset_runs[-1][1] = i + 1
+            else:
+                self.offset_runs.append([i, i + 1, int(self.col_off[i])])
+        self.offset_runs = [tuple(r) for r in self.offset_runs]
         # Which columns a stage's unknowns reach at the order the stage computes them: the
         # inputs x_j^(l) with off + l = d_j, then every node with such an operand term at its
         # own offset (one more for ddt).  Groups with none are left out of the commit.
@@ -373,9 +381,23 @@ class CompactProgram:
         return V
 
     def _merge(self, C, R, k):
-        """``C`` with ``R[i]`` as node i's coefficient k + off_i (nodes of no order, constants and t, kept)."""
-        at = jnp.arange(self.K)[None, :] == (k + self.new_off)[:, None]
-        return jnp.where(at.reshape(at.shape + (1,) * (C.ndim - 2)), R[:, None], C)
+        """``C`` with ``R[i]`` as node i's coefficient k + off_i (nodes of no order, constants and t, kept).
+
+        One column block written in place per run of rows with one offset
+        (:attr:`offset_runs`: a few), not a select over the whole table.  A
+        stage below a run's offset (k + off < 0) stores nothing.
+        """
+        zero = jnp.zeros((), jnp.asarray(k).dtype)
+        for a, b, off in self.offset_runs:
+            m = k + off
+            col = jnp.clip(m, 0, self.K - 1) + zero
+            start = (a + zero, col) + (zero,) * (C.ndim - 2)
+            new = R[a:b, None]
+            if self.k_start + off < 0:  # a negative stage reaches this run's order 0 from below
+                old = lax.dynamic_slice(C, start, new.shape)
+                new = jnp.where(m >= 0, new, old)
+            C = lax.dynamic_update_slice(C, new.astype(C.dtype), start)
+        return C
 
     def residual(self, C, k):
         """Coefficient ``k + c_i`` of every series equation (0 for constant equations), k >= 0.
