@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,15 +30,8 @@ MODELS = [("pleiades", 3.0, 2), ("rscr", 10.0, 101), ("mechanism0", 5.0, 101), (
 
 
 def best_of(fn, repeat: int) -> float:
-    """The shortest of ``repeat`` timed calls of ``fn`` (seconds), after two untimed ones."""
-    fn()
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    """The shortest of ``repeat`` timed calls of ``fn`` (seconds), after an untimed one."""
+    return bp.timed(fn, repeat)[1]
 
 
 def andrews_lines(repeat: int) -> list[str]:
