@@ -352,3 +352,25 @@ def test_a_parameter_times_a_parameter_times_a_series_stays_linear():
     assert np.all(batch.status.values == 0)
     rate = a * b + 1.0 / (a * b)
     np.testing.assert_allclose(batch.y.values[:, -1], np.exp(rate * t1), rtol=1e-10)
+
+
+def test_the_end_of_a_pass_writes_each_node_at_its_own_order_and_nowhere_else():
+    """_merge writes R[i] at column k + off_i of row i (in blocks of rows with one offset), leaves every
+    other entry, and stores nothing for a node whose order is below zero (the stages k < 0), for one
+    table and for a batch of them; Mechanism0 has offsets 0 and 2 in five blocks."""
+    from pathlib import Path
+
+    model = solver.load(Path(__file__).resolve().parents[1] / "configs" / "mechanisms" / "mechanism0.yaml")
+    cp = compact_of(model.dae, 12)
+    assert {off for _, _, off in cp.offset_runs} == {0, 2} and len(cp.offset_runs) > 2
+    rng = np.random.default_rng(3)
+    for batch in ((), (3,)):
+        C = rng.normal(size=(cp.n_nodes, cp.K) + batch)
+        R = rng.normal(size=(cp.n_nodes,) + batch)
+        for k in range(cp.k_start, 4):
+            want = C.copy()
+            for i, off in enumerate(cp.new_off):
+                if 0 <= k + off < cp.K:
+                    want[i, k + off] = R[i]
+            got = jax.jit(cp._merge)(jnp.asarray(C), jnp.asarray(R), jnp.asarray(k))
+            np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"stage {k}, batch {batch}")

@@ -204,13 +204,10 @@ class CompactProgram:
         # A column's order in a stage k pass is k + new_off (constants and t: never).
         self.new_off = np.where(self.col_off >= 0, self.col_off, -(1 << 30)).astype(np.int64)
         # (first row, end, offset) of each run of rows with one offset: the blocks _merge writes.
-        self.offset_runs = []
-        for i in np.nonzero(self.col_off >= 0)[0].tolist():
-            if self.offset_runs and self.offset_runs[-1][1] == i and self.offset_runs[-1][2] == self.col_off[i]:
-                self.offset_runs[-1][1] = i + 1
-            else:
-                self.offset_runs.append([i, i + 1, int(self.col_off[i])])
-        self.offset_runs = [tuple(r) for r in self.offset_runs]
+        rows = np.nonzero(self.col_off >= 0)[0]
+        breaks = np.nonzero((np.diff(rows) != 1) | (np.diff(self.col_off[rows]) != 0))[0] + 1
+        self.offset_runs = [(int(r[0]), int(r[-1]) + 1, int(self.col_off[r[0]]))
+                            for r in np.split(rows, breaks) if r.size]
         # Which columns a stage's unknowns reach at the order the stage computes them: the
         # inputs x_j^(l) with off + l = d_j, then every node with such an operand term at its
         # own offset (one more for ddt).  Groups with none are left out of the commit.

@@ -34,7 +34,7 @@ class Operand:
         self.w = None if w is None else np.asarray(w, dtype=np.float64)
         self.fac = None if fac is None else np.asarray(fac, dtype=np.int32)
         # A group's own members: their coefficient of this pass's order is the one being
-        # computed, which no Cauchy sum of theirs reads (see cols).
+        # computed, which no Cauchy sum of theirs reads (see fresh).
         self.own = own
 
     def combine(self, V, vals, with_k: bool):
@@ -51,7 +51,7 @@ class Operand:
         """(G, K, B): every coefficient as the table held it before this pass.
 
         Only the recurrences' Cauchy sums read whole columns.  The orders a
-        pass computes are still zeros there (:meth:`View.fresh`); the sums
+        pass computes are still zeros there (:meth:`fresh`); the sums
         add the few terms that reach them (:meth:`CompactProgram.cauchy`).
         """
         return self.combine(V, V.C[self.src], True)
