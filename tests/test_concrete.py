@@ -60,6 +60,7 @@ CASES = {
     "iota": (lambda x: x + lax.broadcasted_iota(np.int64, (3, 4), 1) * lax.broadcasted_iota(np.int64, (3, 4), 0),
              [(3, 4)], "i"),
     "stack": (lambda x, y: jnp.stack([x, y, x], axis=1), [(2,), (2,)], "f"),
+    "unstack": (lambda x: jnp.unstack(x, axis=1), [(2, 3, 2)], "f"),
 }
 
 

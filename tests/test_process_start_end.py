@@ -113,3 +113,24 @@ def test_every_exit_handler_and_every_thread_still_runs_before_the_process_ends(
     assert out.returncode == 3, out.stderr
     assert out.stdout.splitlines() == ["command ran, unflushedthread finished", "registered by the command",
                                        "registered before the command"]
+
+
+def test_a_single_run_integrates_before_xarray_is_imported_and_still_returns_a_dataset():
+    # xarray and pandas cost a warm `simulate` 0.3 s; the integration need not wait for them.
+    code = (
+        "import sys\n"
+        "import solver\n"
+        "from solver.integrate import single_run\n"
+        "seen = []\n"
+        "run = single_run.SingleRun.run\n"
+        "def spy(self, *a, **k):\n"
+        "    seen.append('xarray' in sys.modules)\n"
+        "    return run(self, *a, **k)\n"
+        "single_run.SingleRun.run = spy\n"
+        f"ds = solver.load({str(PENDULUM)!r}).solve(t_span=(0.0, 0.5))\n"
+        "from xarray.namedarray import pycompat\n"
+        "print(seen, type(ds).__name__, str(ds.status_meaning), 'dask.array' in sys.modules,\n"
+        "      type(pycompat._cached_duck_array_modules['dask']).__name__)\n")
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[False]", "Dataset", "success", "False", "DaskWhenImported"]

@@ -159,6 +159,7 @@ NUMPY_RULES = {
     "le": _compare(np.less_equal), "gt": _compare(np.greater), "ge": _compare(np.greater_equal),
     "iota": _iota,
     "stack": lambda *xs, axis, **_: np.stack(xs, axis=axis),
+    "unstack": lambda x, *, axis, **_: [np.take(x, i, axis=axis) for i in range(x.shape[axis])],
 }
 
 

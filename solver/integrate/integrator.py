@@ -111,8 +111,10 @@ class Integrator(StateLayout, SeriesStages, Stepper, SingleRun, BatchPool, Tange
         self.optimize = bool(optimize)
         StateLayout.__init__(self, program)
         dae, d = program.dae, program.d
-        self.c = jnp.asarray(program.c, dtype=jnp.float64)
-        self.d = jnp.asarray(d, dtype=jnp.float64)
+        # device_put of float64 numpy arrays: jnp.asarray(..., dtype=) compiles a
+        # conversion program on its first call, a warm start's 5 ms.
+        self.c = jax.device_put(np.asarray(program.c, dtype=np.float64))
+        self.d = jax.device_put(np.asarray(d, dtype=np.float64))
         self.max_c = int(program.c.max())
         self.max_d = int(d.max())
         self.out_orders = {v.name: max(1, int(d[v.offset : v.offset + v.size].max())) for v in dae.variables}

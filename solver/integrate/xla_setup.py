@@ -67,12 +67,12 @@ To get asynchronous dispatch back, set
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import os
 import re
 import sys
 import warnings
+
+from solver.import_hooks import after_import
 
 OPTION = "xla_cpu_small_while_loop_byte_threshold"
 UNROLL_OPTION = "-unroll-full-max-count"
@@ -176,50 +176,21 @@ def configure_jax(settings: dict) -> None:
     Importing JAX takes half a second; a command that computes nothing
     (``mechsweep --help``, ``status``) should not wait for it, yet settings
     read when JAX starts its backend must be in place before the first
-    computation.  Until JAX is imported, a one-shot import hook holds the
-    settings and applies them the moment ``import jax`` has run, before the
-    importer gets the module back.
+    computation.  Until JAX is imported, a one-shot import hook
+    (:func:`solver.import_hooks.after_import`) holds the settings and applies
+    them the moment ``import jax`` has run, before the importer gets the
+    module back.
 
     Args:
         settings: option name -> value, as for ``jax.config.update``.
     """
-    jax = sys.modules.get("jax")
-    if jax is not None:
+    settings = dict(settings)
+
+    def update(jax):
         for name, value in settings.items():
             jax.config.update(name, value)
-        return
-    for finder in sys.meta_path:
-        if isinstance(finder, _AfterJaxImport):
-            finder.settings.update(settings)
-            return
-    sys.meta_path.insert(0, _AfterJaxImport(dict(settings)))
 
-
-class _AfterJaxImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: when ``jax`` is first looked up, it wraps the real loader's ``exec_module``."""
-
-    def __init__(self, settings: dict):
-        self.settings = settings
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "jax":
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)  # one shot; the real finders answer below
-        spec = importlib.util.find_spec("jax")
-        if spec is None or spec.loader is None:
-            return spec
-        loader, settings = spec.loader, self.settings
-        run_module = loader.exec_module
-
-        def exec_module(module):
-            run_module(module)
-            del loader.exec_module  # the loader's own method again
-            for name, value in settings.items():
-                module.config.update(name, value)
-
-        loader.exec_module = exec_module
-        return spec
+    after_import("jax", update)
 
 
 def apply() -> str:

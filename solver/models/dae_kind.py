@@ -216,7 +216,9 @@ def _attach_energy(dae, raw, info, lets, sizes, structure, loc) -> None:
         scope = DAEScope(t, info.resolve(p), lets, v, names)
         return jnp.asarray(expr.evaluate(scope), dtype=jnp.float64)
 
-    probe_q = {v.name: jnp.zeros(v.shape) for v in dae.variables}
+    # numpy zeros: eval_shape needs only their shapes, and jnp.zeros would
+    # compile a fill program on a warm start's path (30 ms).
+    probe_q = {v.name: np.zeros(v.shape) for v in dae.variables}
     try:
         val = jax.eval_shape(lambda: energy_fn(0.0, probe_q, dict(probe_q), info.numeric()))
     except (ExprError, InputError) as err:

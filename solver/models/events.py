@@ -271,8 +271,10 @@ def probe_events(dae_variables, orders: Mapping[str, int], params: Mapping) -> C
         params: parameter values.
     """
     def probe(fn):
-        v = {n: [jnp.zeros(shape) for _ in range(max(1, orders[n]))] for n, shape in dae_variables.items()}
-        p = {k: jnp.asarray(val, jnp.float64) for k, val in params.items()}
+        # device_put of numpy arrays: jnp.zeros would compile a fill program on a warm start's path.
+        v = {n: [jax.device_put(np.zeros(shape)) for _ in range(max(1, orders[n]))]
+             for n, shape in dae_variables.items()}
+        p = {k: jax.device_put(np.asarray(val, np.float64)) for k, val in params.items()}
         return check_taylor_arithmetic(lambda t: fn(t, v, p), str(getattr(fn, "__name__", "the function")))
 
     probe.params = tuple(params)

@@ -20,19 +20,26 @@ import functools
 import importlib.metadata
 import json
 import sys
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
-import xarray as xr
 
 from solver import status as st
+from solver.import_hooks import after_import
 from solver.results.xarray_setup import defer_dask_check
 from solver.results.balance import balance_layout
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 __all__ = ["component_dim", "driver_outputs", "output_layout", "event_layout", "build_dataset", "build_batch_dataset",
            "batch_arrays", "BatchArrays", "package_versions"]
 
-defer_dask_check()
+
+# xarray (with pandas, 0.3 s) is imported where a Dataset is built, so a run's
+# integration does not wait for it and a sweep's batches (BatchArrays) never
+# import it; whoever imports it first gets the dask check deferred.
+after_import("xarray", lambda _module: defer_dask_check())
 
 # Packages whose versions a result (one run or a sweep store) records.
 _VERSIONED = ("mechsweep", "jax", "jaxlib", "numpy", "scipy", "xarray", "zarr", "dask", "distributed",
@@ -213,6 +220,8 @@ class BatchArrays:
 
     def to_dataset(self) -> xr.Dataset:
         """The same outputs as an ``xarray.Dataset`` (what :func:`build_batch_dataset` returns)."""
+        import xarray as xr
+
         return xr.Dataset({k: xr.Variable(*v) for k, v in self.data.items()},
                           coords={k: xr.Variable(*v) for k, v in self.coords.items()}, attrs=self.attrs)
 
@@ -319,6 +328,8 @@ def build_dataset(dae, result: Mapping, t_eval, *, residual, energy=None, balanc
     del coords["point"]
     data = {k: (dims[1:], arr[0]) + tuple(rest) for k, (dims, arr, *rest) in data.items()}
     attrs["status_meaning"] = st.meaning(int(data["status"][1]))
+    import xarray as xr
+
     return xr.Dataset({k: xr.Variable(*v) for k, v in data.items()},
                       coords={k: xr.Variable(*v) for k, v in coords.items()}, attrs=attrs)
 

@@ -9,8 +9,13 @@ loads its programs from it (warm).  For each run:
 - **import**: importing the command line (JAX, xarray, the solver);
 - **wall / compiling / solving**: the command's own line, ``finished in W s
   (C s compiling, R s solving)``;
-- **before solving**: everything before the integration starts: the
-  process's start-up to the end of compiling;
+- **before solving**: the process's start-up to the end of compiling
+  (process minus the command's "solving", which holds the set-up after
+  compiling and the Dataset's build too);
+- **to integration**: from the process's start to the moment the
+  integration's own work starts: the first integration call's end (after
+  it loads or compiles its program) less the integration time the command
+  reports (``N steps in S s``);
 - where the compiling goes, from JAX's monitoring events: tracing to a
   jaxpr, lowering to StableHLO, XLA compiling or loading from the cache
   (of which the cache's read and deserialisation), and the cache's hits and
@@ -56,7 +61,15 @@ import jax
 from jax import monitoring
 from sweep.cli.app import main
 from solver import program_store
+from solver.integrate import single_run
 imported = time.perf_counter() - t
+ended = []
+run = single_run.SingleRun.run
+def timed_run(self, *args, **kwargs):
+    out = jax.block_until_ready(run(self, *args, **kwargs))
+    ended.append(time.time())
+    return out
+single_run.SingleRun.run = timed_run
 seconds, counts = collections.defaultdict(float), collections.Counter()
 def on_duration(event, secs, **_):
     seconds[event] += secs
@@ -66,7 +79,7 @@ monitoring.register_event_listener(lambda event, **_: counts.update([event]))
 code = main(sys.argv[2:])
 with open(sys.argv[1], "w") as f:
     json.dump({"code": code, "import": imported, "seconds": seconds, "counts": counts,
-               "programs": program_store.stats}, f)
+               "programs": program_store.stats, "integration_ended": ended[0] if ended else None}, f)
 """
 
 _EVENTS = {"trace": "/jax/core/compile/jaxpr_trace_duration",
@@ -75,6 +88,7 @@ _EVENTS = {"trace": "/jax/core/compile/jaxpr_trace_duration",
            "cache_read": "/jax/compilation_cache/cache_retrieval_time_sec"}
 
 _SPLIT = re.compile(r"finished in (\S+) s \((\S+) s compiling, (\S+) s solving\)")
+_STEPS = re.compile(r"\d+ steps in (\S+) s")
 
 
 def run_once(model: Path, cache: str, store: bool) -> dict:
@@ -84,7 +98,7 @@ def run_once(model: Path, cache: str, store: bool) -> dict:
     if not store:
         env[STORE_ENV] = "off"
     with tempfile.NamedTemporaryFile(suffix=".json") as events:
-        t = time.perf_counter()
+        t, launched = time.perf_counter(), time.time()
         proc = subprocess.run([sys.executable, "-c", _CHILD, events.name, "simulate", str(model)],
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
         process = time.perf_counter() - t
@@ -95,8 +109,11 @@ def run_once(model: Path, cache: str, store: bool) -> dict:
     if not found:
         raise RuntimeError(f"{model.name}: no 'finished in' line on stderr:\n{proc.stderr[-2000:]}")
     wall, compiling, solving = map(float, found.groups())
+    steps = _STEPS.search(proc.stderr)
+    ended = seen["integration_ended"]
+    to_integration = None if ended is None or not steps else ended - launched - float(steps.group(1))
     out = {"process": process, "import": seen["import"], "wall": wall, "compiling": compiling,
-           "solving": solving, "before_solving": process - solving,
+           "solving": solving, "before_solving": process - solving, "to_integration": to_integration,
            "hits": seen["counts"].get("/jax/compilation_cache/cache_hits", 0),
            "misses": seen["counts"].get("/jax/compilation_cache/cache_misses", 0),
            "loaded": seen["programs"]["loaded"], "stored": seen["programs"]["stored"]}
@@ -108,7 +125,8 @@ def line(name: str, label: str, r: dict) -> str:
     """One run's figures."""
     return (f"{name:<14} {label:<11} process {r['process']:6.2f} s  import {r['import']:5.2f} s  "
             f"simulate {r['wall']:6.1f} s = {r['compiling']:6.1f} s compiling + {r['solving']:5.2f} s solving  "
-            f"before solving {r['before_solving']:6.2f} s\n"
+            f"before solving {r['before_solving']:6.2f} s  to integration "
+            f"{'?' if r['to_integration'] is None else format(r['to_integration'], '.2f')} s\n"
             f"{'':<26} compiling: trace {r['trace']:5.2f} s, lower {r['lower']:5.2f} s, "
             f"XLA compile or load {r['compile_or_load']:6.2f} s (cache read {r['cache_read']:4.2f} s); "
             f"cache hits {r['hits']}, misses {r['misses']}; programs loaded {r['loaded']}, stored {r['stored']}")
