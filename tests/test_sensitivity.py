@@ -131,6 +131,27 @@ def test_a_compact_batchs_sensitivities_are_each_points_single_run_sensitivities
             _close(ds[name].values[i], one[name].values, 1e-9)
 
 
+def test_one_direction_taken_without_vmap_is_the_same_derivative_as_among_two(pendulum, pendulum_run):
+    """One sensitivity is the jvp itself; two are the jvp vmapped over the directions: two programs of
+    the same derivatives, for a single run (the unrolled engine) and for a batch, and on the compact
+    engine (a mid-size model)."""
+    one = pendulum.solve(sensitivities=["L"], t_span=(0, 2), t_eval=T_EVAL, tol=TOL)
+    for var in ("x", "y", "lam"):
+        _close(one[f"d{var}_dL"].values, pendulum_run[f"d{var}_dL"].values, 1e-12)
+    lengths = np.array([0.9, 1.0])
+    batch = lambda names: solver.solve_batch(pendulum, {"L": lengths}, t_eval=T_EVAL, t_span=(0, 2), tol=TOL,
+                                             sensitivities=names)
+    single, double = batch(["L"]), batch(["L", "g"])
+    for var in ("x", "y", "lam"):
+        _close(single[f"d{var}_dL"].values, double[f"d{var}_dL"].values, 1e-12)
+    model = solver.load(FOURBAR)
+    kw = dict(t_span=(0, 0.5), t_eval=np.linspace(0, 0.5, 6), tol=1e-10, mode="compact")
+    single, double = model.solve(sensitivities=["b"], **kw), model.solve(sensitivities=["th", "b"], **kw)
+    assert single.attrs["solver_mode"] == "compact"
+    for name in ("dA_db", "dB_db"):
+        _close(single[name].values, double[name].values, 1e-12)
+
+
 def test_a_failed_point_has_nan_sensitivities(pendulum):
     # x = 0.8 is fixed: with L = 0.5 the bob cannot reach it
     dae = pendulum.dae

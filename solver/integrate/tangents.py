@@ -2,7 +2,8 @@
 
 :class:`TangentRuns` is the part of :class:`~solver.integrate.integrator.Integrator`
 behind :meth:`~TangentRuns.run_tangents` (``jax.jvp`` of the whole
-integration, vmapped over the directions); :func:`tangent_seeds` is the
+integration, vmapped over the directions when there are several);
+:func:`tangent_seeds` is the
 trace-time flag under which a run's carries start with a tangent.
 """
 
@@ -74,7 +75,9 @@ class TangentRuns:
         ``jax.jvp`` of the whole integration, vmapped over the k tangent
         directions: the primal is computed once and every direction rides
         along it through the Taylor stages, the stage-0 Newton and the
-        projections.  The step sizes are not differentiated (they are under
+        projections.  One direction is the jvp itself, without the vmap:
+        the same derivative (to rounding), from a program that compiles in
+        about two thirds of the time and runs faster.  The step sizes are not differentiated (they are under
         ``stop_gradient``), so the result is the derivative of the computed
         solution at its own step sequence.
 
@@ -127,9 +130,17 @@ class TangentRuns:
         # tangents (workflows/benchmarks/results/sensitivity.txt); jax 0.11
         # compiles the split out.  A single run's _run sets the flag itself.
         # The primal does not depend on the direction: vmap keeps it unbatched.
+        dparams = {k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()}
+        dz0 = jnp.asarray(dz0, jnp.float64)
         with tangent_seeds(), linalg.native_loops(slots is not None), batched_tangents(slots is not None):
-            res, (tangents, events) = jax.vmap(along, out_axes=(None, 0))(
-                {k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()}, jnp.asarray(dz0, jnp.float64))
+            if dz0.shape[0] == 1:
+                # One direction: the jvp itself, without vmap's batching rules
+                # around every operation of the loop (its compile took a third
+                # longer for the same tangents; workflows/benchmarks/results/compiles.txt).
+                res, (tangents, events) = along({k: v[0] for k, v in dparams.items()}, dz0[0])
+                tangents, events = jax.tree.map(lambda a: a[None], (tangents, events))
+            else:
+                res, (tangents, events) = jax.vmap(along, out_axes=(None, 0))(dparams, dz0)
         if events is not None:
             # The derivatives of the event records: times, rates and values (direction first).
             res = {**res, "event_tangents": {k: events[k] for k in ("time", "rate", "values")}}

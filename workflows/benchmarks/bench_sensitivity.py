@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-import solver
+import solver  # first: its XLA settings precede JAX's start
+
+import jax  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "mechanisms"
@@ -70,7 +72,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     lines = ["$ .venv/bin/python workflows/benchmarks/bench_sensitivity.py"
              + (f" --out {args.out}" if args.out else ""),
-             f"# {platform.node()}, {platform.processor() or platform.machine()}, jax {solver._jax.__version__}",
+             f"# {platform.node()}, {platform.processor() or platform.machine()}, jax {jax.__version__}",
              "# run = the second call (compiled); first = trace + compile + run",
              "",
              f"{'case':<22}{'steps':>7}{'plain s':>9}{'sens s':>9}{'ratio':>7}{'goal':>6}{'met':>5}"
