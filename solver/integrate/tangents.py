@@ -77,9 +77,9 @@ class TangentRuns:
         along it through the Taylor stages, the stage-0 Newton and the
         projections.  One direction is the jvp itself, without the vmap:
         the same derivative (to rounding), from a program that compiles in
-        about two thirds of the time and runs faster.  The step sizes are not differentiated (they are under
-        ``stop_gradient``), so the result is the derivative of the computed
-        solution at its own step sequence.
+        about two thirds of the time and runs faster.  The step sizes are
+        not differentiated (they are under ``stop_gradient``), so the result
+        is the derivative of the computed solution at its own step sequence.
 
         Args:
             params: parameter dict (with the batch axis first when ``slots``
@@ -135,8 +135,9 @@ class TangentRuns:
         with tangent_seeds(), linalg.native_loops(slots is not None), batched_tangents(slots is not None):
             if dz0.shape[0] == 1:
                 # One direction: the jvp itself, without vmap's batching rules
-                # around every operation of the loop (its compile took a third
-                # longer for the same tangents; workflows/benchmarks/results/compiles.txt).
+                # around every operation of the loop (vmapped over one direction,
+                # the same tangents compiled 1.4-1.5x as long and ran slower:
+                # workflows/benchmarks/results/compiles.txt, sensitivity.txt).
                 res, (tangents, events) = along({k: v[0] for k, v in dparams.items()}, dz0[0])
                 tangents, events = jax.tree.map(lambda a: a[None], (tangents, events))
             else:

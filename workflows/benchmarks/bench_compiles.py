@@ -118,10 +118,11 @@ def main(argv=None) -> int:
     say("each row: `mechsweep simulate MODEL` in a new process (as bench_warm_start.py runs it, the program "
         "store on), first with an empty cache (cold), then again with the cache it left (warm); compiling = the "
         "command's own 'C s compiling', of which JAX's tracing, lowering and XLA compile (or, warm, loading); "
-        "wall = the whole process, Python's start and imports included")
+        "wall = the whole process, Python's start and imports included; to integration = from the warm process's "
+        "start to its integration's own work (the warm target's measure)")
     say()
     say(f"{'model':<22}{'unknowns':>9}{'cold compiling':>16}{'trace':>8}{'lower':>8}{'XLA':>8}{'solving':>9}"
-        f"{'cold wall':>11}{'warm compiling':>16}{'warm wall':>11}  target")
+        f"{'cold wall':>11}{'warm compiling':>16}{'to integration':>16}{'warm wall':>11}  target")
     misses = []
     with tempfile.TemporaryDirectory(prefix="bench_compiles_") as tmp:
         for i, name in enumerate(names):
@@ -133,12 +134,14 @@ def main(argv=None) -> int:
             target = CAR_TARGET if name == "car" else SMALL_MODEL_TARGET if n <= SMALL_MODEL_UNKNOWNS else None
             verdict = "n/a (over 20 unknowns)" if target is None else (
                 f"{target:g} s {'met' if cold['compiling'] <= target else 'MISSED'}; "
-                f"warm {'met' if warm['compiling'] <= WARM_TARGET else 'MISSED'}")
+                f"warm {'met' if (warm['to_integration'] or float('inf')) <= WARM_TARGET else 'MISSED'}")
             if target is not None and cold["compiling"] > target:
                 misses.append(name)
             say(f"{name:<22}{n:>9}{cold['compiling']:>14.1f} s{cold['trace']:>6.1f} s{cold['lower']:>6.1f} s"
                 f"{cold['compile_or_load']:>6.1f} s{cold['solving']:>7.2f} s{cold['process']:>9.1f} s"
-                f"{warm['compiling']:>14.2f} s{warm['process']:>9.1f} s  {verdict}")
+                f"{warm['compiling']:>14.2f} s{warm['to_integration'] or float('nan'):>14.2f} s"
+                f"{warm['process']:>9.1f} s"
+                f"  {verdict}")
         if not args.no_forward:
             say()
             say("forward mode, one process from an empty cache: model.solve(), then model.solve(sensitivities=P); "
