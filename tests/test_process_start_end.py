@@ -8,11 +8,18 @@
   threads and every exit handler, with the command's exit code and
   everything it printed, also through a pipe; an exception that escapes
   the command ends it as Python does.
+- ``solver.import_hooks.after_import`` runs code the moment a module is
+  first imported (JAX's settings, xarray's dask check), not before; a single
+  run imports xarray only for its Dataset, after the integration.
 """
 
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from solver.import_hooks import after_import
 
 ROOT = Path(__file__).resolve().parents[1]
 PENDULUM = ROOT / "configs" / "mechanisms" / "pendulum.yaml"
@@ -134,3 +141,34 @@ def test_a_single_run_integrates_before_xarray_is_imported_and_still_returns_a_d
     out = _python(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["[False]", "Dataset", "success", "False", "DaskWhenImported"]
+
+
+def test_callbacks_run_in_order_once_the_module_has_run_and_before_the_importer_gets_it(tmp_path):
+    (tmp_path / "hooked_probe.py").write_text("VALUE = 1\n")
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from solver.import_hooks import after_import\n"
+        "seen = []\n"
+        "after_import('hooked_probe', lambda m: seen.append(('first', m.VALUE)))\n"
+        "after_import('hooked_probe', lambda m: setattr(m, 'VALUE', 2) or seen.append(('second', m.VALUE)))\n"
+        "print('hooked_probe' in sys.modules, seen)\n"
+        "import hooked_probe\n"
+        "print(hooked_probe.VALUE, seen)\n"
+        "import importlib; importlib.reload(hooked_probe)\n"
+        "print(hooked_probe.VALUE, seen)\n")
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["False []", "2 [('first', 1), ('second', 2)]",
+                                       "1 [('first', 1), ('second', 2)]"]
+
+
+def test_a_module_imported_already_gets_the_callback_at_once():
+    seen = []
+    after_import("json", seen.append)
+    assert seen == [sys.modules["json"]]
+
+
+def test_only_top_level_modules_are_accepted():
+    with pytest.raises(ValueError, match="top-level module name, got 'xarray.core'"):
+        after_import("xarray.core", print)
