@@ -640,6 +640,22 @@ def test_event_times_move_with_the_parameters_as_the_closed_form_says():
                                rtol=1e-9, atol=1e-12)
 
 
+def test_one_parameters_event_tangents_are_those_it_has_among_several():
+    # One direction is the jvp itself, several a vmap of it (Integrator._run_tangents): the event
+    # records' derivatives (times, rates) and the states' must agree between the two programs.
+    model = solver.load(MECH / "bouncing_ball.yaml")
+    kw = dict(params={"e": 0.8}, t_span=(0.0, 2.0), t_eval=np.linspace(0.0, 2.0, 21))
+    one, three = model.solve(sensitivities=["e"], **kw), model.solve(sensitivities=["h", "e", "g"], **kw)
+    n = int(one.event_count)
+    assert n == int(three.event_count) >= 3
+    for name in ("devent_time_de", "devent_rate_de"):
+        np.testing.assert_allclose(one[name].values[:n], three[name].values[:n], rtol=1e-12, atol=1e-14)
+    sens = [v for v in one.data_vars if v.endswith("_de") and not v.startswith("devent")]
+    assert sens
+    for name in sens:
+        np.testing.assert_allclose(one[name].values, three[name].values, rtol=1e-12, atol=1e-14)
+
+
 def test_state_sensitivities_after_impacts_match_central_differences():
     # The pendulum against its wall (index 3): the impulse is solved with the rod's constraint,
     # so the tangents' jump at each impact goes through the KKT system of the impact law.
