@@ -205,3 +205,19 @@ def test_the_dissipated_energys_integral_does_not_import_scipy_integrate():
             "_cumulative_integral(np.ones((2, 5)), np.linspace(0, 1, 5)); print('scipy.integrate' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_single_runs_series_built_quickly_equal_a_batchs_to_rounding():
+    # One run's residual, energy and balance series come from quick builds (no LLVM optimisation,
+    # solver.compiled: compiled once a solve), a batch's from the optimised ones: the same programs'
+    # numbers up to the rounding of LLVM's rewrites.
+    model = solver.load(DAMPED, overrides={"ProblemData": {"tend": 1.0, "samples": 101}})
+    one = model.solve()
+    batch = solver.solve_batch(model, {"c": np.array([0.8, 0.9])})
+    compiled = solver.compiled_model(model.dae, int(one.attrs["solver_order"]), batch=False)
+    assert compiled._output_series_one is not compiled._output_series
+    assert compiled._balance_kernels_one["power"] is not compiled.balance_kernels["power"]
+    for name in ("constraint_residual", "energy", "energy_change", "dissipated", "momentum"):
+        ours, theirs = one[name].values, batch[name].values[0]
+        scale = max(1.0, float(np.max(np.abs(theirs))))
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-12 * scale, err_msg=name)

@@ -105,7 +105,7 @@ def balance_layout(dae) -> tuple[dict, dict]:
     return layout, coords
 
 
-def balance_kernels(dae, identity: str | None = None) -> dict:
+def balance_kernels(dae, identity: str | None = None, compiler_options: dict | None = None, suffix: str = "") -> dict:
     """Jitted (point, time)-vmapped kernels of a DAE's balance outputs, built anew.
 
     Nothing is cached here (and nothing is written on the DAE): the one
@@ -116,6 +116,10 @@ def balance_kernels(dae, identity: str | None = None) -> dict:
         dae: the DAE.
         identity: its compiled model's identity in the program store
             (:func:`solver.program_store.dae_identity`); None: not stored.
+        compiler_options: XLA options of the kernels (a single run's are
+            built quickly; see :attr:`solver.compiled.Compiled.balance_kernels`).
+        suffix: added to the kernels' names in the program store (another
+            build of the same kernels is another program).
 
     Returns:
         dict with ``power`` (dissipation power, where the DAE has a
@@ -126,7 +130,8 @@ def balance_kernels(dae, identity: str | None = None) -> dict:
 
     def over_points_and_times(fn, name):
         one = jax.vmap(fn, in_axes=(0, 0, 0, None))
-        return stored_jit(jax.vmap(one, in_axes=(None, 0, 0, 0)), identity, name)
+        return stored_jit(jax.vmap(one, in_axes=(None, 0, 0, 0)), identity, name + suffix,
+                          compiler_options=compiler_options)
 
     if has_dissipation(dae):
         cache["power"] = over_points_and_times(dae.dissipation_power_fn, "power_series")
