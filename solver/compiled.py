@@ -234,17 +234,24 @@ class Compiled:
     def _initial_programs(self) -> dict:
         return {}
 
-    def _initial_program(self, fn, in_axes, name, points: int):
-        """jit(vmap(fn)) of a consistent point's program (made once per name and kind).
+    @staticmethod
+    def _built_quickly(points: int) -> bool:
+        """Whether the programs a solve runs once for ``points`` points are built without LLVM's optimisation.
 
-        A batch runs it over all its points and takes the optimised build;
-        a single run (``points == 1``) runs it once a solve, where LLVM's
-        optimisation cost about a second of compiling for nothing measurable
+        A single run (``points == 1``) runs its consistent point's programs
+        and its output series once a solve, where optimising them cost
+        compile time for nothing measurable
         (:data:`~solver.integrate.choices.QUICK_COMPILE`: a four-bar's Newton
         and start tangents 1.0-1.2 s -> 0.3-0.4 s each, its design's 9 solves
-        +0.05 s in all).
+        +0.05 s in all; its series and balance kernels 0.24 -> 0.10 s).  A
+        batch runs them over all its points and takes the optimised builds.
+        Measured on a CPU only, so only there.
         """
-        one = points == 1 and jax.default_backend() == "cpu"   # measured on a CPU only
+        return points == 1 and jax.default_backend() == "cpu"
+
+    def _initial_program(self, fn, in_axes, name, points: int):
+        """jit(vmap(fn)) of a consistent point's program (made once per name and kind; see :meth:`_built_quickly`)."""
+        one = self._built_quickly(points)
         key = name + ("_one" if one else "")
         if key not in self._initial_programs:
             self._initial_programs[key] = stored_jit(jax.vmap(fn, in_axes=in_axes), self.integrator.identity, key,
@@ -278,14 +285,7 @@ class Compiled:
 
     @functools.cached_property
     def _output_series_one(self):
-        """:meth:`_output_series_program`, built quickly: one run's series, computed once a solve.
-
-        Built without LLVM's optimisation, a four-bar's series compiled in
-        69 ms against 203, RSCR's in 169 against 487 (measured on a CPU only,
-        as the consistent point's quick build was).
-        """
-        if jax.default_backend() != "cpu":
-            return self._output_series
+        """:meth:`_output_series_program`, built quickly: one run's series (:meth:`_built_quickly`)."""
         return self._output_series_program(quick=True)
 
     def _output_series_program(self, quick: bool):
@@ -294,8 +294,7 @@ class Compiled:
         One program reads the dense outputs and computes both series: the
         states at the output times are gathered inside it, not by numpy
         before it, and a batch costs one call.  ``quick``: without LLVM's
-        optimisation (:data:`~solver.integrate.choices.QUICK_COMPILE`), as a
-        single run's consistent point is built (:meth:`_initial_program`).
+        optimisation (:data:`~solver.integrate.choices.QUICK_COMPILE`).
         """
         integ, dae = self.integrator, self.dae
         picks = [(v.name, v.size, int(r), int(c)) for v in dae.variables
@@ -330,9 +329,7 @@ class Compiled:
 
     @functools.cached_property
     def _balance_kernels_one(self) -> dict:
-        """:attr:`balance_kernels` built quickly, for a single run (see :meth:`_output_series_one`)."""
-        if jax.default_backend() != "cpu":
-            return self.balance_kernels
+        """:attr:`balance_kernels` built quickly, for a single run (:meth:`_built_quickly`)."""
         return balance_kernels(self.dae, self.integrator.identity, compiler_options=QUICK_COMPILE, suffix="_one")
 
     @property
@@ -369,7 +366,7 @@ class Compiled:
             return res, None
         names = ({v.name for v in self.dae.variables} if hidden else set()) | (
             {c.name for c in self.dae.coords} if energy else set())
-        program = self._output_series_one if shape[0] == 1 else self._output_series
+        program = self._output_series_one if self._built_quickly(shape[0]) else self._output_series
         r, e = program({k: np.asarray(values[k]) for k in sorted(names)}, np.asarray(t_eval, dtype=float),
                        {k: np.asarray(v) for k, v in params.items()}, residual=hidden, energy=energy)
         return (np.asarray(r) if hidden else res), (np.asarray(e) if energy else None)
@@ -387,7 +384,7 @@ class Compiled:
             dict name -> array with leading (B, n_out).
         """
         points = np.shape(next(iter(values.values())))[0] if values else 0
-        kernels = self._balance_kernels_one if points == 1 else self.balance_kernels
+        kernels = self._balance_kernels_one if self._built_quickly(points) else self.balance_kernels
         return balance_series(self.dae, values, t_eval, params, energy, kernels=kernels)
 
     # ------------------------------------------------------------ initial values
