@@ -29,6 +29,7 @@ from solver.integrate.sensitivity import (check_names, fixed_value_tangents, par
 from solver.results.balance import balance_layout
 from solver.results.solution import batch_arrays, build_dataset, event_layout, output_layout
 from solver.taylor.compact import CompactUnsupportedError
+from solver.tiered import last_build
 
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
 
@@ -284,7 +285,9 @@ def solve(dae: DAE, t_span, values: Mapping | None = None, fixed: Sequence[str] 
             compiles up to 2x faster and runs several times slower (same
             results up to rounding): for a first look at a large model,
             or a run shorter than its compile
-            (``workflows/benchmarks/results/optimize.txt``).
+            (``workflows/benchmarks/results/optimize.txt``).  Where
+            tiering is on (:mod:`solver.tiered`) a run may go on a quick
+            build all the same: the Dataset's ``solver_build`` says which.
         title: dataset title.
         extra_attrs: more dataset attrs.
         sensitivities: scalar parameter names P; the dataset then also
@@ -359,8 +362,9 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     # The steps alone: the integration call less what JAX compiled inside it.
     integration = max(_time.perf_counter() - started - (clock.seconds - compiled_before), 0.0)
     residual, energy, balance = _derived_series(comp, res["values"], t_eval, params_b, want)
+    # The build the run went on: a quick one where tiering (solver.tiered) chose it, whatever optimize asked.
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,
-                "linear": integ.linear, "optimize": integ.optimize}
+                "linear": integ.linear, "optimize": integ.optimize, "build": last_build() or "optimised"}
     one = {"values": {k: v[0] for k, v in res["values"].items()}, "status": res["status"][0],
            "steps": res["steps"][0]}
     if "events" in res:
@@ -559,7 +563,7 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
         h_max = model.h_max if h_max is None else h_max
         init = model.init if init is None else init
         mode = getattr(model, "mode", "auto") if mode is None else mode
-        optimize = getattr(model, "optimize", True) if optimize is None else optimize
+        optimize = getattr(model, "optimize", None) if optimize is None else optimize
         fixed = model.fixed if fixed is None else fixed
         values = values if values is not None else model.initial_values
         title = title or model.title

@@ -37,12 +37,24 @@ a sweep that must match another bit for bit runs with tiering off.
 Tiering is off unless asked for: ``mechsweep design`` turns it on for its own
 process (many short solves, where the switch pays), a sweep for its workers'
 batches (:class:`sweep.run.worker.JaxSetup`), :func:`set_tiered` for a library
-session, and :data:`TIERED_ENV` (``on`` or ``off``) overrides all of them.  It
-needs the program store (a model read from a file and a compilation cache
-directory); anything else compiles as before.  A process with a build still
-compiling waits for it before it exits (:func:`wait_pending` lets a command
-say so; :func:`sweep.run.cluster.finish_worker_builds` does for a sweep's
-workers).
+session, and :data:`TIERED_ENV` overrides all of them.  It needs the program
+store (a model read from a file and a compilation cache directory); anything
+else compiles as before.  A process with a build still compiling waits for it
+before it exits (:func:`wait_pending` lets a command say so;
+:func:`sweep.run.cluster.finish_worker_builds` does for a sweep's workers).
+
+Two more modes serve a one-off run, which cannot switch builds and whose
+process should not outlive its result (``mechsweep simulate``, ``plot`` and
+``animate``):
+
+- ``"quick"``: a program whose optimised build the store has (its marker)
+  loads that build; any other runs on a quick build alone, and no optimised
+  build is compiled.  Without the program store every program is a quick
+  build.
+- ``"optimised"``: the optimised build, compiled (or loaded) at once and
+  marked in the store, so that later ``"quick"`` runs of the program load it.
+
+:func:`last_build` says which build the calling thread's last tiered call ran on.
 """
 
 from __future__ import annotations
@@ -60,11 +72,17 @@ import jax
 from solver.errors import InputError
 from solver.program_store import program_stem, store_directory
 
-__all__ = ["TieredJit", "set_tiered", "tiered_compiles", "tiered_enabled", "pending", "wait_pending",
-           "stats", "TIERED_ENV", "LOOK_SECONDS"]
+__all__ = ["TieredJit", "set_tiered", "tiered_compiles", "tiered_enabled", "tiered_mode", "last_build", "pending",
+           "wait_pending", "stats", "MODES", "TIERED_ENV", "LOOK_SECONDS"]
 
-#: The environment variable that turns tiering on or off for a process (over :func:`set_tiered`).
+#: The environment variable that sets a process's mode (over :func:`set_tiered`): ``on`` (tiered),
+#: ``off``, ``quick`` or ``optimised``.
 TIERED_ENV = "MECHSWEEP_TIERED_COMPILE"
+
+#: How a run's program is built on its first call with new argument shapes (see the module's text):
+#: off (the optimised build, as ``jax.jit`` builds it), tiered, quick (unless the optimised build is
+#: stored), optimised (and marked in the store).
+MODES = ("off", "tiered", "quick", "optimised")
 
 #: The ending of the marker that says a program's optimised build is in the compilation cache.
 _MARK = ".optimised"
@@ -74,7 +92,9 @@ _LOCK = ".optimising"
 LOOK_SECONDS = 1.0
 
 _ON, _OFF = ("on", "1", "true", "yes"), ("off", "0", "false", "no")
-_process_default = False
+_process_default = "off"
+#: The build the calling thread's last tiered call ran on (:func:`last_build`).
+_last = threading.local()
 _lock = threading.RLock()  # reentrant: a build's look starts the executor
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 #: The programs on a quick build, by program stem: their :class:`_Builds`, until they switch.
@@ -84,34 +104,44 @@ _log = logging.getLogger(__name__)
 #: Counts of this process: programs started on a quick build, builds shared with another
 #: compiled model of the same program, optimised builds that replaced a quick one, optimised
 #: builds compiled at once (marker present), optimised builds compiled in the background
-#: here, optimised builds another process compiled and this one loaded, background failures.
-stats = {"quick": 0, "shared": 0, "switched": 0, "direct": 0, "optimised": 0, "loaded": 0, "failed": 0}
+#: here, optimised builds another process compiled and this one loaded, background failures,
+#: programs built quickly alone (mode quick), optimised builds compiled and marked (mode optimised).
+stats = {"quick": 0, "shared": 0, "switched": 0, "direct": 0, "optimised": 0, "loaded": 0, "failed": 0,
+         "quick_alone": 0, "marked": 0}
 
 
-def set_tiered(on: bool) -> None:
-    """Turn tiered compiles on or off for this process (:data:`TIERED_ENV` still wins).
+def _mode_of(on) -> str:
+    if isinstance(on, bool):
+        return "tiered" if on else "off"
+    if isinstance(on, str) and on in MODES:
+        return on
+    raise InputError(f"set_tiered takes true, false or one of {', '.join(repr(m) for m in MODES)}, got {on!r}")
+
+
+def set_tiered(on: bool | str) -> None:
+    """Set how this process builds run programs (:data:`TIERED_ENV` still wins).
 
     Args:
-        on: True to start new programs on the quick build.
+        on: True (tiered: quick builds first, optimised ones in the background),
+            False (off: optimised builds), or a mode of :data:`MODES` by name
+            (``"quick"``, ``"optimised"``: see the module's text).
 
     Raises:
-        InputError: ``on`` is not a bool.
+        InputError: ``on`` is neither a bool nor a mode's name.
     """
     global _process_default
-    if not isinstance(on, bool):
-        raise InputError(f"set_tiered takes true or false, got {on!r}")
-    _process_default = on
+    _process_default = _mode_of(on)
 
 
 @contextlib.contextmanager
-def tiered_compiles(on: bool = True):
+def tiered_compiles(on: bool | str = True):
     """Context manager: :func:`set_tiered` inside the block, the previous setting after it.
 
     Args:
-        on: the setting inside the block.
+        on: the setting inside the block (as for :func:`set_tiered`).
 
     Raises:
-        InputError: ``on`` is not a bool.
+        InputError: ``on`` is neither a bool nor a mode's name.
     """
     previous = _process_default
     set_tiered(on)
@@ -121,23 +151,43 @@ def tiered_compiles(on: bool = True):
         set_tiered(previous)
 
 
-def tiered_enabled() -> bool:
-    """Whether new programs start on the quick build in this process.
+def tiered_mode() -> str:
+    """How this process builds run programs: one of :data:`MODES`.
 
     Returns:
-        :data:`TIERED_ENV`'s value where it is set, else :func:`set_tiered`'s (off by default).
+        :data:`TIERED_ENV`'s mode where it is set (``on`` is tiered), else :func:`set_tiered`'s (off by default).
 
     Raises:
-        InputError: :data:`TIERED_ENV` holds something other than on or off.
+        InputError: :data:`TIERED_ENV` holds something else, with the valid values.
     """
     value = os.environ.get(TIERED_ENV, "").strip().lower()
     if not value:
         return _process_default
     if value in _ON:
-        return True
+        return "tiered"
     if value in _OFF:
-        return False
-    raise InputError(f"{TIERED_ENV}={os.environ[TIERED_ENV]!r}: use on or off (or unset it)")
+        return "off"
+    if value in MODES:
+        return value
+    raise InputError(f"{TIERED_ENV}={os.environ[TIERED_ENV]!r}: use on, off, quick or optimised (or unset it)")
+
+
+def tiered_enabled() -> bool:
+    """Whether new programs start on the quick build and switch to the optimised one (the tiered mode).
+
+    Raises:
+        InputError: as :func:`tiered_mode`.
+    """
+    return tiered_mode() == "tiered"
+
+
+def last_build() -> str | None:
+    """Which build the calling thread's last call of a tiered program ran on.
+
+    Returns:
+        ``"quick"`` or ``"optimised"``; None before any call in this thread.
+    """
+    return getattr(_last, "build", None)
 
 
 def pending() -> int:
@@ -224,12 +274,17 @@ class _Claim:
             handle.close()
 
 
+def _mark_built(mark) -> None:
+    # Where the store cannot be written, later processes compile the build again: no harm.
+    with contextlib.suppress(OSError):
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.touch()
+
+
 def _optimise(lowered, mark, claim: _Claim):
     try:
         executable = lowered.compile()
-        with contextlib.suppress(OSError):
-            mark.parent.mkdir(parents=True, exist_ok=True)
-            mark.touch()
+        _mark_built(mark)
     finally:
         claim.release()
     with _lock:
@@ -252,10 +307,12 @@ class _Builds:
     its lock), it keeps the lowered program to compile it from.
     """
 
-    __slots__ = ("current", "coming", "name", "_stem", "_lowered", "_mark", "_claim", "_next_look")
+    __slots__ = ("current", "quick", "coming", "name", "_stem", "_lowered", "_mark", "_claim", "_next_look")
 
-    def __init__(self, current, name, stem=None, lowered=None):
+    def __init__(self, current, name, stem=None, lowered=None, quick=False):
         self.current, self.coming, self.name, self._stem = current, None, name, stem
+        #: Whether ``current`` is a quick build.
+        self.quick = quick
         self._lowered = lowered
         self._mark = _beside(stem, _MARK) if stem is not None else None
         self._claim = _Claim(_beside(stem, _LOCK)) if stem is not None else None
@@ -294,7 +351,7 @@ class _Builds:
                 self.coming = None
                 _compiling.pop(self._stem, None)  # a model compiled from now on finds the marker
                 try:
-                    self.current = coming.result()
+                    self.current, self.quick = coming.result(), False
                 except Exception as exc:  # the quick build stays; the next process tries again
                     _log.warning("the optimised build of %s failed (%s); staying on the quick build",
                                  self.name, exc)
@@ -326,22 +383,29 @@ class TieredJit:
         self._identity = identity
         self._name = name
         self._static = tuple(static_argnames)
+        #: Whether the program has an optimised build to tier (False: built quickly anyway).
+        self._enabled_at_all = bool(enabled)
+        #: ... and a key in the program store.
         self._enabled = bool(enabled) and identity is not None
         self._builds: dict = {}
 
     def __call__(self, *args, **kwargs):
-        directory = store_directory() if self._enabled and tiered_enabled() else None
-        if directory is None:
+        mode = tiered_mode() if self._enabled_at_all else "off"
+        directory = store_directory() if self._enabled and mode != "off" else None
+        if directory is None and mode != "quick":
+            _last.build = "optimised" if self._enabled_at_all else "quick"
             return self._jit(*args, **kwargs)
         dynamic = dict(kwargs)
         statics = {k: dynamic.pop(k) for k in self._static if k in dynamic}
         leaves, tree = jax.tree.flatten((args, dynamic))
         avals = tuple(jax.typeof(x) for x in leaves)
-        signature = (tree, avals, tuple(sorted(statics.items())))
+        signature = (mode, tree, avals, tuple(sorted(statics.items())))
         builds = self._builds.get(signature)
         if builds is None:
-            builds = self._builds[signature] = self._start(directory, args, kwargs, statics, tree, avals)
-        return builds.best()(*args, **dynamic)
+            builds = self._builds[signature] = self._start(mode, directory, args, kwargs, statics, tree, avals)
+        executable = builds.best()
+        _last.build = "quick" if builds.quick else "optimised"
+        return executable(*args, **dynamic)
 
     def __getattr__(self, attribute):
         # The rest of the jit's surface (lower, _cache_size, ...): the optimised build's.
@@ -349,25 +413,41 @@ class TieredJit:
             raise AttributeError(attribute)
         return getattr(self._jit, attribute)
 
-    def _start(self, directory, args, kwargs, statics, tree, avals) -> _Builds:
+    def _start(self, mode, directory, args, kwargs, statics, tree, avals) -> _Builds:
+        if directory is None:  # mode quick without the program store: nothing to look up or mark
+            with _lock:
+                stats["quick_alone"] += 1
+            return _Builds(self._jit.lower(*args, **kwargs).compile(self._quick_options), self._name, quick=True)
         stem = program_stem(directory, self._identity, self._name, statics, tree, avals)
-        with _lock:
-            # Another compiled model of the same file and settings (a design's
-            # copies of one model) still on its quick build: the same program,
-            # so its builds serve this one too.
-            started = _compiling.get(stem)
-            if started is not None:
-                stats["shared"] += 1
-                return started
+        if mode == "tiered":
+            with _lock:
+                # Another compiled model of the same file and settings (a design's
+                # copies of one model) still on its quick build: the same program,
+                # so its builds serve this one too.
+                started = _compiling.get(stem)
+                if started is not None:
+                    stats["shared"] += 1
+                    return started
         lowered = self._jit.lower(*args, **kwargs)
-        if _beside(stem, _MARK).exists():
+        mark = _beside(stem, _MARK)
+        if mark.exists():
             with _lock:
                 stats["direct"] += 1
             return _Builds(lowered.compile(), self._name)
+        if mode == "optimised":
+            executable = lowered.compile()
+            _mark_built(mark)
+            with _lock:
+                stats["marked"] += 1
+            return _Builds(executable, self._name)
+        if mode == "quick":
+            with _lock:
+                stats["quick_alone"] += 1
+            return _Builds(lowered.compile(self._quick_options), self._name, quick=True)
         # The optimised build starts once the quick one is done: started beside it, it
         # slows down the quick build, which the first result waits for
         # (workflows/benchmarks/results/design_first_result.txt).
-        builds = _Builds(lowered.compile(self._quick_options), self._name, stem, lowered)
+        builds = _Builds(lowered.compile(self._quick_options), self._name, stem, lowered, quick=True)
         with _lock:
             _compiling[stem] = builds
             stats["quick"] += 1

@@ -6,7 +6,10 @@ References: the harmonic oscillator's exact solution x0 cos(ωt) for the
 
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -118,6 +121,51 @@ def test_simulate_quick_compile_gives_the_same_run_and_records_it(files, pendulu
         assert value == pytest.approx(full[name], abs=1e-12)
     assert xr.open_zarr(run, consolidated=False).attrs["solver_optimize"] is False
     assert xr.open_zarr(pendulum_run[3], consolidated=False).attrs["solver_optimize"] is True
+
+
+def test_simulate_builds_quickly_until_optimize_stores_the_optimised_build(files, tmp_path):
+    """In fresh processes, as a user runs them: a first simulate goes on a quick build; --optimize compiles
+    the optimised build and marks it in the program store; a plain simulate then loads that build, and
+    --quick-compile still compiles quickly.  All four give the same final state to rounding."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MECHSWEEP_TIERED_COMPILE", "XLA_FLAGS")}
+    env["MECHSWEEP_JAX_CACHE"] = str(tmp_path / "cache")
+
+    def simulate(*flags):
+        proc = subprocess.run([sys.executable, "-m", "sweep.cli.app", "simulate", str(files / "pendulum.yaml"),
+                               "--json", *flags], capture_output=True, text=True, env=env, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout), proc.stderr
+
+    runs = [simulate(), simulate("--optimize"), simulate(), simulate("--quick-compile")]
+    assert [info["build"] for info, _ in runs] == ["quick", "optimised", "optimised", "quick"]
+    assert "compiling a quick build unless an optimised one is stored (--optimize builds it)" in runs[0][1]
+    assert re.search(r"steps in \d+\.\d\d s on a quick build\n", runs[0][1])
+    assert "compiling the optimised build (--optimize) the first time takes a while" in runs[1][1]
+    assert "on the optimised build" in runs[2][1] and "compiling quickly (--quick-compile)" in runs[3][1]
+    assert list((tmp_path / "cache" / "programs").glob("run-*.optimised"))
+    first = runs[0][0]["final"]
+    for info, _ in runs[1:]:
+        assert info["final"] == pytest.approx(first, abs=1e-12)
+
+
+def test_a_model_files_optimize_setting_chooses_the_build_unless_a_flag_does(files, tmp_path, monkeypatch, capsys):
+    from sweep.cli import solver_commands
+    from solver.models import load
+
+    model = load(str(files / "osc.yaml"))
+    assert model.optimize is None and solver_commands._build_mode(model, "auto") == ("quick", "")
+    for said in (False, True):
+        path = tmp_path / f"osc_{said}.yaml"
+        path.write_text(OSCILLATOR.replace("MAXSTEPS", f"100, optimize: {str(said).lower()}"))
+        assert load(str(path)).optimize is said
+    model.optimize = False
+    assert solver_commands._build_mode(model, "auto") == ("off", "SolverParams.Integration.optimize: false")
+    assert solver_commands._build_mode(model, "optimised") == ("optimised", "--optimize")
+    model.optimize = True
+    assert solver_commands._build_mode(model, "auto") == ("optimised", "SolverParams.Integration.optimize: true")
+    assert solver_commands._build_mode(model, "quick") == ("off", "--quick-compile")
+    assert main(["simulate", str(files / "osc.yaml"), "--optimize", "--quick-compile"]) == 2
+    assert "argument --quick-compile: not allowed with argument --optimize" in capsys.readouterr().err
 
 
 def test_simulate_out_zarr_reopens_with_the_same_final_state(pendulum_run):

@@ -60,7 +60,8 @@ def test_simulate_reports_compiling_and_solving_and_quiet_hides_it(capsys):
     err = capsys.readouterr().err
     _, _, solve_s = _split(err)
     # The steps' own time, a part of the solving (the rest is setting up and the outputs).
-    steps_s = float(re.search(r"\): success, \d+ steps in (\d+\.\d\d) s\n", err).group(1))
+    found = re.search(r"\): success, \d+ steps in (\d+\.\d\d) s on (a quick|the optimised) build\n", err)
+    steps_s = float(found.group(1))
     assert steps_s <= solve_s + ROUNDING
     assert main(["simulate", str(PENDULUM), "-q"]) == 0
     assert "compiling" not in capsys.readouterr().err

@@ -12,6 +12,12 @@ takes the lock over when its holder lets it go without one.  Tiering is off by d
 without the program store, and MECHSWEEP_TIERED_COMPILE overrides the process's
 setting; anything else in it is an error that names the choices.  A command
 that leaves builds compiling says so and waits for them.
+
+A one-off run's modes: "quick" runs on a quick build alone (nothing compiles
+in the background, nothing is marked) unless the optimised build is marked in
+the store, which it then loads; "optimised" compiles the optimised build at
+once and marks it.  Without the store, "quick" still builds quickly.  The
+Dataset's solver_build says which build the run went on.
 """
 
 import logging
@@ -146,6 +152,44 @@ def test_mechsweep_design_starts_its_solves_on_quick_builds_and_waits_for_the_op
     assert found and abs(float(found.group(1)) - 1.1) < 1e-8, captured.out  # the target's length, found
 
 
+def test_a_one_off_run_goes_on_a_quick_build_alone_until_an_optimised_one_is_marked(program_store_dir, monkeypatch,
+                                                                                   compile_options):
+    monkeypatch.delenv(tiered.TIERED_ENV, raising=False)
+    before = _counts()
+    with tiered.tiered_compiles("quick"):
+        first = _model().solve()
+    assert tiered.pending() == 0 and not list(program_store_dir.glob("*.optimised"))
+    assert QUICK_COMPILE in compile_options and {} not in compile_options  # no optimised build at all
+    assert first.attrs["solver_build"] == "quick" and first.attrs["solver_optimize"]
+    with tiered.tiered_compiles("optimised"):
+        second = _model().solve()
+    assert second.attrs["solver_build"] == "optimised"
+    assert sorted(p.name.split("-")[0] for p in program_store_dir.glob("*.optimised")) == ["run"]
+    del compile_options[:]
+    with tiered.tiered_compiles("quick"):
+        third = _model().solve()  # marked: loaded, not built quickly again
+    assert third.attrs["solver_build"] == "optimised" and QUICK_COMPILE not in compile_options
+    after = _counts()
+    assert (after["quick_alone"] - before["quick_alone"], after["marked"] - before["marked"],
+            after["direct"] - before["direct"], after["quick"] - before["quick"]) == (1, 1, 1, 0)
+    for ds in (first, second, third):
+        np.testing.assert_allclose(ds["x"].values ** 2 + ds["y"].values ** 2, 1.0, atol=1e-9)
+    np.testing.assert_allclose(first["x"].values, third["x"].values, rtol=0, atol=1e-11)
+    np.testing.assert_array_equal(second["x"].values, third["x"].values)  # the same optimised build
+
+
+def test_a_one_off_run_without_the_program_store_is_still_quick(monkeypatch, compile_options):
+    monkeypatch.delenv(tiered.TIERED_ENV, raising=False)
+    old = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    try:
+        with tiered.tiered_compiles("quick"):
+            ds = _model({"ProblemData": {"tend": 0.7}}).solve()
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old)
+    assert ds.attrs["solver_build"] == "quick" and compile_options == [QUICK_COMPILE]
+
+
 def test_off_by_default_and_without_the_program_store(tmp_path, monkeypatch):
     monkeypatch.delenv(tiered.TIERED_ENV, raising=False)
     assert tiered.tiered_enabled() is False
@@ -172,13 +216,16 @@ def test_the_environment_overrides_the_process_setting(monkeypatch):
         monkeypatch.setenv(tiered.TIERED_ENV, " On ")
         tiered.set_tiered(False)
         assert tiered.tiered_enabled() is True
+        monkeypatch.setenv(tiered.TIERED_ENV, "Quick")
+        assert tiered.tiered_mode() == "quick" and tiered.tiered_enabled() is False
         monkeypatch.setenv(tiered.TIERED_ENV, "sometimes")
-        with pytest.raises(solver.InputError,
-                           match=r"^MECHSWEEP_TIERED_COMPILE='sometimes': use on or off \(or unset it\)$"):
+        with pytest.raises(solver.InputError, match=r"^MECHSWEEP_TIERED_COMPILE='sometimes': use on, off, quick or "
+                                                    r"optimised \(or unset it\)$"):
             tiered.tiered_enabled()
     finally:
         tiered.set_tiered(False)
-    with pytest.raises(solver.InputError, match=r"^set_tiered takes true or false, got 'yes'$"):
+    with pytest.raises(solver.InputError, match=r"^set_tiered takes true, false or one of 'off', 'tiered', 'quick', "
+                                                r"'optimised', got 'yes'$"):
         tiered.set_tiered("yes")
 
 

@@ -112,7 +112,8 @@ class Model:
         self.max_steps, self.h_max = solver_params["max_steps"], solver_params["h_max"]
         self.init = solver_params["init"]
         self.mode = solver_params.get("mode", "auto")
-        self.optimize = solver_params.get("optimize", True)
+        #: SolverParams.Integration.optimize: True or False as the file says, None where it does not (optimised).
+        self.optimize = solver_params.get("optimize")
         self.param_info = param_info
         self._values = values
         self._values_table = values_table
@@ -290,7 +291,8 @@ class Model:
             args = dict(t_span=(self.t0, self.tend), values=self.initial_values,
                         fixed=self.fixed, tol=self.tol, order=self.order, t_eval=self.t_eval(),
                         params=pvals, max_steps=self.max_steps, h_max=self.h_max,
-                        init=self.init, title=self.title, mode=self.mode, optimize=self.optimize)
+                        init=self.init, title=self.title, mode=self.mode,
+                        optimize=True if self.optimize is None else self.optimize)
             args.update(kw)
             if "t_span" in kw and "t_eval" not in kw:
                 args["t_eval"] = np.linspace(float(kw["t_span"][0]), float(kw["t_span"][1]),

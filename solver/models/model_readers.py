@@ -112,7 +112,9 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
     Returns:
         dict with tol, order (None = from tol), max_steps, h_max, mode
         (the Taylor engine: auto, unrolled, compact or looped), optimize
-        (compile with LLVM's optimisation, default true), init.
+        (compile with LLVM's optimisation: True or False where the file says,
+        None where it does not, which :meth:`Model.solve` takes as True and
+        ``mechsweep simulate`` as its default build), init.
 
     Raises:
         InputError: unknown keys, tol outside (0, 1), order outside 2..60.
@@ -140,7 +142,7 @@ def read_solver_params(data: Any, loc: Locator) -> dict:
     if integ.get("h_max") is not None:
         h_max = require_number(integ["h_max"], base + ("h_max",), loc, positive=True)
     mode = require_str(integ.get("mode", "auto"), base + ("mode",), loc, choices=ENGINE_MODES)
-    optimize = require_bool(integ.get("optimize", True), base + ("optimize",), loc)
+    optimize = None if integ.get("optimize") is None else require_bool(integ["optimize"], base + ("optimize",), loc)
     ini = require_mapping(sp.get("Initialization"), ("SolverParams", "Initialization"), loc,
                           allow_none=True)
     check_keys(ini, ("method",), (), ("SolverParams", "Initialization"), loc)

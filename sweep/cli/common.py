@@ -72,11 +72,21 @@ whole_number = _at_least(0)
 
 
 def add_quick_compile(parser: argparse.ArgumentParser) -> None:
-    """The ``--quick-compile`` flag of the commands that solve a model once."""
-    parser.add_argument("--quick-compile", action="store_true",
-                        help="when solving a model file: compile without LLVM's optimisation, up to 2x faster "
-                             "to compile and several times slower to run (as SolverParams.Integration.optimize: "
-                             "false)")
+    """The ``--quick-compile`` and ``--optimize`` flags of the commands that solve a model once (``args.build``).
+
+    Without either, a model file's run goes on its optimised build where a
+    run with ``--optimize`` (or a sweep or design) left one in the program
+    store, and on a quick build otherwise (:mod:`solver.tiered`'s quick mode).
+    """
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick-compile", dest="build", action="store_const", const="quick", default="auto",
+                       help="when solving a model file: compile every program without LLVM's optimisation, "
+                            "even where an optimised build is stored (as SolverParams.Integration.optimize: "
+                            "false)")
+    group.add_argument("--optimize", dest="build", action="store_const", const="optimised",
+                       help="when solving a model file: compile the run's optimised build (about twice the "
+                            "compile of the quick build that a first run gets by default, and runs up to 10x "
+                            "faster); later runs of the model use it")
 
 
 def add_log_options(parser: argparse.ArgumentParser, verbose_help: str | None = None) -> None:

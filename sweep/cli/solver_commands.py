@@ -149,7 +149,8 @@ def summary(ds, model=None) -> dict:
         forces or time dependence: else the change is physics, not drift);
         conservative (where known), wall_seconds, compile_seconds (the part
         of it spent tracing and compiling), integration_seconds (the steps
-        alone); with events, ``events`` (name ->
+        alone), build (``quick`` or ``optimised``: the build the run went
+        on); with events, ``events`` (name ->
         count and first time) and ``event_count``.
     """
     code = int(ds["status"].values)
@@ -176,6 +177,7 @@ def summary(ds, model=None) -> dict:
     out["wall_seconds"] = _num(ds.attrs.get("wall_seconds", float("nan")))
     out["compile_seconds"] = _num(ds.attrs.get("compile_seconds", float("nan")))
     out["integration_seconds"] = _num(ds.attrs.get("integration_seconds", float("nan")))
+    out["build"] = str(ds.attrs.get("solver_build", "optimised"))
     return out
 
 
@@ -237,11 +239,38 @@ def spill_final(info: dict, args, model) -> dict:
     return out
 
 
-def _simulate(model, params=None, quick_compile: bool = False):
-    how = "; compiling quickly (--quick-compile)" if quick_compile else "; compiling the first time takes a while"
+#: Seconds of steps on a quick build past which ``simulate`` suggests ``--optimize``.
+QUICK_RUN_HINT_SECONDS = 1.0
+
+
+def _build_mode(model, build: str) -> tuple[str, str]:
+    """The :mod:`solver.tiered` mode of a one-off run, and what chose it.
+
+    ``build`` is ``args.build`` (auto, quick, optimised).  The flags win over
+    the model file's ``SolverParams.Integration.optimize``, which wins over
+    the default: quick unless the optimised build is stored.  The mode
+    ``off`` stands for a quick compiled model (``optimize=False``).
+    """
+    flags = {"auto": "", "quick": "--quick-compile", "optimised": "--optimize"}
+    why = flags[build]
+    if build == "auto" and model.optimize is not None:
+        build = "optimised" if model.optimize else "quick"
+        why = f"SolverParams.Integration.optimize: {'true' if model.optimize else 'false'}"
+    return {"auto": "quick", "quick": "off", "optimised": "optimised"}[build], why
+
+
+def _simulate(model, params=None, build: str = "auto"):
+    from solver import tiered_compiles
+
+    mode, why = _build_mode(model, build)
+    how = {"off": f"; compiling quickly ({why})",
+           "quick": "; compiling a quick build unless an optimised one is stored (--optimize builds it)",
+           "optimised": f"; compiling the optimised build ({why}) the first time takes a while"}[mode]
     note_progress(f"solving '{model.title}' ({model.dae.n} unknowns, t = {model.t0:g} .. {model.tend:g}){how}")
     t = time.perf_counter()
-    ds = model.solve(params, **({"optimize": False} if quick_compile else {}))
+    # --quick-compile is a quick compiled model of its own (optimize=False): every program quick.
+    with tiered_compiles(mode if mode != "off" else False):
+        ds = model.solve(params, **({"optimize": False} if mode == "off" else {}))
     code = int(ds["status"].values)
     wall = time.perf_counter() - t
     compile_s = float(ds.attrs.get("compile_seconds", 0.0))
@@ -249,7 +278,12 @@ def _simulate(model, params=None, quick_compile: bool = False):
     # tables, consistent initial values, the outputs), which a user would otherwise read as stepping.
     steps_s = ds.attrs.get("integration_seconds")
     steps_in = f" in {steps_s:.2f} s" if steps_s is not None else ""
-    note_progress(f"{split_text(wall, compile_s)}: {st.meaning(code)}, {int(ds['steps'].values)} steps{steps_in}")
+    build = ds.attrs.get("solver_build", "optimised")
+    note_progress(f"{split_text(wall, compile_s)}: {st.meaning(code)}, {int(ds['steps'].values)} steps{steps_in} "
+                  f"on {'a quick' if build == 'quick' else 'the optimised'} build")
+    if build == "quick" and mode == "quick" and steps_s is not None and steps_s > QUICK_RUN_HINT_SECONDS:
+        note_progress(f"the steps took {steps_s:.1f} s on a quick build, which runs up to 10x slower: --optimize "
+                      f"compiles the optimised build once, and later runs of this model then use it")
     return ds
 
 
@@ -354,7 +388,7 @@ def cmd_simulate(args) -> int:
     if args.out:
         check_out(args.out, folder=args.out.endswith(".zarr"), what="a Zarr store")
     model, params = _apply_sets(args.set, load(model_file_arg(args.model)))
-    ds = _simulate(model, params, args.quick_compile)
+    ds = _simulate(model, params, args.build)
     if args.out:
         write_result(ds, args.out)
         note_progress(f"wrote {args.out}")
@@ -411,7 +445,7 @@ def cmd_plot(args) -> int:
     if is_model_path(args.source):
         from solver.models import load
 
-        ds = _simulate(load(model_file_arg(args.source)), quick_compile=args.quick_compile)
+        ds = _simulate(load(model_file_arg(args.source)), build=args.build)
     else:
         ds = open_result(args.source)
     plot_timeseries(ds, args.out, variables=args.vars)
@@ -429,7 +463,7 @@ def cmd_animate(args) -> int:
         from solver.models import load
 
         model = load(model_file_arg(args.source))
-        ds = _simulate(model, quick_compile=args.quick_compile)
+        ds = _simulate(model, build=args.build)
     else:
         ds = open_result(args.source)
         model = _model_for_run(ds, args.model)

@@ -8,7 +8,9 @@ at the same folder for the warm run that follows it:
 - ``mechsweep simulate MODEL``, run as ``bench_warm_start.py`` runs it (its
   :func:`~bench_warm_start.run_once`, the program store on): the command's own
   ``finished in W s (C s compiling, R s solving)`` line, C split into JAX's
-  tracing, lowering and XLA compile (or, warm, loading);
+  tracing, lowering and XLA compile (or, warm, loading).  Its run goes on a
+  quick build, as a first simulate of a model does; ``simulate --optimize``
+  from another empty cache gives the optimised build's compile beside it;
 - forward mode: in one process, ``model.solve()`` and then
   ``model.solve(sensitivities=P)``; each call's ``compile_seconds``: the
   second is the forward-mode program (and whatever else it alone needs).
@@ -119,10 +121,13 @@ def main(argv=None) -> int:
         "store on), first with an empty cache (cold), then again with the cache it left (warm); compiling = the "
         "command's own 'C s compiling', of which JAX's tracing, lowering and XLA compile (or, warm, loading); "
         "wall = the whole process, Python's start and imports included; to integration = from the warm process's "
-        "start to its integration's own work (the warm target's measure)")
+        "start to its integration's own work (the warm target's measure).  A first simulate runs on a quick "
+        "build (and the warm one loads it); optimised = `simulate --optimize` from another empty cache: its "
+        "compiling, and its steps beside the quick build's")
     say()
     say(f"{'model':<22}{'unknowns':>9}{'cold compiling':>16}{'trace':>8}{'lower':>8}{'XLA':>8}{'solving':>9}"
-        f"{'cold wall':>11}{'warm compiling':>16}{'to integration':>16}{'warm wall':>11}  target")
+        f"{'cold wall':>11}{'warm compiling':>16}{'to integration':>16}{'warm wall':>11}{'optimised':>11}"
+        f"{'steps quick/optimised':>24}  target")
     misses = []
     with tempfile.TemporaryDirectory(prefix="bench_compiles_") as tmp:
         for i, name in enumerate(names):
@@ -131,6 +136,7 @@ def main(argv=None) -> int:
             n = unknowns(path)
             cold = run_once(path, cache, store=True)
             warm = run_once(path, cache, store=True)
+            optimised = run_once(path, cache + "_optimised", store=True, flags=("--optimize",))
             target = CAR_TARGET if name == "car" else SMALL_MODEL_TARGET if n <= SMALL_MODEL_UNKNOWNS else None
             verdict = "n/a (over 20 unknowns)" if target is None else (
                 f"{target:g} s {'met' if cold['compiling'] <= target else 'MISSED'}; "
@@ -140,7 +146,8 @@ def main(argv=None) -> int:
             say(f"{name:<22}{n:>9}{cold['compiling']:>14.1f} s{cold['trace']:>6.1f} s{cold['lower']:>6.1f} s"
                 f"{cold['compile_or_load']:>6.1f} s{cold['solving']:>7.2f} s{cold['process']:>9.1f} s"
                 f"{warm['compiling']:>14.2f} s{warm['to_integration'] or float('nan'):>14.2f} s"
-                f"{warm['process']:>9.1f} s"
+                f"{warm['process']:>9.1f} s{optimised['compiling']:>9.1f} s"
+                f"{cold['steps']:>15.2f} / {optimised['steps']:.2f} s"
                 f"  {verdict}")
         if not args.no_forward:
             say()

@@ -93,8 +93,9 @@ _SPLIT = re.compile(r"finished in (\S+) s \((\S+) s compiling, (\S+) s solving\)
 _STEPS = re.compile(r"\d+ steps in (\S+) s")
 
 
-def run_once(model: Path, cache: str, store: bool) -> dict:
-    """One ``mechsweep simulate MODEL`` in a fresh process with the cache at ``cache``, the program store on or off."""
+def run_once(model: Path, cache: str, store: bool, flags: tuple = ()) -> dict:
+    """One ``mechsweep simulate MODEL [flags]`` in a fresh process with the cache at ``cache``, the program store
+    on or off."""
     env = dict(os.environ, MECHSWEEP_JAX_CACHE=cache)
     env.pop(STORE_ENV, None)
     # As a user's Python runs: it writes the modules' bytecode once and reads it after.  Without it (an
@@ -105,7 +106,7 @@ def run_once(model: Path, cache: str, store: bool) -> dict:
         env[STORE_ENV] = "off"
     with tempfile.NamedTemporaryFile(suffix=".json") as events:
         t, launched = time.perf_counter(), time.time()
-        proc = subprocess.run([sys.executable, "-c", _CHILD, events.name, "simulate", str(model)],
+        proc = subprocess.run([sys.executable, "-c", _CHILD, events.name, "simulate", str(model), *flags],
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=1200)
         process = time.perf_counter() - t
         if proc.returncode != 0:
@@ -119,7 +120,7 @@ def run_once(model: Path, cache: str, store: bool) -> dict:
     ended = seen["integration_ended"]
     to_integration = None if ended is None or not steps else ended - launched - float(steps.group(1))
     out = {"process": process, "import": seen["import"], "wall": wall, "compiling": compiling,
-           "solving": solving, "before_solving": process - solving, "to_integration": to_integration,
+           "solving": solving, "steps": float(steps.group(1)) if steps else float("nan"), "before_solving": process - solving, "to_integration": to_integration,
            "hits": seen["counts"].get("/jax/compilation_cache/cache_hits", 0),
            "misses": seen["counts"].get("/jax/compilation_cache/cache_misses", 0),
            "loaded": seen["programs"]["loaded"], "stored": seen["programs"]["stored"]}
