@@ -1,4 +1,5 @@
-"""solver.numerics.jacobian.jacfwd equals jax.jacfwd, and its basis is literal data in the compiled program."""
+"""solver.numerics.jacobian.jacfwd equals jax.jacfwd, and its basis is literal data in the compiled program;
+with_value gives a Jacobian transform the value too, from one evaluation of the function."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +8,7 @@ import pytest
 
 import solver  # noqa: F401  (x64)
 from solver.integrate.integrator import take_static
-from solver.numerics.jacobian import jacfwd
+from solver.numerics.jacobian import jacfwd, with_value
 
 
 def f_tree(x):
@@ -35,6 +36,21 @@ def test_has_aux_returns_the_aux_unbatched():
 
 
 @pytest.mark.xla_internals
+@pytest.mark.parametrize("transform", [jacfwd, jax.jacfwd, jax.jacrev], ids=["ours", "jacfwd", "jacrev"])
+def test_with_value_gives_the_value_from_one_trace(transform):
+    calls = []
+
+    def g(z):
+        calls.append(1)
+        return jnp.stack([z[0] * z[1], jnp.cos(z[2])])
+
+    z = jnp.asarray([0.4, -2.0, 1.1])
+    J, value = transform(with_value(g), has_aux=True)(z)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(value, g(z))
+    np.testing.assert_allclose(J, jax.jacfwd(g)(z), rtol=0, atol=1e-15)
+
+
 def test_no_iota_left_in_the_compiled_jacobian():
     g = lambda z: jnp.stack([z[0] * z[1], z[1] * z[2], z[2] * z[0]])
     ours = jax.jit(jacfwd(g)).lower(jnp.ones(3)).compile().as_text()

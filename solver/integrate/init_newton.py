@@ -19,6 +19,7 @@ from jax import lax
 from solver.program_store import stored_jit
 from solver.integrate.integrator import Integrator
 from solver.numerics import linalg
+from solver.numerics.jacobian import with_value
 
 __all__ = ["IpoptDerivatives", "batched_newton", "gauss_newton", "hidden_jacobian_pattern"]
 
@@ -54,8 +55,8 @@ def batched_newton(integ: Integrator, params, t0, z_hat, free, iters: int = 40, 
 
     def body(c):
         z, it, _ = c
-        r = g(z)
-        G = jax.jacfwd(g)(z) * mask[None, :]
+        G, r = jax.jacfwd(with_value(g), has_aux=True)(z)
+        G = G * mask[None, :]
         dz = linalg.min_norm_correction(G, r)
         # Damp wild early steps from rough guesses (keeps branches apart).
         nrm = jnp.max(jnp.abs(dz))

@@ -22,7 +22,7 @@ from jax import lax
 from solver import status as st
 from solver.integrate.layout import take_static
 from solver.numerics import linalg
-from solver.numerics.jacobian import jacfwd
+from solver.numerics.jacobian import jacfwd, with_value
 from solver.taylor.ir import plus, times
 from solver.taylor.recurrences import order_sum
 
@@ -202,7 +202,7 @@ class Stepper:
             return z, jnp.zeros((), dtype=z.dtype)
         g = lambda zz: self._hidden(zz, t, consts)
         mask = jnp.ones(z.shape) if free is None else jnp.asarray(free, dtype=z.dtype)
-        G, r = self._projection_jacobian(lambda y: (g(y), g(y)), has_aux=True)(z)
+        G, r = self._projection_jacobian(with_value(g), has_aux=True)(z)
         G = G * mask[None, :]
         fact = linalg.min_norm_factor(G)
         z = z + linalg.min_norm_step(fact, G, r)
