@@ -148,6 +148,19 @@ def test_simulate_builds_quickly_until_optimize_stores_the_optimised_build(files
         assert info["final"] == pytest.approx(first, abs=1e-12)
 
 
+def test_a_long_run_on_a_quick_build_suggests_optimize(files, program_store_dir, monkeypatch, capsys):
+    from solver import tiered
+    from sweep.cli import solver_commands
+
+    monkeypatch.delenv(tiered.TIERED_ENV, raising=False)
+    monkeypatch.setattr(solver_commands, "QUICK_RUN_HINT_SECONDS", 0.0)
+    assert main(["simulate", str(files / "osc.yaml"), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["build"] == "quick"
+    assert re.search(r"the steps took \d+\.\d s on a quick build, which runs up to 10x slower: --optimize "
+                     r"compiles the optimised build once, and later runs of this model then use it", captured.err)
+
+
 def test_a_model_files_optimize_setting_chooses_the_build_unless_a_flag_does(files, tmp_path, monkeypatch, capsys):
     from sweep.cli import solver_commands
     from solver.models import load
