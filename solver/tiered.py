@@ -362,7 +362,11 @@ class _Builds:
 
 
 class TieredJit:
-    """A jitted program whose first calls run on a quick build (see the module's text).
+    """A jitted program built as the process's mode says (:func:`tiered_mode`; see the module's text).
+
+    Off, it is the jit itself; tiered, its first calls run on a quick build;
+    quick, it runs on a quick build unless the store has the optimised one;
+    optimised, it compiles the optimised build and marks it.
 
     Args:
         jitted: the program, a ``jax.jit`` (or :func:`~solver.program_store.stored_jit`)
