@@ -84,9 +84,9 @@ def add_quick_compile(parser: argparse.ArgumentParser) -> None:
                             "even where an optimised build is stored (as SolverParams.Integration.optimize: "
                             "false)")
     group.add_argument("--optimize", dest="build", action="store_const", const="optimised",
-                       help="when solving a model file: compile the run's optimised build (about twice the "
-                            "compile of the quick build that a first run gets by default, and runs up to 10x "
-                            "faster); later runs of the model use it")
+                       help="when solving a model file: compile the run's optimised build, which takes about "
+                            "twice as long to compile as the quick build a first run gets by default and runs up "
+                            "to 10x faster; later runs of the model use it")
 
 
 def add_log_options(parser: argparse.ArgumentParser, verbose_help: str | None = None) -> None:
