@@ -74,9 +74,10 @@ whole_number = _at_least(0)
 def add_quick_compile(parser: argparse.ArgumentParser) -> None:
     """The ``--quick-compile`` and ``--optimize`` flags of the commands that solve a model once (``args.build``).
 
-    Without either, a model file's run goes on its optimised build where a
-    run with ``--optimize`` (or a sweep or design) left one in the program
-    store, and on a quick build otherwise (:mod:`solver.tiered`'s quick mode).
+    Without either, a model file's run goes on its optimised build where an
+    earlier run with ``--optimize`` (or a tiered ``solve()``) left one in the
+    program store, and on a quick build otherwise (:mod:`solver.tiered`'s
+    quick mode).
     """
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--quick-compile", dest="build", action="store_const", const="quick", default="auto",
