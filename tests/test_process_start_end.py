@@ -30,6 +30,13 @@ def _python(code: str, *args: str, timeout: float = 600) -> subprocess.Completed
                           timeout=timeout)
 
 
+def _printed(code: str) -> str:
+    """What ``code`` prints on stdout in a fresh Python process, which must end with exit code 0."""
+    out = _python(code)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_a_solves_dataset_does_not_import_dask_and_dask_arrays_stay_dask_arrays_after():
     code = (
         "import sys\n"
@@ -45,9 +52,8 @@ def test_a_solves_dataset_does_not_import_dask_and_dask_arrays_stay_dask_arrays_
         "      is_chunked_array(a.data), float((a + 1).sum().compute()))\n"
         "b = xr.DataArray(np.ones(4), dims='p').chunk(2)\n"
         "print(b.chunks, type(b.data).__name__)\n")
-    out = _python(code)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["False", "((2, 2),) dask True True 8.0", "((2, 2),) Array"]
+    printed = _printed(code)
+    assert printed.splitlines() == ["False", "((2, 2),) dask True True 8.0", "((2, 2),) Array"]
 
 
 def test_the_deferred_entry_is_xarrays_own_once_dask_array_is_imported():
@@ -58,9 +64,8 @@ def test_the_deferred_entry_is_xarrays_own_once_dask_array_is_imported():
         "import dask.array\n"
         "pycompat.array_type('dask')\n"
         "print(type(pycompat._cached_duck_array_modules['dask']).__name__)\n")
-    out = _python(code)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["DaskWhenImported", "DuckArrayModule"]
+    printed = _printed(code)
+    assert printed.split() == ["DaskWhenImported", "DuckArrayModule"]
 
 
 def test_the_console_script_ends_with_the_commands_code_and_its_whole_output():
@@ -138,9 +143,8 @@ def test_a_single_run_integrates_before_xarray_is_imported_and_still_returns_a_d
         "from xarray.namedarray import pycompat\n"
         "print(seen, type(ds).__name__, str(ds.status_meaning), 'dask.array' in sys.modules,\n"
         "      type(pycompat._cached_duck_array_modules['dask']).__name__)\n")
-    out = _python(code)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["[False]", "Dataset", "success", "False", "DaskWhenImported"]
+    printed = _printed(code)
+    assert printed.split() == ["[False]", "Dataset", "success", "False", "DaskWhenImported"]
 
 
 def test_callbacks_run_in_order_once_the_module_has_run_and_before_the_importer_gets_it(tmp_path):
@@ -157,9 +161,8 @@ def test_callbacks_run_in_order_once_the_module_has_run_and_before_the_importer_
         "print(hooked_probe.VALUE, seen)\n"
         "import importlib; importlib.reload(hooked_probe)\n"
         "print(hooked_probe.VALUE, seen)\n")
-    out = _python(code)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["False []", "2 [('first', 1), ('second', 2)]",
+    printed = _printed(code)
+    assert printed.splitlines() == ["False []", "2 [('first', 1), ('second', 2)]",
                                        "1 [('first', 1), ('second', 2)]"]
 
 

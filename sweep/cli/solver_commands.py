@@ -269,7 +269,7 @@ def _simulate(model, params=None, build: str = "auto"):
     note_progress(f"solving '{model.title}' ({model.dae.n} unknowns, t = {model.t0:g} .. {model.tend:g}){how}")
     t = time.perf_counter()
     # --quick-compile is a quick compiled model of its own (optimize=False): every program quick.
-    with tiered_compiles(mode if mode != "off" else False):
+    with tiered_compiles(mode):
         ds = model.solve(params, **({"optimize": False} if mode == "off" else {}))
     code = int(ds["status"].values)
     wall = time.perf_counter() - t
