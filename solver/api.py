@@ -22,7 +22,8 @@ from solver.compiled import Compiled, compile_clock, compiled_model, compiled_of
 from solver.dae.problem import DAE
 from solver.errors import InputError
 from solver.integrate.initialize import ASSEMBLY_TOL, InitialValueError, StateSpec, parse_values, parse_values_table
-from solver.integrate.integrator import Integrator, order_for_tol, pad_output_times
+from solver.integrate.calls import integrate as _integrate, integrate_ahead as _integrate_ahead
+from solver.integrate.integrator import Integrator, order_for_tol
 from solver.integrate.solve_lock import one_at_a_time
 from solver.integrate.sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
                           sensitivity_name, sensitivity_series)
@@ -113,60 +114,6 @@ def _time_span(t_span):
     if not t1 > t0:
         raise InputError(f"t_span must have t1 > t0, got ({t0}, {t1})")
     return t0, t1
-
-
-def _integrate(comp: Compiled, params_b: dict, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, slots,
-               names=(), dz0=None):
-    """Integrate B consistent points: ``run`` for one, the slot pool for more.
-
-    With sensitivity ``names`` (and ``dz0``, (B, k, n_state) initial
-    tangents) the run goes through :meth:`Integrator.run_tangents`; the
-    result then has ``tangents``: variable -> (k, B, n_out, L, *shape).
-    """
-    # One compiled program for a range of output counts; the padding rows go.
-    t_rows, n_out = pad_output_times(t_eval)
-    res = _integrate_rows(comp.integrator, params_b, z0, u0, t0, t1, t_rows, tol, max_steps, h_max, slots,
-                          names, dz0)
-    res["values"] = {k: v[:, :n_out] for k, v in res["values"].items()}
-    if "tangents" in res:
-        res["tangents"] = {k: v[:, :, :n_out] for k, v in res["tangents"].items()}
-    return res
-
-
-def _integrate_rows(integ: Integrator, params_b, z0, u0, t0, t1, t_rows, tol, max_steps, h_max, slots, names, dz0):
-    """:func:`_integrate` on the padded output times ``t_rows``: every output row, as numpy arrays."""
-    B = z0.shape[0]
-    # numpy arguments: a jitted call takes them as they are, whereas each
-    # jnp.asarray is an eager dispatch of its own (about 40 us on 2 cores).
-    one = lambda tree: {k: np.asarray(v)[0] for k, v in tree.items()}
-    if names:
-        dparams = parameter_directions(params_b, names)  # name -> (k, B, ...)
-        if B == 1:
-            res, tan = integ.run_tangents(one(params_b), np.asarray(z0[0]), np.asarray(u0[0]),
-                                          {k: v[:, 0] for k, v in dparams.items()}, np.asarray(dz0[0]),
-                                          t0, t1, t_rows, tol, max_steps=max_steps, h_max=h_max)
-            ev_tan = res.pop("event_tangents", None)
-            res = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], res)
-            tan = {k: np.asarray(v)[:, None] for k, v in tan.items()}
-            if ev_tan is not None:  # direction first, then the batch axis
-                res["event_tangents"] = jax.tree_util.tree_map(lambda a: np.asarray(a)[:, None], ev_tan)
-        else:
-            res, tan = integ.run_tangents({k: np.asarray(v) for k, v in params_b.items()}, np.asarray(z0),
-                                          np.asarray(u0), dparams, np.moveaxis(dz0, 1, 0),
-                                          t0, t1, t_rows, tol, max_steps=max_steps, h_max=h_max, slots=slots)
-            res = jax.tree_util.tree_map(np.asarray, res)
-            tan = {k: np.asarray(v) for k, v in tan.items()}
-        res["tangents"] = tan
-        return res
-    if B == 1:
-        res = integ.run(one(params_b), np.asarray(z0[0]),
-                        np.asarray(u0[0]), t0, t1, t_rows, tol, max_steps=max_steps, h_max=h_max)
-        res = jax.tree_util.tree_map(lambda a: np.asarray(a)[None], res)
-    else:
-        res = integ.run_batch({k: np.asarray(v) for k, v in params_b.items()}, np.asarray(z0), np.asarray(u0),
-                              t0, t1, t_rows, tol, max_steps=max_steps, h_max=h_max, slots=slots)
-        res = jax.tree_util.tree_map(np.asarray, res)
-    return res
 
 
 def _start_tangents(comp: Compiled, full: dict, t0, z0, free, names, values, fixed):
@@ -349,15 +296,18 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     integ = comp.integrator
     pvals = dae.param_values(params)
     spec = parse_values(integ, values(pvals) if callable(values) else values, fixed)
-    z0 = comp.consistent_point(pvals, t0, spec, method=init, ipopt_options=ipopt_options)
     t_eval = _output_times(t0, t1, t_eval, samples)
     params_b = {k: np.asarray(v)[None] for k, v in pvals.items()}
+    _integrate_ahead(integ, params_b, np.asarray(spec.z_hat)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval,
+                     tol, max_steps, h_max, 1, names)
+    z0 = comp.consistent_point(pvals, t0, spec, method=init, ipopt_options=ipopt_options)
+    _derived_series_ahead(comp, 1, t_eval, params_b, want)
     dz0 = None
     if names:
         dz0 = _start_tangents(comp, params_b, t0, np.asarray(z0)[None], np.asarray(spec.free)[None], names, values,
                               fixed)
     compiled_before, started = clock.seconds, _time.perf_counter()
-    res = _integrate(comp, params_b, np.asarray(z0)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval, tol,
+    res = _integrate(integ, params_b, np.asarray(z0)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval, tol,
                      max_steps, h_max, 1, names, dz0)
     # The steps alone: the integration call less what JAX compiled inside it.
     integration = max(_time.perf_counter() - started - (clock.seconds - compiled_before), 0.0)
@@ -383,6 +333,13 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     ds.attrs["integration_seconds"] = integration
     ds.attrs["t_final"] = float(res["t_final"][0])
     return ds
+
+
+def _derived_series_ahead(comp: Compiled, points: int, t_eval, params, want) -> None:
+    """Build :func:`_derived_series`' residual and energy program ahead (traced now, compiled in the background)."""
+    needed = lambda *outs: want is None or not want.isdisjoint(outs)
+    comp.output_series_ahead(points, t_eval, params, residual=needed("constraint_residual"),
+                             energy=needed("energy", *balance_layout(comp.dae)[0]))
 
 
 def _derived_series(comp: Compiled, values, t_eval, params, want) -> tuple:
@@ -622,16 +579,19 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
                 continue
             z_hat[i], u_guess[i], free[i] = spec.z_hat, spec.u_guess, spec.free
     violated: list = []
+    slots = integ.default_slots(B) if slots is None else slots
+    if not bad.all():
+        _integrate_ahead(integ, full, z_hat, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names)
     z0, ok, init_msgs = comp.consistent_points(full, t0, z_hat, free, method=init, ipopt_options=ipopt_options,
                                                violated=violated)
     ok &= ~bad
     messages = [m or im for m, im in zip(messages, init_msgs)]
     z0 = np.where(ok[:, None], z0, z_hat)
+    _derived_series_ahead(comp, B, t_eval, full, want)
     dz0 = None
     if names:
         dz0 = _start_tangents(comp, full, t0, z0, free, names, values, fixed)
-    slots = integ.default_slots(B) if slots is None else slots
-    res = _integrate(comp, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0)
+    res = _integrate(integ, full, z0, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names, dz0)
     res["status"] = np.where(ok, res["status"], np.int8(st.NO_ASSEMBLY)).astype(np.int8)
     residual, energy, balance = _derived_series(comp, res["values"], t_eval, full, want)
     settings = {"tol": tol, "order": p, "max_steps": max_steps, "t0": t0, "t1": t1, "mode": integ.mode,

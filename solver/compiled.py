@@ -30,6 +30,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
+from solver.ahead import WAIT_EVENT, AheadTable
 from solver.errors import InputError
 from solver.integrate.initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
                          ipopt_point, state_scales, violated_rows)
@@ -69,7 +70,8 @@ def _per_dae(dae) -> dict:
 # JAX's own duration events for tracing, lowering and XLA compilation.
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",
-                   "/jax/core/compile/backend_compile_duration")
+                   "/jax/core/compile/backend_compile_duration",
+                   WAIT_EVENT)
 _clocks: list = []
 
 
@@ -234,6 +236,11 @@ class Compiled:
     def _initial_programs(self) -> dict:
         return {}
 
+    @functools.cached_property
+    def _series_ahead(self) -> AheadTable:
+        # The output series' builds started ahead (output_series_ahead).
+        return AheadTable()
+
     @staticmethod
     def _built_quickly(points: int) -> bool:
         """Whether the programs a solve runs once for ``points`` points are built without LLVM's optimisation.
@@ -360,16 +367,56 @@ class Compiled:
         first = np.asarray(next(iter(values.values())))
         shape = first.shape[:2]
         hidden = residual and self.integrator.n_hidden > 0
-        energy = energy and self.has_energy
         res = np.zeros(shape) if residual and not hidden else None
-        if not hidden and not energy:
+        call = self._series_call(values, t_eval, params, residual, energy)
+        if call is None:
             return res, None
+        program, args, kwargs = call
+        if self._series_ahead.pending():
+            self._series_ahead.wait(self._series_key(program, args, kwargs))
+        r, e = program(*args, **kwargs)
+        return (np.asarray(r) if hidden else res), (np.asarray(e) if kwargs["energy"] else None)
+
+    def output_series_ahead(self, points: int, t_eval, params, residual: bool = True, energy: bool = True):
+        """Build :meth:`output_series`' program for a run's outputs ahead: traced now, compiled in the background.
+
+        (:mod:`solver.ahead`.)  A later :meth:`output_series` with outputs of
+        these shapes waits for the build.
+
+        Args:
+            points: the batch's points B (the outputs' leading axis).
+            t_eval: (n_out,) output times.
+            params: dict name -> (B, …) parameter values (only shapes and types are used).
+            residual, energy: as for :meth:`output_series`.
+        """
+        integ = self.integrator
+        values = {v.name: np.zeros((points, len(t_eval), integ.out_orders[v.name]) + v.shape)
+                  for v in self.dae.variables}
+        call = self._series_call(values, t_eval, params, residual, energy)
+        if call is not None:
+            program, args, kwargs = call
+            key = self._series_key(program, args, kwargs)
+            if self._series_ahead.wants(key):
+                self._series_ahead.start(key, lambda: program.lower(*args, **kwargs).compile)
+
+    @staticmethod
+    def _series_key(program, args, kwargs):
+        leaves, tree = jax.tree.flatten(args)
+        return id(program), tree, tuple((np.shape(x), np.result_type(x)) for x in leaves), kwargs["residual"], \
+            kwargs["energy"]
+
+    def _series_call(self, values, t_eval, params, residual: bool, energy: bool):
+        """(program, args, kwargs) of :meth:`output_series`' one call; None where it computes nothing."""
+        first = np.asarray(next(iter(values.values())))
+        hidden = residual and self.integrator.n_hidden > 0
+        energy = energy and self.has_energy
+        if not hidden and not energy:
+            return None
         names = ({v.name for v in self.dae.variables} if hidden else set()) | (
             {c.name for c in self.dae.coords} if energy else set())
-        program = self._output_series_one if self._built_quickly(shape[0]) else self._output_series
-        r, e = program({k: np.asarray(values[k]) for k in sorted(names)}, np.asarray(t_eval, dtype=float),
-                       {k: np.asarray(v) for k, v in params.items()}, residual=hidden, energy=energy)
-        return (np.asarray(r) if hidden else res), (np.asarray(e) if energy else None)
+        program = self._output_series_one if self._built_quickly(first.shape[0]) else self._output_series
+        return program, ({k: np.asarray(values[k]) for k in sorted(names)}, np.asarray(t_eval, dtype=float),
+                         {k: np.asarray(v) for k, v in params.items()}), {"residual": hidden, "energy": energy}
 
     def balance_series(self, values, t_eval, params, energy) -> dict:
         """The balance outputs (energy change, dissipated energy, momenta) of a batch of runs.

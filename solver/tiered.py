@@ -69,6 +69,7 @@ import time
 
 import jax
 
+from solver.ahead import AheadTable
 from solver.errors import InputError
 from solver.program_store import program_stem, store_directory
 
@@ -392,24 +393,68 @@ class TieredJit:
         #: ... and a key in the program store.
         self._enabled = bool(enabled) and identity is not None
         self._builds: dict = {}
+        #: Builds started ahead of their first call (:meth:`ahead`).
+        self._ahead = AheadTable()
 
     def __call__(self, *args, **kwargs):
+        mode, directory, signature = self._signature(args, kwargs)
+        if self._ahead.pending():
+            self._ahead.wait(self._ahead_key(signature, args, kwargs))
+        if signature is None:
+            _last.build = "optimised" if self._enabled_at_all else "quick"
+            return self._jit(*args, **kwargs)
+        builds = self._builds.get(signature)
+        if builds is None:
+            builds = self._builds[signature] = self._lower(mode, directory, args, kwargs, signature)()
+        executable = builds.best()
+        _last.build = "quick" if builds.quick else "optimised"
+        return executable(*args, **{k: v for k, v in kwargs.items() if k not in self._static})
+
+    def ahead(self, *args, **kwargs) -> None:
+        """Build the program that a call with arguments like these runs: traced now, compiled in the background.
+
+        The trace and the lowering are done in this thread; XLA's compile goes
+        to a background thread (:mod:`solver.ahead`) while the caller goes on.
+        A later call whose arguments have the same shapes, types and static
+        values waits for that build instead of starting its own.  Only shapes
+        and types matter: the arguments may be placeholders (zeros).  Where
+        building ahead is off (:func:`solver.ahead.enabled`) nothing is done.
+
+        Args:
+            *args, **kwargs: arguments as for a call.
+        """
+        mode, directory, signature = self._signature(args, kwargs)
+        key = self._ahead_key(signature, args, kwargs)
+        if not self._ahead.wants(key) or signature in self._builds:
+            return
+        if signature is None:
+            self._ahead.start(key, lambda: self._jit.lower(*args, **kwargs).compile)
+            return
+
+        def lower():
+            compile_builds = self._lower(mode, directory, args, kwargs, signature)
+
+            def build():
+                self._builds[signature] = compile_builds()
+            return build
+        self._ahead.start(key, lower)
+
+    def _ahead_key(self, signature, args, kwargs):
+        # Where the jit itself runs (signature None), its own arguments' signature.
+        return signature if signature is not None else ("jit",) + self._plain_signature(args, kwargs)
+
+    def _plain_signature(self, args, kwargs):
+        leaves, tree = jax.tree.flatten((args, {k: v for k, v in kwargs.items() if k not in self._static}))
+        return tree, tuple(jax.typeof(x) for x in leaves), tuple(sorted((k, kwargs[k]) for k in self._static
+                                                                         if k in kwargs))
+
+    def _signature(self, args, kwargs):
+        """(mode, store directory, signature of the builds); the signature is None where the jit itself runs."""
         mode = tiered_mode() if self._enabled_at_all else "off"
         directory = store_directory() if self._enabled and mode != "off" else None
         if directory is None and mode != "quick":
-            _last.build = "optimised" if self._enabled_at_all else "quick"
-            return self._jit(*args, **kwargs)
-        dynamic = dict(kwargs)
-        statics = {k: dynamic.pop(k) for k in self._static if k in dynamic}
-        leaves, tree = jax.tree.flatten((args, dynamic))
-        avals = tuple(jax.typeof(x) for x in leaves)
-        signature = (mode, tree, avals, tuple(sorted(statics.items())))
-        builds = self._builds.get(signature)
-        if builds is None:
-            builds = self._builds[signature] = self._start(mode, directory, args, kwargs, statics, tree, avals)
-        executable = builds.best()
-        _last.build = "quick" if builds.quick else "optimised"
-        return executable(*args, **dynamic)
+            return mode, None, None
+        return mode, directory, (mode,) + self._plain_signature(args, kwargs)
 
     def __getattr__(self, attribute):
         # The rest of the jit's surface (lower, _cache_size, ...): the optimised build's.
@@ -417,12 +462,24 @@ class TieredJit:
             raise AttributeError(attribute)
         return getattr(self._jit, attribute)
 
-    def _start(self, mode, directory, args, kwargs, statics, tree, avals) -> _Builds:
+    def _lower(self, mode, directory, args, kwargs, signature):
+        """Trace and lower the program (Python's work); returns the function that compiles it into its builds.
+
+        Split so that :meth:`ahead` traces in the caller's thread and leaves
+        only XLA's compile, which releases Python's lock, to a background
+        thread: two threads tracing at once contend for the lock and took
+        longer than one after the other.
+        """
         if directory is None:  # mode quick without the program store: nothing to look up or mark
-            with _lock:
-                stats["quick_alone"] += 1
-            return _Builds(self._jit.lower(*args, **kwargs).compile(self._quick_options), self._name, quick=True)
-        stem = program_stem(directory, self._identity, self._name, statics, tree, avals)
+            lowered = self._jit.lower(*args, **kwargs)
+
+            def quick_alone():
+                with _lock:
+                    stats["quick_alone"] += 1
+                return _Builds(lowered.compile(self._quick_options), self._name, quick=True)
+            return quick_alone
+        _, tree, avals, statics = signature
+        stem = program_stem(directory, self._identity, self._name, dict(statics), tree, avals)
         if mode == "tiered":
             with _lock:
                 # Another compiled model of the same file and settings (a design's
@@ -431,29 +488,32 @@ class TieredJit:
                 started = _compiling.get(stem)
                 if started is not None:
                     stats["shared"] += 1
-                    return started
+                    return lambda: started
         lowered = self._jit.lower(*args, **kwargs)
         mark = _beside(stem, _MARK)
-        if mark.exists():
+
+        def compiled():
+            if mark.exists():
+                with _lock:
+                    stats["direct"] += 1
+                return _Builds(lowered.compile(), self._name)
+            if mode == "optimised":
+                executable = lowered.compile()
+                _mark_built(mark)
+                with _lock:
+                    stats["marked"] += 1
+                return _Builds(executable, self._name)
+            if mode == "quick":
+                with _lock:
+                    stats["quick_alone"] += 1
+                return _Builds(lowered.compile(self._quick_options), self._name, quick=True)
+            # The optimised build starts once the quick one is done: started beside it, it
+            # slows down the quick build, which the first result waits for
+            # (workflows/benchmarks/results/design_first_result.txt).
+            builds = _Builds(lowered.compile(self._quick_options), self._name, stem, lowered, quick=True)
             with _lock:
-                stats["direct"] += 1
-            return _Builds(lowered.compile(), self._name)
-        if mode == "optimised":
-            executable = lowered.compile()
-            _mark_built(mark)
-            with _lock:
-                stats["marked"] += 1
-            return _Builds(executable, self._name)
-        if mode == "quick":
-            with _lock:
-                stats["quick_alone"] += 1
-            return _Builds(lowered.compile(self._quick_options), self._name, quick=True)
-        # The optimised build starts once the quick one is done: started beside it, it
-        # slows down the quick build, which the first result waits for
-        # (workflows/benchmarks/results/design_first_result.txt).
-        builds = _Builds(lowered.compile(self._quick_options), self._name, stem, lowered, quick=True)
-        with _lock:
-            _compiling[stem] = builds
-            stats["quick"] += 1
-        builds.look()
-        return builds
+                _compiling[stem] = builds
+                stats["quick"] += 1
+            builds.look()
+            return builds
+        return compiled

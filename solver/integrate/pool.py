@@ -140,6 +140,28 @@ class BatchPool:
             InputError: ``slots`` < 1, no problems, or a parameter without
                 the batch axis.
         """
+        args, kwargs = self._batch_arguments(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
+        return self._run_batch_jit(*args, **kwargs)
+
+    def run_batch_ahead(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None, fixed_step=None,
+                        slots: int | None = None):
+        """Build :meth:`run_batch`'s program for arguments like these: traced now, compiled in the background.
+
+        As :meth:`~solver.integrate.single_run.SingleRun.run_ahead`: a later
+        :meth:`run_batch` with arguments of the same shapes and types waits
+        for the build, so a batch's program compiles while its consistent
+        points are found.
+
+        Args: as :meth:`run_batch` (``z0`` and ``u0`` may be placeholders).
+
+        Raises:
+            InputError: as :meth:`run_batch`.
+        """
+        args, kwargs = self._batch_arguments(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots)
+        self._run_batch_jit.ahead(*args, **kwargs)
+
+    def _batch_arguments(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
+        """:meth:`run_batch`'s checked arguments for its compiled program: (args, kwargs)."""
         n = int(np.shape(z0)[0])
         if n == 0:
             raise InputError("run_batch: no problems (z0 has no rows); give at least one")
@@ -152,8 +174,7 @@ class BatchPool:
                                  f"got shape {np.shape(value)}; broadcast it, e.g. np.full({n}, value)")
         h_max = jnp.inf if h_max is None else h_max
         fixed_step = 0.0 if fixed_step is None else fixed_step
-        return self._run_batch_jit(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step,
-                                   slots=int(slots))
+        return (params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step), {"slots": int(slots)}
 
     def _run_batch(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, slots):
         run = self._run_batch_rounds if jax.default_backend() == "cpu" else self._run_batch_scatter

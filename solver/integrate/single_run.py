@@ -99,17 +99,35 @@ class SingleRun:
             (int8), ``steps`` (steps taken, a failed last one included),
             ``t_final``, ``z_final``, ``u_final``.
         """
-        h_max = jnp.inf if h_max is None else h_max
-        fixed_step = 0.0 if fixed_step is None else fixed_step
-        scalars = [device_number(x) for x in (t0, t1, tol, max_steps, h_max, fixed_step)]
-        t0, t1, tol, max_steps, h_max, fixed_step = scalars
-        out = self._run_jit(params, z0, u0, t0, t1, device_times(t_eval), tol, max_steps, h_max, fixed_step)
+        out = self._run_jit(*self._run_arguments(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step))
         if self.events is not None:
             # Unpacked here, not in the compiled program: there its slices and
             # reshapes were kernels of their own after the loop, and a run of
             # 114 pendulum steps paid 0.06 ms for them.
             out["events"] = self.events.unpack(out["events"])
         return out
+
+    def run_ahead(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None, fixed_step=None):
+        """Start building :meth:`run`'s program for arguments like these on a background thread.
+
+        A later :meth:`run` with arguments of the same shapes and types waits
+        for that build instead of starting its own (:mod:`solver.ahead`): the
+        program is traced while the caller computes its consistent point.
+
+        Args: as :meth:`run`; ``z0`` and ``u0`` may be placeholders of the
+            right shape and type (only shapes and types are used).
+        """
+        self._run_jit.ahead(*self._run_arguments(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max,
+                                                        fixed_step))
+
+    @staticmethod
+    def _run_arguments(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step) -> tuple:
+        """The compiled run's arguments: defaults filled in, scalars and output times as cached device arrays."""
+        h_max = jnp.inf if h_max is None else h_max
+        fixed_step = 0.0 if fixed_step is None else fixed_step
+        t0, t1, tol, max_steps, h_max, fixed_step = [device_number(x) for x in (t0, t1, tol, max_steps, h_max,
+                                                                                  fixed_step)]
+        return params, z0, u0, t0, t1, device_times(t_eval), tol, max_steps, h_max, fixed_step
 
     def _empty_outputs(self, lead, n_out, seed=None):
         """NaN-filled output buffers, each plus ``seed`` (see :func:`tangent_seeds`) when given."""

@@ -101,11 +101,34 @@ class TangentRuns:
         Raises:
             InputError: ``slots`` < 1.
         """
+        args, kwargs = self._tangent_arguments(params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps, h_max,
+                                               slots)
+        return self._run_tangents_jit(*args, **kwargs)
+
+    def run_tangents_ahead(self, params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None,
+                           slots: int | None = None):
+        """Build :meth:`run_tangents`' program for arguments like these: traced now, compiled in the background.
+
+        As :meth:`~solver.integrate.single_run.SingleRun.run_ahead`: a later
+        :meth:`run_tangents` with arguments of the same shapes and types
+        waits for the build.
+
+        Args: as :meth:`run_tangents` (``z0``, ``u0`` and ``dz0`` may be placeholders).
+
+        Raises:
+            InputError: ``slots`` < 1.
+        """
+        args, kwargs = self._tangent_arguments(params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps, h_max,
+                                               slots)
+        self._run_tangents_jit.ahead(*args, **kwargs)
+
+    @staticmethod
+    def _tangent_arguments(params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps, h_max, slots):
         if slots is not None and int(slots) < 1:
             raise InputError(f"slots must be at least 1; got {slots}")
         h_max = jnp.inf if h_max is None else h_max
-        return self._run_tangents_jit(params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps, h_max,
-                                      slots=None if slots is None else int(slots))
+        return ((params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps, h_max),
+                {"slots": None if slots is None else int(slots)})
 
     def _run_tangents(self, params, z0, u0, dparams, dz0, t0, t1, t_eval, tol, max_steps, h_max, slots):
         if slots is None:

@@ -248,6 +248,12 @@ def run() -> None:
     writes is closed before it returns. An exception that escapes
     :func:`main` ends the process as Python does, with its traceback.
 
+    A command that failed while programs were still compiling ahead for it
+    (:mod:`solver.ahead`: a run's program, started before its consistent
+    point, which then failed) does not wait for them: nothing would use them,
+    and the error was told already.  It skips the threads' shutdown; the
+    exit handlers still run.
+
     Raises:
         SystemExit: with :func:`main`'s exit code, where this Python lacks
             the two steps of its exit that this needs (then the teardown is kept).
@@ -259,7 +265,9 @@ def run() -> None:
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
     if shut_threads is None or run_exit_handlers is None:
         sys.exit(code)
-    shut_threads()
+    ahead = sys.modules.get("solver.ahead")
+    if not (code != 0 and ahead is not None and ahead.running()):
+        shut_threads()
     run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
