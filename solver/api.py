@@ -17,6 +17,7 @@ import numpy as np
 import jax
 
 from solver import status as st
+from solver.ahead import enabled as ahead_enabled
 from solver.analysis.failures import failure_records
 from solver.compiled import Compiled, compile_clock, compiled_model, compiled_of
 from solver.dae.problem import DAE
@@ -30,7 +31,7 @@ from solver.integrate.sensitivity import (check_names, fixed_value_tangents, par
 from solver.results.balance import balance_layout
 from solver.results.solution import batch_arrays, build_dataset, event_layout, output_layout
 from solver.taylor.compact import CompactUnsupportedError
-from solver.tiered import last_build
+from solver.tiered import last_build, tiered_mode
 
 __all__ = ["solve", "solve_batch", "integrator_for", "consistent_point", "ASSEMBLY_TOL"]
 
@@ -298,10 +299,13 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     spec = parse_values(integ, values(pvals) if callable(values) else values, fixed)
     t_eval = _output_times(t0, t1, t_eval, samples)
     params_b = {k: np.asarray(v)[None] for k, v in pvals.items()}
-    _integrate_ahead(integ, params_b, np.asarray(spec.z_hat)[None], np.asarray(spec.u_guess)[None], t0, t1, t_eval,
-                     tol, max_steps, h_max, 1, names)
+    ahead = _new_shape(comp, 1, t_eval, names, want, 1)
+    if ahead:
+        _integrate_ahead(integ, params_b, np.asarray(spec.z_hat)[None], np.asarray(spec.u_guess)[None], t0, t1,
+                         t_eval, tol, max_steps, h_max, 1, names)
     z0 = comp.consistent_point(pvals, t0, spec, method=init, ipopt_options=ipopt_options)
-    _derived_series_ahead(comp, 1, t_eval, params_b, want)
+    if ahead:
+        _derived_series_ahead(comp, 1, t_eval, params_b, want)
     dz0 = None
     if names:
         dz0 = _start_tangents(comp, params_b, t0, np.asarray(z0)[None], np.asarray(spec.free)[None], names, values,
@@ -333,6 +337,12 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     ds.attrs["integration_seconds"] = integration
     ds.attrs["t_final"] = float(res["t_final"][0])
     return ds
+
+
+def _new_shape(comp: Compiled, points: int, t_eval, names, want, slots) -> bool:
+    """Whether a solve of this shape is new to ``comp`` (then its programs are built ahead: :mod:`solver.ahead`)."""
+    return comp.new_call_shape((points, len(t_eval), tuple(names), None if want is None else frozenset(want), slots,
+                                tiered_mode(), ahead_enabled()))
 
 
 def _derived_series_ahead(comp: Compiled, points: int, t_eval, params, want) -> None:
@@ -580,14 +590,16 @@ def solve_batch(problem, params_table: Mapping | None = None, values: Mapping | 
             z_hat[i], u_guess[i], free[i] = spec.z_hat, spec.u_guess, spec.free
     violated: list = []
     slots = integ.default_slots(B) if slots is None else slots
-    if not bad.all():
+    ahead = not bad.all() and _new_shape(comp, B, t_eval, names, want, slots)
+    if ahead:
         _integrate_ahead(integ, full, z_hat, u_guess, t0, t1, t_eval, tol, max_steps, h_max, slots, names)
     z0, ok, init_msgs = comp.consistent_points(full, t0, z_hat, free, method=init, ipopt_options=ipopt_options,
                                                violated=violated)
     ok &= ~bad
     messages = [m or im for m, im in zip(messages, init_msgs)]
     z0 = np.where(ok[:, None], z0, z_hat)
-    _derived_series_ahead(comp, B, t_eval, full, want)
+    if ahead:
+        _derived_series_ahead(comp, B, t_eval, full, want)
     dz0 = None
     if names:
         dz0 = _start_tangents(comp, full, t0, z0, free, names, values, fixed)

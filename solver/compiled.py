@@ -237,6 +237,29 @@ class Compiled:
         return {}
 
     @functools.cached_property
+    def _call_shapes(self) -> set:
+        return set()
+
+    def new_call_shape(self, key) -> bool:
+        """Whether this compiled model meets a solve of this shape for the first time (and remember it).
+
+        A solve builds its programs ahead only then (:mod:`solver.ahead`):
+        later ones find them built, and the key, plain Python values, costs
+        less to look up than the programs' argument signatures.
+
+        Args:
+            key: hashable values that fix the solve's programs (points, output
+                rows, sensitivities, outputs, slots, the build mode).
+
+        Returns:
+            True the first time.
+        """
+        if key in self._call_shapes:
+            return False
+        self._call_shapes.add(key)
+        return True
+
+    @functools.cached_property
     def _series_ahead(self) -> AheadTable:
         # The output series' builds started ahead (output_series_ahead).
         return AheadTable()

@@ -2,7 +2,7 @@
 
 The specification: a solve (one run, a batch, a forward-mode run) compiles
 its run's program once, on a background thread, not in the caller's; its
-output series' program too; the motion is the one a solve without building
+output series' program too; a later solve of the same shape starts no build; the motion is the one a solve without building
 ahead gives, to the bit (the same program).  The caller's wait for a build
 counts as compiling.  A program that cannot be traced ahead raises at its
 call, as it would have without building ahead.  MECHSWEEP_COMPILE_AHEAD=off
@@ -100,6 +100,17 @@ def test_a_model_files_run_on_a_quick_build_is_built_ahead(compiles, ahead_on, p
     runs = _named(compiles, "_run")
     assert len(runs) == 1 and runs[0] != me
     assert ds.attrs["solver_build"] == "quick" and int(ds.status) == 0
+
+
+def test_a_solve_of_a_shape_already_met_starts_no_build(ahead_on, monkeypatch):
+    dae = pendulum_cartesian()
+    solver.solve(dae, (0.0, 1.0), values=PENDULUM_VALUES, samples=11)
+    started = []
+    monkeypatch.setattr(ahead, "start", lambda build: started.append(build) or ahead.Ahead(None))
+    solver.solve(dae, (0.0, 1.0), values={**PENDULUM_VALUES, "x": 0.7, "y": -0.71414284285}, samples=11)
+    assert started == []  # other values, the same programs
+    solver.solve(dae, (0.0, 1.0), values=PENDULUM_VALUES, samples=200)  # more output rows: a new run program
+    assert len(started) == 2  # the run's and the output series'
 
 
 def test_the_callers_wait_for_a_build_counts_as_compiling():
