@@ -346,10 +346,11 @@ def _new_shape(comp: Compiled, points: int, t_eval, names, want, slots) -> bool:
 
 
 def _derived_series_ahead(comp: Compiled, points: int, t_eval, params, want) -> None:
-    """Build :func:`_derived_series`' residual and energy program ahead (traced now, compiled in the background)."""
+    """Build :func:`_derived_series`' programs ahead (traced now, compiled in the background)."""
     needed = lambda *outs: want is None or not want.isdisjoint(outs)
-    comp.output_series_ahead(points, t_eval, params, residual=needed("constraint_residual"),
-                             energy=needed("energy", *balance_layout(comp.dae)[0]))
+    balance_names = balance_layout(comp.dae)[0]
+    comp.series_ahead(points, t_eval, params, residual=needed("constraint_residual"),
+                      energy=needed("energy", *balance_names), balance=needed(*balance_names))
 
 
 def _derived_series(comp: Compiled, values, t_eval, params, want) -> tuple:

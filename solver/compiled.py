@@ -35,7 +35,7 @@ from solver.errors import InputError
 from solver.integrate.initialize import (ASSEMBLY_TOL, InitialValueError, IpoptDerivatives, StateSpec, batched_newton,
                          ipopt_point, state_scales, violated_rows)
 from solver.integrate.initialize import residual_list  # the one wording of violated constraints
-from solver.results.balance import balance_kernels, balance_series
+from solver.results.balance import balance_arguments, balance_kernels, balance_series
 from solver.integrate.choices import QUICK_COMPILE, choose_mode
 from solver.integrate.integrator import MODES, Integrator
 from solver.integrate.run_args import device_number
@@ -261,7 +261,7 @@ class Compiled:
 
     @functools.cached_property
     def _series_ahead(self) -> AheadTable:
-        # The output series' builds started ahead (output_series_ahead).
+        # The series' builds started ahead (series_ahead).
         return AheadTable()
 
     @staticmethod
@@ -395,38 +395,15 @@ class Compiled:
         if call is None:
             return res, None
         program, args, kwargs = call
-        if self._series_ahead.pending():
-            self._series_ahead.wait(self._series_key(program, args, kwargs))
+        self._wait_ahead(program, args, kwargs)
         r, e = program(*args, **kwargs)
         return (np.asarray(r) if hidden else res), (np.asarray(e) if kwargs["energy"] else None)
-
-    def output_series_ahead(self, points: int, t_eval, params, residual: bool = True, energy: bool = True):
-        """Build :meth:`output_series`' program for a run's outputs ahead: traced now, compiled in the background.
-
-        (:mod:`solver.ahead`.)  A later :meth:`output_series` with outputs of
-        these shapes waits for the build.
-
-        Args:
-            points: the batch's points B (the outputs' leading axis).
-            t_eval: (n_out,) output times.
-            params: dict name -> (B, …) parameter values (only shapes and types are used).
-            residual, energy: as for :meth:`output_series`.
-        """
-        integ = self.integrator
-        values = {v.name: np.zeros((points, len(t_eval), integ.out_orders[v.name]) + v.shape)
-                  for v in self.dae.variables}
-        call = self._series_call(values, t_eval, params, residual, energy)
-        if call is not None:
-            program, args, kwargs = call
-            key = self._series_key(program, args, kwargs)
-            if self._series_ahead.wants(key):
-                self._series_ahead.start(key, lambda: program.lower(*args, **kwargs).compile)
 
     @staticmethod
     def _series_key(program, args, kwargs):
         leaves, tree = jax.tree.flatten(args)
-        return id(program), tree, tuple((np.shape(x), np.result_type(x)) for x in leaves), kwargs["residual"], \
-            kwargs["energy"]
+        return id(program), tree, tuple((np.shape(x), np.result_type(x)) for x in leaves), \
+            tuple(sorted(kwargs.items()))
 
     def _series_call(self, values, t_eval, params, residual: bool, energy: bool):
         """(program, args, kwargs) of :meth:`output_series`' one call; None where it computes nothing."""
@@ -455,7 +432,42 @@ class Compiled:
         """
         points = np.shape(next(iter(values.values())))[0] if values else 0
         kernels = self._balance_kernels_one if self._built_quickly(points) else self.balance_kernels
-        return balance_series(self.dae, values, t_eval, params, energy, kernels=kernels)
+        return balance_series(self.dae, values, t_eval, params, energy, kernels=kernels, before=self._wait_ahead)
+
+    def series_ahead(self, points: int, t_eval, params, residual: bool = True, energy: bool = True,
+                     balance: bool = True) -> None:
+        """Build the programs of :meth:`output_series` and :meth:`balance_series` ahead (:mod:`solver.ahead`).
+
+        Each is traced and lowered now and compiled in the background; the
+        calls with outputs of these shapes wait for their builds.
+
+        Args:
+            points: the batch's points B (the outputs' leading axis).
+            t_eval: (n_out,) output times.
+            params: dict name -> (B, …) parameter values (only shapes and types are used).
+            residual, energy: as for :meth:`output_series`.
+            balance: also the balance kernels (where the DAE has an energy).
+        """
+        integ = self.integrator
+        values = {v.name: np.zeros((points, len(t_eval), integ.out_orders[v.name]) + v.shape)
+                  for v in self.dae.variables}
+        call = self._series_call(values, t_eval, params, residual, energy)
+        if call is not None:
+            self._start_ahead(call[0], call[1], call[2])
+        if balance and self.has_energy:
+            kernels = self._balance_kernels_one if self._built_quickly(points) else self.balance_kernels
+            args = balance_arguments(self.dae, values, t_eval, params)
+            for kernel in kernels.values():
+                self._start_ahead(kernel, args, {})
+
+    def _start_ahead(self, program, args, kwargs) -> None:
+        key = self._series_key(program, args, kwargs)
+        if self._series_ahead.wants(key):
+            self._series_ahead.start(key, lambda: program.lower(*args, **kwargs).compile)
+
+    def _wait_ahead(self, program, args, kwargs=None) -> None:
+        if self._series_ahead.pending():
+            self._series_ahead.wait(self._series_key(program, args, kwargs or {}))
 
     # ------------------------------------------------------------ initial values
     def consistent_points(self, params_batch: Mapping, t0: float, z_hat, free, method: str = "auto",

@@ -2,7 +2,7 @@
 
 The specification: a solve (one run, a batch, a forward-mode run) compiles
 its run's program once, on a background thread, not in the caller's; its
-output series' program too; a later solve of the same shape starts no build; the motion is the one a solve without building
+output series' and balance kernels' programs too; a later solve of the same shape starts no build; the motion is the one a solve without building
 ahead gives, to the bit (the same program).  The caller's wait for a build
 counts as compiling.  A program that cannot be traced ahead raises at its
 call, as it would have without building ahead.  MECHSWEEP_COMPILE_AHEAD=off
@@ -100,6 +100,15 @@ def test_a_model_files_run_on_a_quick_build_is_built_ahead(compiles, ahead_on, p
     runs = _named(compiles, "_run")
     assert len(runs) == 1 and runs[0] != me
     assert ds.attrs["solver_build"] == "quick" and int(ds.status) == 0
+
+
+def test_a_models_balance_kernels_are_built_ahead_too(compiles, ahead_on):
+    me = threading.get_ident()
+    ds = solver.load(str(ROOT / "configs" / "mechanisms" / "two_particle_spring.yaml"),
+                     overrides={"ProblemData": {"tend": 0.5, "samples": 11}}).solve()
+    momenta = _named(compiles, "momenta")
+    assert len(momenta) == 1 and momenta[0] != me
+    assert abs(float(ds["momentum"].values[-1, 0] - ds["momentum"].values[0, 0])) < 1e-9  # conserved
 
 
 def test_a_solve_of_a_shape_already_met_starts_no_build(ahead_on, monkeypatch):

@@ -60,6 +60,9 @@ CASES = {
     "iota": (lambda x: x + lax.broadcasted_iota(np.int64, (3, 4), 1) * lax.broadcasted_iota(np.int64, (3, 4), 0),
              [(3, 4)], "i"),
     "stack": (lambda x, y: jnp.stack([x, y, x], axis=1), [(2,), (2,)], "f"),
+    # A rank-0 operand against an array: the jaxpr broadcasts it.
+    "scalar_and_array": (lambda x, y: (lax.add(x, y), lax.mul(y, x), lax.sub(x, y)), [(3, 3), ()], "f"),
+    "scalar_and_array_int": (lambda x, y: (lax.add(y, x), lax.mul(x, y), lax.sub(y, x)), [(2, 3), ()], "i"),
     "unstack": (lambda x: jnp.unstack(x, axis=1), [(2, 3, 2)], "f"),
 }
 

@@ -102,7 +102,8 @@ def _convert(x, *, new_dtype, **_):
 
 def _same_float_or_int(f):
     def rule(*xs, **_):
-        if len({x.dtype for x in xs}) != 1 or len({x.shape for x in xs}) != 1:
+        # Equal shapes, or a scalar against an array (a jaxpr's rank-0 operand broadcasts).
+        if len({x.dtype for x in xs}) != 1 or len({x.shape for x in xs if x.shape != ()}) > 1:
             raise _NotHere
         return _flush(np.asarray(f(*[_flush(x) for x in xs])))
     return rule

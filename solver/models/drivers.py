@@ -66,6 +66,13 @@ class _TimeScope(BaseScope):
                         "primes")
 
 
+class _NumericTimeScope(_TimeScope):
+    """:class:`_TimeScope` over numbers, evaluated in numpy: a check at the start time, not a
+    jax program of its own for each operation."""
+
+    numeric = True
+
+
 def read_entries(raw: Any, loc: Locator, kind: str, params: Mapping, t0: float) -> list:
     """Read ``Drivers``: ``{key: expression}`` or ``{key: {value: ..., units: ...}}``.
 
@@ -103,8 +110,8 @@ def read_entries(raw: Any, loc: Locator, kind: str, params: Mapping, t0: float) 
                 units = require_str(entry["units"], kp + ("units",), loc).strip()
             entry, vp = entry["value"], kp + ("value",)
         expr = parse(entry, file=loc.file, path=format_path(vp), line=loc.nearest(vp))
-        scope = _TimeScope(jnp.float64(t0), {k: jnp.asarray(v, dtype=jnp.float64)
-                                             for k, v in params.items()}, [])
+        scope = _NumericTimeScope(np.float64(t0), {k: np.asarray(v, dtype=np.float64) for k, v in params.items()},
+                                  [])
         value = np.asarray(expr.evaluate(scope), dtype=float)
         if value.size != 1:
             raise loc.error(f"expected a scalar expression of t and the parameters, got an array "

@@ -117,6 +117,9 @@ class Expr:
                 first), a subscript out of range, or shapes that do not fit
                 (``[1, 2] * [3, 4]``), with a caret at the place.
         """
+        if getattr(scope, "numeric", False):
+            with np.errstate(all="ignore"):  # a 1/0 is inf, as jax gives it, not a warning: the callers judge it
+                return self._evaluate(self.root, scope)
         return self._evaluate(self.root, scope)
 
     def _evaluate(self, root: Node, scope):

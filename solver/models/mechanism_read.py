@@ -209,7 +209,10 @@ class MechanismReader:
     def read_params(self, raw):
         mech = self.mech
         mech.param_info = read_params(raw, self.loc)
-        self.defaults_scope = _Scope({k: f64(v) for k, v in mech.param_info.values.items()})
+        # Evaluated in numpy: at the defaults, each jax operation on numbers was a program of its
+        # own, compiled in every fresh process (about 20 ms each, 8 for the free body).
+        self.defaults_scope = _NumericScope({k: np.asarray(v, dtype=np.float64)
+                                             for k, v in mech.param_info.values.items()})
 
     # -------------------------------------------------------- parts
     def read_parts(self, raw):
@@ -419,10 +422,11 @@ class MechanismReader:
                 mech.gravity = qty
         forces = require_mapping(raw.get("PointForces"), path + ("PointForces",), self.loc,
                                  allow_none=True)
-        values = {k: f64(v) for k, v in mech.param_info.values.items()}
-        values["t"] = f64(0.0)
-        values.update({n: jnp.ones(d) for n in mech.moving})
-        scope = _Scope(values, {n: jnp.ones(d) for n in mech.moving}, what="a parameter")
+        # Only each force's shape is checked here: in numpy (see read_params).
+        values = {k: np.asarray(v, dtype=np.float64) for k, v in mech.param_info.values.items()}
+        values["t"] = np.float64(0.0)
+        values.update({n: np.ones(d) for n in mech.moving})
+        scope = _NumericScope(values, {n: np.ones(d) for n in mech.moving}, what="a parameter")
         for name, value in forces.items():
             p = path + ("PointForces", name)
             if name not in mech.moving:

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 
 from solver.program_store import stored_jit
 
-__all__ = ["AXIS_DIM", "has_dissipation", "momentum_dim", "balance_layout", "balance_kernels",
+__all__ = ["AXIS_DIM", "has_dissipation", "momentum_dim", "balance_layout", "balance_kernels", "balance_arguments",
            "balance_series"]
 
 # The dimension of momentum components (the Mechanism kind's point axes).
@@ -184,7 +184,23 @@ def _parabola_first_interval(f1, f2, f3, x21, x32):
     return x21 / 6 * ((3 - x21_x31) * f1 + (3 + x21x21_x31x32 + x21_x31) * f2 + (-x21x21_x31x32) * f3)
 
 
-def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy, kernels=None) -> dict:
+def balance_arguments(dae, values: Mapping, t_eval, params: Mapping) -> tuple:
+    """The arguments ``(t, q, qd, p)`` of every :func:`balance_kernels` kernel, as numpy arrays.
+
+    numpy in: the kernels are jitted, and an eager conversion compiles a
+    program of its own.
+
+    Args: as :func:`balance_series`.
+
+    Returns:
+        ``(t, q, qd, p)``: the output times, the coordinates and their first
+        derivatives (:func:`coordinate_levels`), the parameters.
+    """
+    q, qd = coordinate_levels(dae, values)
+    return np.asarray(t_eval, dtype=float), q, qd, {k: np.asarray(v) for k, v in params.items()}
+
+
+def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy, kernels=None, before=None) -> dict:
     """The balance outputs of a batch of runs.
 
     Args:
@@ -196,6 +212,8 @@ def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy, kernel
         kernels: the DAE's :func:`balance_kernels` (pass the compiled model's,
             :meth:`solver.compiled.Compiled.balance_series`, to compile them
             once); built anew when None.
+        before: called as ``before(kernel, args)`` before each kernel's call
+            (the compiled model waits there for a build started ahead).
 
     Returns:
         dict name -> array with leading (B, n_out), the names of
@@ -208,14 +226,17 @@ def balance_series(dae, values: Mapping, t_eval, params: Mapping, energy, kernel
     kernels = balance_kernels(dae) if kernels is None else kernels
     if not kernels:
         return out
-    # numpy in: the kernels are jitted, and an eager conversion compiles a program of its own
-    t = np.asarray(t_eval, dtype=float)
-    q, qd = coordinate_levels(dae, values)
-    p = {k: np.asarray(v) for k, v in params.items()}
+    args = balance_arguments(dae, values, t_eval, params)
+
+    def call(name):
+        if before is not None:
+            before(kernels[name], args)
+        return kernels[name](*args)
+
     if "power" in kernels:
-        power = np.asarray(kernels["power"](t, q, qd, p), dtype=float)
+        power = np.asarray(call("power"), dtype=float)
         out["dissipated"] = _cumulative_integral(power, np.asarray(t_eval, dtype=float))
     if "momenta" in kernels:
-        P, L = kernels["momenta"](t, q, qd, p)
+        P, L = call("momenta")
         out["momentum"], out["angular_momentum"] = np.asarray(P), np.asarray(L)
     return out
