@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from bench_warm_start import run_once
+from report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs" / "mechanisms"
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--out", type=Path, help="also append the report to this file")
+    p.add_argument("--out", help="also append the report to this file")
     args = p.parse_args(argv)
     models = args.models.split(",")
     seen: dict = {}
@@ -56,23 +57,18 @@ def main(argv=None) -> int:
                 seen.setdefault((model, setting), []).append(measure(model, setting))
                 print(".", end="", flush=True, file=sys.stderr)
     print(file=sys.stderr)
-    lines = ["$ .venv/bin/python workflows/benchmarks/bench_compile_ahead.py "
-             f"--models {args.models} --rounds {args.rounds}",
-             f"# {datetime.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} cores, load "
-             f"{os.getloadavg()[0]:.2f} at the end; each: mechsweep simulate MODEL from a new empty cache (cold) "
-             f"then warm, fresh processes; {AHEAD_ENV} on (built ahead) and off, alternating",
-             f"{'model':<18} {'ahead':<5} {'cold compiling s':<22} {'cold process s':<22} warm to integration s"]
+    report = Report()
+    report.say(f"# {datetime.datetime.now():%Y-%m-%d %H:%M}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f} "
+               f"at the end; each: mechsweep simulate MODEL from a new empty cache (cold) then warm, fresh "
+               f"processes; {AHEAD_ENV} on (built ahead) and off, alternating")
+    report.say(f"{'model':<18} {'ahead':<5} {'cold compiling s':<22} {'cold process s':<22} warm to integration s")
     for model in models:
         for setting in ("on", "off"):
             runs = seen[(model, setting)]
             cell = lambda i: " ".join(f"{x[i]:.2f}" for x in runs)
-            lines.append(f"{model:<18} {setting:<5} {cell(0):<22} {cell(1):<22} {cell(2)}")
-    print("\n".join(lines))
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write("\n" + "\n".join(lines) + "\n")
+            report.say(f"{model:<18} {setting:<5} {cell(0):<22} {cell(1):<22} {cell(2)}")
+    report.save(args.out, append=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
