@@ -120,7 +120,6 @@ def _ended(future) -> None:
         _running.discard(future)
 
 
-
 class AheadTable:
     """The builds started ahead for one program (or a few), by the key of their arguments' signature.
 

@@ -2,8 +2,9 @@
 
 The specification: a solve (one run, a batch, a forward-mode run) compiles
 its run's program once, on a background thread, not in the caller's; its
-output series' and balance kernels' programs too; a later solve of the same shape starts no build; the motion is the one a solve without building
-ahead gives, to the bit (the same program).  The caller's wait for a build
+output series' and balance kernels' programs too; a later solve of the same
+shape starts no build; the motion is the one a solve without building ahead
+gives, to the bit (the same program).  The caller's wait for a build
 counts as compiling.  A program that cannot be traced ahead raises at its
 call, as it would have without building ahead.  MECHSWEEP_COMPILE_AHEAD=off
 builds nothing ahead.  A command that fails while a build is still compiling

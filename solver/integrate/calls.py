@@ -22,12 +22,27 @@ __all__ = ["integrate", "integrate_ahead"]
 
 
 def integrate(integ: Integrator, params_b: dict, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, slots,
-               names=(), dz0=None):
+              names=(), dz0=None) -> dict:
     """Integrate B consistent points: ``run`` for one, the slot pool for more.
 
-    With sensitivity ``names`` (and ``dz0``, (B, k, n_state) initial
-    tangents) the run goes through :meth:`Integrator.run_tangents`; the
-    result then has ``tangents``: variable -> (k, B, n_out, L, *shape).
+    Args:
+        integ: the integrator.
+        params_b: parameter name -> (B, ...) values.
+        z0: (B, n_state) consistent initial states.
+        u0: (B, n) guesses of the leading derivatives.
+        t0, t1, tol, max_steps, h_max: as for :meth:`Integrator.run`.
+        t_eval: (n_out,) output times (padded here to the program's rows).
+        slots: the slot count of a batch (B > 1).
+        names: sensitivity parameters (none: no tangents).
+        dz0: with ``names``, the (B, k, n_state) initial tangents.
+
+    Returns:
+        The integrator's result as numpy arrays, batch axis first, the
+        values cut to the n_out output times; with ``names`` also
+        ``tangents``: variable -> (k, B, n_out, L, *shape).
+
+    Raises:
+        InputError: as the integrator's entry point.
     """
     # One compiled program for a range of output counts; the padding rows go.
     t_rows, n_out = pad_output_times(t_eval)
@@ -57,11 +72,15 @@ def _integrate_rows(integ: Integrator, params_b, z0, u0, t0, t1, t_rows, tol, ma
 
 
 def integrate_ahead(integ: Integrator, params_b: dict, z_hat, u0, t0, t1, t_eval, tol, max_steps, h_max, slots,
-                     names=()) -> None:
+                    names=()) -> None:
     """Build the program :func:`integrate` will run: traced now, compiled while the consistent points are found.
 
-    ``z_hat`` (the guesses) stands in for the consistent points: only its
-    shape and type count.
+    Args: as :func:`integrate`, with ``z_hat`` (the guesses, (B, n_state))
+        standing in for the consistent points: only its shape and type count.
+
+    Raises:
+        InputError: as the integrator's entry point (bad slots, a parameter
+            without the batch axis).
     """
     t_rows, _ = pad_output_times(t_eval)
     dz0 = np.zeros((z_hat.shape[0], len(names), z_hat.shape[1])) if names else None

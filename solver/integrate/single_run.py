@@ -108,17 +108,16 @@ class SingleRun:
         return out
 
     def run_ahead(self, params, z0, u0, t0, t1, t_eval, tol, max_steps=100_000, h_max=None, fixed_step=None):
-        """Start building :meth:`run`'s program for arguments like these on a background thread.
+        """Build :meth:`run`'s program for arguments like these: traced now, compiled on a background thread.
 
         A later :meth:`run` with arguments of the same shapes and types waits
         for that build instead of starting its own (:mod:`solver.ahead`): the
-        program is traced while the caller computes its consistent point.
+        program compiles while the caller computes its consistent point.
 
         Args: as :meth:`run`; ``z0`` and ``u0`` may be placeholders of the
             right shape and type (only shapes and types are used).
         """
-        self._run_jit.ahead(*self._run_arguments(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max,
-                                                        fixed_step))
+        self._run_jit.ahead(*self._run_arguments(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step))
 
     @staticmethod
     def _run_arguments(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step) -> tuple:
