@@ -20,6 +20,12 @@ expects.  The time a caller waits for a build is reported to JAX's
 monitoring as :data:`WAIT_EVENT`, which :class:`solver.compiled.compile_clock`
 counts as compiling (it counts only its own thread's compiles).
 
+The background threads are joined when Python exits, so that no compile is
+cut off inside XLA: a script whose solve failed after its run's build was
+started waits for that build before it ends.  The ``mechsweep`` command
+does not (:func:`sweep.cli.app.run`: a command that failed skips the
+threads' shutdown while :func:`running` says a build is still compiling).
+
 ``MECHSWEEP_COMPILE_AHEAD=off`` (:data:`AHEAD_ENV`) turns it off: nothing is
 built ahead, and each program is built by its first call, as before.
 """
