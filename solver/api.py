@@ -17,7 +17,8 @@ import numpy as np
 import jax
 
 from solver import status as st
-from solver.ahead import enabled as ahead_enabled
+from solver import program_store
+from solver.ahead import enabled as ahead_enabled, running as ahead_running
 from solver.analysis.failures import failure_records
 from solver.compiled import Compiled, compile_clock, compiled_model, compiled_of
 from solver.dae.problem import DAE
@@ -29,7 +30,7 @@ from solver.integrate.solve_lock import one_at_a_time
 from solver.integrate.sensitivity import (check_names, fixed_value_tangents, parameter_directions, sensitivity_layout,
                           sensitivity_name, sensitivity_series)
 from solver.results.balance import balance_layout
-from solver.results.solution import batch_arrays, build_dataset, event_layout, output_layout
+from solver.results.solution import batch_arrays, build_dataset, event_layout, import_dataset_modules, output_layout
 from solver.taylor.compact import CompactUnsupportedError
 from solver.tiered import last_build, tiered_mode
 
@@ -300,12 +301,17 @@ def _solve(dae, t_span, values, fixed, tol, t_eval, order, params, samples, max_
     t_eval = _output_times(t0, t1, t_eval, samples)
     params_b = {k: np.asarray(v)[None] for k, v in pvals.items()}
     ahead = _new_shape(comp, 1, t_eval, names, want, 1)
+    traced_before = program_store.stats["stored"] + program_store.stats["unstored"]
     if ahead:
         _integrate_ahead(integ, params_b, np.asarray(spec.z_hat)[None], np.asarray(spec.u_guess)[None], t0, t1,
                          t_eval, tol, max_steps, h_max, 1, names)
+    # Traced, not loaded from the program store: XLA compiles it from scratch, seconds.
+    run_from_scratch = program_store.stats["stored"] + program_store.stats["unstored"] > traced_before
     z0 = comp.consistent_point(pvals, t0, spec, method=init, ipopt_options=ipopt_options)
     if ahead:
         _derived_series_ahead(comp, 1, t_eval, params_b, want)
+        if run_from_scratch and ahead_running():
+            import_dataset_modules()  # while the run's program compiles: the Dataset needs them after
     dz0 = None
     if names:
         dz0 = _start_tangents(comp, params_b, t0, np.asarray(z0)[None], np.asarray(spec.free)[None], names, values,

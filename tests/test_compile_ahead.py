@@ -8,9 +8,12 @@ gives, to the bit (the same program).  The caller's wait for a build
 counts as compiling.  A program that cannot be traced ahead raises at its
 call, as it would have without building ahead.  MECHSWEEP_COMPILE_AHEAD=off
 builds nothing ahead.  A command that fails while a build is still compiling
-for it ends with its error and exit code without waiting for the build.
+for it ends with its error and exit code without waiting for the build.  A
+solve whose run compiles from scratch imports its Dataset's modules while it
+waits; a warm one after its integration, as before.
 """
 
+import json
 import pathlib
 import subprocess
 import sys
@@ -150,6 +153,35 @@ def test_a_key_is_built_ahead_once_and_not_at_all_when_off(monkeypatch):
     assert built == [1] and not table.pending() and not table.wants("k")
     monkeypatch.setenv(ahead.AHEAD_ENV, "off")
     assert not ahead.enabled() and not table.wants("other")
+
+
+_SOLVE_NOTING_XARRAY = """
+import json, sys, time
+from sweep.jax_cache import configure_jax
+configure_jax(sys.argv[1])
+import solver, solver.api as api
+from solver import ahead
+start = ahead.start
+ahead.start = lambda build: start(lambda: (time.sleep(2), build()))  # every build takes 2 s longer
+integrate, seen = api._integrate, []
+def noting(*args, **kwargs):
+    seen.append("xarray" in sys.modules)
+    return integrate(*args, **kwargs)
+api._integrate = noting
+solver.load(sys.argv[2], overrides={"ProblemData": {"tend": 0.5, "samples": 11}}).solve()
+print(json.dumps(seen))
+"""
+
+
+def test_a_cold_solve_imports_its_datasets_modules_while_its_run_compiles_and_a_warm_one_after(tmp_path):
+    def xarray_at_integration():
+        proc = subprocess.run([sys.executable, "-c", _SOLVE_NOTING_XARRAY, str(tmp_path / "cache"), PENDULUM],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    assert xarray_at_integration() == [True]  # its run was traced: imported while XLA compiled it
+    assert xarray_at_integration() == [False]  # loaded from the program store: imported after, as before
 
 
 _FAILING_COMMAND_WITH_A_BUILD_LEFT = """
