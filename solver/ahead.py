@@ -40,7 +40,7 @@ import time
 
 import jax
 
-__all__ = ["Ahead", "AheadTable", "start", "enabled", "running", "AHEAD_ENV", "WAIT_EVENT"]
+__all__ = ["Ahead", "AheadTable", "start", "enabled", "running", "signature", "AHEAD_ENV", "WAIT_EVENT"]
 
 #: The environment variable that turns building ahead off (``off``, ``0``, ``false``, ``no``).
 AHEAD_ENV = "MECHSWEEP_COMPILE_AHEAD"
@@ -53,6 +53,20 @@ _lock = threading.Lock()
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 #: The builds submitted and not yet ended.
 _running: set = set()
+
+
+def signature(args, kwargs, static=()) -> tuple:
+    """What picks a jitted call's compiled program: its arguments' tree and abstract values, its static values.
+
+    Args:
+        args, kwargs: the call's arguments.
+        static: the names of its static keyword arguments.
+
+    Returns:
+        ``(tree, avals, statics)``, hashable.
+    """
+    leaves, tree = jax.tree.flatten((args, {k: v for k, v in kwargs.items() if k not in static}))
+    return tree, tuple(jax.typeof(x) for x in leaves), tuple(sorted((k, kwargs[k]) for k in static if k in kwargs))
 
 
 def enabled() -> bool:
@@ -170,3 +184,27 @@ class AheadTable:
         if ahead is not None:
             self._done.add(key)
             ahead.wait()
+
+    def jit_ahead(self, jitted, args: tuple, kwargs: dict | None = None, static=()) -> None:
+        """:meth:`start` the build of a ``jax.jit`` for arguments like these (lowered here), once.
+
+        The compiled program lands in the jit's own cache; its call must
+        :meth:`before_call` first, or it may compile the program again.
+
+        Args:
+            jitted: the ``jax.jit`` function.
+            args, kwargs: arguments as for its call (placeholders of the right shapes and types will do).
+            static: the names of its static keyword arguments.
+        """
+        kwargs = kwargs or {}
+        key = (id(jitted),) + signature(args, kwargs, static)
+        if self.wants(key):
+            self.start(key, lambda: jitted.lower(*args, **kwargs).compile)
+
+    def before_call(self, jitted, args: tuple, kwargs: dict | None = None, static=()) -> None:
+        """Before calling a ``jax.jit`` built by :meth:`jit_ahead`: wait for the build (nothing if none is pending).
+
+        Args: as :meth:`jit_ahead`.
+        """
+        if self._started:
+            self.wait((id(jitted),) + signature(args, kwargs or {}, static))

@@ -395,15 +395,9 @@ class Compiled:
         if call is None:
             return res, None
         program, args, kwargs = call
-        self._wait_ahead(program, args, kwargs)
+        self._series_ahead.before_call(program, args, kwargs, static=tuple(kwargs))
         r, e = program(*args, **kwargs)
         return (np.asarray(r) if hidden else res), (np.asarray(e) if kwargs["energy"] else None)
-
-    @staticmethod
-    def _series_key(program, args, kwargs):
-        leaves, tree = jax.tree.flatten(args)
-        return id(program), tree, tuple((np.shape(x), np.result_type(x)) for x in leaves), \
-            tuple(sorted(kwargs.items()))
 
     def _series_call(self, values, t_eval, params, residual: bool, energy: bool):
         """(program, args, kwargs) of :meth:`output_series`' one call; None where it computes nothing."""
@@ -432,7 +426,8 @@ class Compiled:
         """
         points = np.shape(next(iter(values.values())))[0] if values else 0
         kernels = self._balance_kernels_one if self._built_quickly(points) else self.balance_kernels
-        return balance_series(self.dae, values, t_eval, params, energy, kernels=kernels, before=self._wait_ahead)
+        return balance_series(self.dae, values, t_eval, params, energy, kernels=kernels,
+                              before=lambda kernel, args: self._series_ahead.before_call(kernel, args))
 
     def series_ahead(self, points: int, t_eval, params, residual: bool = True, energy: bool = True,
                      balance: bool = True) -> None:
@@ -453,21 +448,13 @@ class Compiled:
                   for v in self.dae.variables}
         call = self._series_call(values, t_eval, params, residual, energy)
         if call is not None:
-            self._start_ahead(call[0], call[1], call[2])
+            program, args, kwargs = call
+            self._series_ahead.jit_ahead(program, args, kwargs, static=tuple(kwargs))
         if balance and self.has_energy:
             kernels = self._balance_kernels_one if self._built_quickly(points) else self.balance_kernels
             args = balance_arguments(self.dae, values, t_eval, params)
             for kernel in kernels.values():
-                self._start_ahead(kernel, args, {})
-
-    def _start_ahead(self, program, args, kwargs) -> None:
-        key = self._series_key(program, args, kwargs)
-        if self._series_ahead.wants(key):
-            self._series_ahead.start(key, lambda: program.lower(*args, **kwargs).compile)
-
-    def _wait_ahead(self, program, args, kwargs=None) -> None:
-        if self._series_ahead.pending():
-            self._series_ahead.wait(self._series_key(program, args, kwargs or {}))
+                self._series_ahead.jit_ahead(kernel, args)
 
     # ------------------------------------------------------------ initial values
     def consistent_points(self, params_batch: Mapping, t0: float, z_hat, free, method: str = "auto",

@@ -67,9 +67,7 @@ import os
 import threading
 import time
 
-import jax
-
-from solver.ahead import AheadTable
+from solver.ahead import AheadTable, signature as calls_signature
 from solver.errors import InputError
 from solver.program_store import program_stem, store_directory
 
@@ -428,7 +426,7 @@ class TieredJit:
         if not self._ahead.wants(key) or signature in self._builds:
             return
         if signature is None:
-            self._ahead.start(key, lambda: self._jit.lower(*args, **kwargs).compile)
+            self._ahead.jit_ahead(self._jit, args, kwargs, self._static)
             return
 
         def lower():
@@ -440,13 +438,10 @@ class TieredJit:
         self._ahead.start(key, lower)
 
     def _ahead_key(self, signature, args, kwargs):
-        # Where the jit itself runs (signature None), its own arguments' signature.
-        return signature if signature is not None else ("jit",) + self._plain_signature(args, kwargs)
-
-    def _plain_signature(self, args, kwargs):
-        leaves, tree = jax.tree.flatten((args, {k: v for k, v in kwargs.items() if k not in self._static}))
-        return tree, tuple(jax.typeof(x) for x in leaves), tuple(sorted((k, kwargs[k]) for k in self._static
-                                                                         if k in kwargs))
+        # Where the jit itself runs (signature None), the key AheadTable.jit_ahead gives it.
+        if signature is not None:
+            return signature
+        return (id(self._jit),) + calls_signature(args, kwargs, self._static)
 
     def _signature(self, args, kwargs):
         """(mode, store directory, signature of the builds); the signature is None where the jit itself runs."""
@@ -454,7 +449,7 @@ class TieredJit:
         directory = store_directory() if self._enabled and mode != "off" else None
         if directory is None and mode != "quick":
             return mode, None, None
-        return mode, directory, (mode,) + self._plain_signature(args, kwargs)
+        return mode, directory, (mode,) + calls_signature(args, kwargs, self._static)
 
     def __getattr__(self, attribute):
         # The rest of the jit's surface (lower, _cache_size, ...): the optimised build's.
