@@ -374,3 +374,34 @@ def test_the_end_of_a_pass_writes_each_node_at_its_own_order_and_nowhere_else():
                     want[i, k + off] = R[i]
             got = jax.jit(cp._merge)(jnp.asarray(C), jnp.asarray(R), jnp.asarray(k))
             np.testing.assert_array_equal(np.asarray(got), want, err_msg=f"stage {k}, batch {batch}")
+
+
+def test_a_step_traces_its_stage_pass_once_for_every_stage_that_calls_it(monkeypatch):
+    """The negative stages, stage 0 (inside its Newton iteration and its Jacobian) and the positive
+    stages all evaluate the same pass over the groups; it is traced once per shape (an inner jit), and
+    the series it gives are those of the looped engine."""
+    traced = []
+    pass_values = CompactProgram._stage_pass_values
+
+    def counted(self, C, Xf, k):
+        traced.append(C.shape)
+        return pass_values(self, C, Xf, k)
+
+    monkeypatch.setattr(CompactProgram, "_stage_pass_values", counted)
+    from solver.integrate.initialize import parse_values
+
+    dae = pendulum_chain(2)
+    integ = integrator_for(dae, 8, mode="compact")
+    assert integ.prog.k_start < 0          # negative stages too
+    values = {"r": [0.6, 0.0, 0.8, 1.4, 0.0, 1.4], "r'": [0.0, 0.5, 0.0, 0.0, 0.5, 0.0]}
+    spec = parse_values(integ, values, ["r", "r'"])
+    z0 = jnp.asarray(solver.consistent_point(integ, dae.params, 0.0, spec))
+    series = jax.jit(lambda z: integ.series(z, jnp.asarray(spec.u_guess), 0.0, integ.prog.constants(dae.params)))
+    X, _, status, _ = series(z0)
+    assert traced == [traced[0]] and int(status) == 0
+    looped = integrator_for(dae, 8, mode="looped")
+    Y, _, status, _ = jax.jit(lambda z: looped.series(z, jnp.asarray(spec.u_guess), 0.0,
+                                                      looped.prog.constants(dae.params)))(z0)
+    assert int(status) == 0 and set(X) == set(Y)
+    for name in X:
+        np.testing.assert_allclose(np.asarray(X[name]), np.asarray(Y[name]), rtol=1e-12, atol=1e-12, err_msg=name)

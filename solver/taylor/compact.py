@@ -232,6 +232,11 @@ class CompactProgram:
         self._negative = batch_last(self._negative_native, (True, True), (True,))
         self._stage0_residual = batch_last(self._stage0_residual_native, (True, True, True), (True,))
         self._positive: dict = {}
+        # Every stage of a step calls the same pass (the negative stages, stage 0 in its Newton
+        # iteration and Jacobian, the positive ones): an inner jit traces it once per shape, and
+        # JAX's rules transform that one jaxpr.  The pass reads no trace flag, so one trace serves
+        # every context it is called in; XLA inlines it, so the compiled step is the same.
+        self._pass_values = jax.jit(self._stage_pass_values)
         self._b = None  # the builder's tables are not needed once the groups are built
 
     # ------------------------------------------------------------ build helpers
@@ -364,10 +369,15 @@ class CompactProgram:
     def _stage_pass(self, C, Xf, k) -> View:
         """One pass over the groups at stage k: the table as it was and every node's coefficient k + off.
 
+        Traced once per shape (an inner jit), however many stages call it.
+
         A node whose order k + off is below zero (a stage k < -off) gets a
         value that is never stored (:meth:`_merge`) and that only nodes
         below zero themselves read.
         """
+        return View(C, self._pass_values(C, Xf, jnp.asarray(k, jnp.int64)), k, self.new_off)
+
+    def _stage_pass_values(self, C, Xf, k):
         V = View(C, jnp.zeros((self.n_nodes,) + C.shape[2:], C.dtype), k, self.new_off)
         for g in self.inputs:
             m = k + g.off
@@ -375,7 +385,7 @@ class CompactProgram:
             V = V.write(g.start, input_factor(m, g.param) * row[g.ops[0]])
         for g in self.groups:
             V = EVAL[g.kind](self, V, g, k + g.off)
-        return V
+        return V.R
 
     def _merge(self, C, R, k):
         """``C`` with ``R[i]`` as node i's coefficient k + off_i (nodes of no order, constants and t, kept).
