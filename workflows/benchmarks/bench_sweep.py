@@ -232,19 +232,62 @@ def timed_sweep(client, address, spec_like, context, store, cache_dir) -> dict:
         and residual and energy series, summed over workers), threads,
         points, failed, calls.
     """
+    from distributed import get_task_stream
+
     from sweep.pipeline import batch_fn
 
     before = clock(client, context.key)
-    summary = run_sweep(spec_like, batch_fn, context, store, scheduler=address, mode="overwrite",
-                        progress=False, schema=context.schema, attrs=context.attrs,
-                        jax_cache_dir=cache_dir)
+    t0 = time.time()
+    with get_task_stream(client) as stream:
+        summary = run_sweep(spec_like, batch_fn, context, store, scheduler=address, mode="overwrite",
+                            progress=False, schema=context.schema, attrs=context.attrs,
+                            jax_cache_dir=cache_dir)
+    t1 = time.time()
     after = clock(client, context.key)
     failed = sum(n for name, n in summary.store_by_status.items() if name != "success")
     return {"wall": summary.startup_seconds + summary.wall_seconds, "startup": summary.startup_seconds,
             "busy": sum(summary.batch_seconds.values()),
             "integration": after[0] - before[0], "calls": after[1] - before[1], "around": after[2] - before[2],
             "threads": summary.threads, "points": summary.points_run, "failed": failed,
-            "batches": len(summary.batches_run), "tasks": summary.tasks}
+            "batches": len(summary.batches_run), "tasks": summary.tasks,
+            "idle": worker_idle(stream.data, t0, t1)}
+
+
+def worker_idle(records: list[dict], t0: float, t1: float) -> dict:
+    """Where the workers' time outside their tasks went, from the scheduler's task stream.
+
+    Args:
+        records: ``distributed.get_task_stream`` records of the sweep's tasks.
+        t0, t1: the sweep call's start and end (``time.time()``; the workers
+            run on this host, so their clock is this one).
+
+    Returns:
+        Seconds summed over the workers: ``tasks`` computing tasks (the batch
+        function, its checks and writes); ``before`` from the call's start to
+        a worker's first task (the store's preparation, the client's start,
+        the first task's transfer); ``between`` between a worker's tasks;
+        ``tail`` from a worker's last task to the end of the last task of
+        any worker (the last tasks' imbalance); ``after`` from there to the
+        call's end (the last results' transfer, the last commit).
+    """
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for rec in records:
+        for ss in rec.get("startstops", ()):
+            if ss.get("action") == "compute":
+                spans.setdefault(rec["worker"], []).append((ss["start"], ss["stop"]))
+    if not spans:
+        return {}
+    last = max(stop for runs in spans.values() for _, stop in runs)
+    out = {"tasks": 0.0, "before": 0.0, "between": 0.0, "tail": 0.0, "after": 0.0}
+    for runs in spans.values():
+        runs.sort()
+        busy = sum(stop - start for start, stop in runs)
+        out["tasks"] += busy
+        out["before"] += runs[0][0] - t0
+        out["between"] += runs[-1][1] - runs[0][0] - busy
+        out["tail"] += last - runs[-1][1]
+        out["after"] += t1 - last
+    return out
 
 
 def overhead_lines(label: str, r: dict) -> tuple[list[str], float]:
@@ -271,7 +314,21 @@ def overhead_lines(label: str, r: dict) -> tuple[list[str], float]:
             f" (of which the solver's consistent start and residual and energy series"
             f" {100 * r['around'] / worker_time:.1f}%)"
             f" + outside the batch function {100 * outside:.1f}%"
-            f" (of which the store's preparation and the client's start {100 * startup:.1f}%)"], overhead
+            f" (of which the store's preparation and the client's start {100 * startup:.1f}%)"] \
+        + idle_lines(r), overhead
+
+
+def idle_lines(r: dict) -> list[str]:
+    """The workers' time by the task stream (:func:`worker_idle`), as shares of wall x workers."""
+    idle = r.get("idle")
+    if not idle:
+        return []
+    span = sum(idle.values())
+    share = {k: 100 * v / span for k, v in idle.items()}
+    return [f"    the workers' time by Dask's task stream: in tasks {share['tasks']:.1f}% (of which the batch function "
+            f"{100 * r['busy'] / span:.1f}%), before a worker's first task {share['before']:.1f}%, between its tasks "
+            f"{share['between']:.1f}%, after its last task while another still ran {share['tail']:.1f}%, after "
+            f"the last task {share['after']:.1f}%"]
 
 
 def main(argv=None) -> int:
