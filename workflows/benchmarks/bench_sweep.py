@@ -23,7 +23,11 @@ Dask LocalCluster of single-threaded worker processes, and measures:
     (initialisation by batched Newton, residuals, metrics; of which the
     solver's own programs, the consistent start and the residual and energy
     series, are timed apart) and the rest (scheduling, transfers, store
-    writes, idle workers).
+    writes, idle workers), which Dask's task stream splits further: the
+    tasks' own time outside the batch function (checks and writes), the
+    time before a worker's first task, between its tasks, after its last
+    task while another worker still ran (the last batches' imbalance), and
+    after the last task.
 
 Compilation is not timed: each worker compiles (traces) once per batch shape
 before the timed runs, as a long sweep amortises it; the warm-up times are
@@ -230,7 +234,8 @@ def timed_sweep(client, address, spec_like, context, store, cache_dir) -> dict:
         function, summed over batches), integration (inside the integration
         call, summed over workers), around (the solver's consistent start
         and residual and energy series, summed over workers), threads,
-        points, failed, calls.
+        points, failed, calls, and idle (the workers' time by Dask's task
+        stream: :func:`worker_idle`).
     """
     from distributed import get_task_stream
 
