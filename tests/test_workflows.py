@@ -319,6 +319,22 @@ def test_benchmark_grid_sizes_multiply_to_the_point_count():
         assert int(np.prod(sizes)) == n and min(sizes) >= 1
 
 
+def test_benchmark_splits_each_workers_time_between_its_first_task_and_the_sweeps_end():
+    """bench_sweep's task-stream split: per worker, the time before its first task, in tasks, between them,
+    after its last one while another still ran, and after the last task of all add up to the sweep's span."""
+    bench = load_script("workflows/benchmarks/bench_sweep.py", "bench_sweep")
+    compute = lambda start, stop: {"action": "compute", "start": start, "stop": stop}
+    records = [
+        {"worker": "a", "startstops": [{"action": "transfer", "start": 0.8, "stop": 1.0}, compute(1.0, 2.0)]},
+        {"worker": "a", "startstops": [compute(2.5, 3.0)]},
+        {"worker": "b", "startstops": [compute(1.5, 4.0)]},
+    ]
+    idle = bench.worker_idle(records, 0.5, 4.5)
+    assert idle == pytest.approx({"tasks": 4.0, "before": 1.5, "between": 0.5, "tail": 1.0, "after": 1.0})
+    assert sum(idle.values()) == pytest.approx(2 * (4.5 - 0.5))
+    assert bench.worker_idle([], 0.0, 1.0) == {}
+
+
 @pytest.mark.slow
 def test_scale_benchmark_quick_measures_each_worker_count_and_leaves_complete_stores(tmp_path):
     """bench_scale.py --quick on real dask scheduler and worker processes: a table row per N
