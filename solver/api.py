@@ -351,12 +351,17 @@ def _new_shape(comp: Compiled, points: int, t_eval, names, want, slots) -> bool:
                                 tiered_mode(), ahead_enabled()))
 
 
-def _derived_series_ahead(comp: Compiled, points: int, t_eval, params, want) -> None:
-    """Build :func:`_derived_series`' programs ahead (traced now, compiled in the background)."""
+def _series_needed(comp: Compiled, want) -> tuple[bool, bool, bool]:
+    """Which derived series the outputs ``want`` need (None: all): (residual, energy, balance)."""
     needed = lambda *outs: want is None or not want.isdisjoint(outs)
     balance_names = balance_layout(comp.dae)[0]
-    comp.series_ahead(points, t_eval, params, residual=needed("constraint_residual"),
-                      energy=needed("energy", *balance_names), balance=needed(*balance_names))
+    return needed("constraint_residual"), needed("energy", *balance_names), needed(*balance_names)
+
+
+def _derived_series_ahead(comp: Compiled, points: int, t_eval, params, want) -> None:
+    """Build :func:`_derived_series`' programs ahead (traced now, compiled in the background)."""
+    residual, energy, balance = _series_needed(comp, want)
+    comp.series_ahead(points, t_eval, params, residual=residual, energy=energy, balance=balance)
 
 
 def _derived_series(comp: Compiled, values, t_eval, params, want) -> tuple:
@@ -364,11 +369,9 @@ def _derived_series(comp: Compiled, values, t_eval, params, want) -> tuple:
 
     A series not needed is None (the balance: an empty dict).
     """
-    needed = lambda *outs: want is None or not want.isdisjoint(outs)
-    balance_names = balance_layout(comp.dae)[0]
-    residual, energy = comp.output_series(values, t_eval, params, residual=needed("constraint_residual"),
-                                          energy=needed("energy", *balance_names))
-    balance = comp.balance_series(values, t_eval, params, energy) if needed(*balance_names) else {}
+    need_residual, need_energy, need_balance = _series_needed(comp, want)
+    residual, energy = comp.output_series(values, t_eval, params, residual=need_residual, energy=need_energy)
+    balance = comp.balance_series(values, t_eval, params, energy) if need_balance else {}
     return residual, energy, balance
 
 
