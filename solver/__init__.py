@@ -18,6 +18,7 @@ from solver.integrate import xla_setup
 # computes nothing, ``mechsweep --help`` or ``status``, does not wait for it):
 # the setting is made when JAX is imported, before anything uses it.
 xla_setup.configure_jax({"jax_enable_x64": True})
+xla_setup.scan_only_jax_packages()
 
 from solver import module_aliases as _module_aliases  # noqa: E402
 

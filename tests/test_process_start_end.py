@@ -11,15 +11,20 @@
 - ``solver.import_hooks.after_import`` runs code the moment a module is
   first imported (JAX's settings, xarray's dask check), not before; a single
   run imports xarray only for its Dataset, after the integration.
+- ``solver.import_hooks.around_import`` runs a module's first import inside
+  a context; JAX's import, under it, reads the metadata of the installed
+  packages named ``jax*`` only, and still sees a ROCm plugin's.
 """
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from solver.import_hooks import after_import
+from solver.import_hooks import after_import, around_import
+from solver.integrate import xla_setup
 
 ROOT = Path(__file__).resolve().parents[1]
 PENDULUM = ROOT / "configs" / "mechanisms" / "pendulum.yaml"
@@ -175,3 +180,62 @@ def test_a_module_imported_already_gets_the_callback_at_once():
 def test_only_top_level_modules_are_accepted():
     with pytest.raises(ValueError, match="top-level module name, got 'xarray.core'"):
         after_import("xarray.core", print)
+
+
+def test_a_context_around_the_first_import_covers_its_submodules_and_ends_before_the_callbacks(tmp_path):
+    package = tmp_path / "around_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text("import around_probe.inner\n")
+    (package / "inner.py").write_text("import builtins\nSEEN = builtins.INSIDE\n")
+    code = (
+        "import builtins, contextlib, sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from solver.import_hooks import after_import, around_import\n"
+        "builtins.INSIDE = False\n"
+        "@contextlib.contextmanager\n"
+        "def inside():\n"
+        "    builtins.INSIDE = True\n"
+        "    yield\n"
+        "    builtins.INSIDE = False\n"
+        "around_import('around_probe', inside)\n"
+        "after_import('around_probe', lambda m: print('callback inside:', builtins.INSIDE))\n"
+        "import around_probe\n"
+        "print('submodule inside:', around_probe.inner.SEEN, 'after:', builtins.INSIDE)\n")
+    assert _printed(code).splitlines() == ["callback inside: False", "submodule inside: True after: False"]
+    with pytest.raises(ValueError, match="top-level module name, got 'jax.numpy'"):
+        around_import("jax.numpy", contextlib.nullcontext)
+
+
+def _distribution(folder: Path, name: str) -> None:
+    info = folder / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+
+
+def test_while_jax_imports_the_packages_walked_are_those_named_jax_and_the_walk_is_restored_after(tmp_path):
+    import importlib.metadata
+
+    for name in ("jax-rocm99-plugin", "jaxlike-tools", "numpy-extra", "other"):
+        _distribution(tmp_path, name)
+    every = importlib.metadata.distributions
+    with xla_setup._jax_distributions_only():
+        seen = sorted(d.metadata["Name"] for d in importlib.metadata.distributions(path=[str(tmp_path)]))
+    assert seen == ["jax-rocm99-plugin", "jaxlike-tools"]
+    assert importlib.metadata.distributions is every
+    assert len(list(every(path=[str(tmp_path)]))) == 4
+
+
+def test_importing_jax_through_solver_reads_the_metadata_of_jax_packages_only():
+    # The environment has scores of packages (the peers, Dask, Zarr): without the limit, JAX's
+    # search for a ROCm plugin reads every one's METADATA.
+    code = (
+        "import importlib.metadata as md\n"
+        "read = []\n"
+        "text = md.PathDistribution.read_text\n"
+        "md.PathDistribution.read_text = lambda self, f: read.append(self._normalized_name) or text(self, f)\n"
+        "import solver, jax.numpy\n"
+        "md.PathDistribution.read_text = text\n"
+        "print(len(list(md.distributions())), *sorted(set(read)))\n")
+    installed, *read = _printed(code).split()
+    assert int(installed) > 20
+    assert "jax" in read and all(name.startswith("jax") for name in read), read
