@@ -214,3 +214,71 @@ def test_native_loops_swap_rows_exactly_across_scales():
     np.testing.assert_allclose(np.asarray(fact.lu), lu_ref, rtol=1e-12, atol=0)
     x = native(linalg.lu_solve)(fact, jnp.asarray(b))
     np.testing.assert_allclose(np.asarray(x), sl.lu_solve((lu_ref, piv_ref), b), rtol=1e-9, atol=0)
+
+
+# ---------------------------------------------------------------- the inverse
+def native_batched(fn):
+    """fn traced under linalg.native_loops(batched=True) (as a forward-mode batch traces its slots)."""
+    def wrapped(*args):
+        with linalg.native_loops(batched=True):
+            return fn(*args)
+    return jax.jit(wrapped)
+
+
+@pytest.mark.parametrize("n", [1, 3, linalg.FACTOR_UNROLL_MAX] + NATIVE_SIZES)
+def test_the_inverse_is_numpys_and_flags_singular_matrices_as_the_factorisation_does(n):
+    for how in (jax.jit, native, native_batched):
+        for seed in range(3):
+            A, _ = random_system(n, seed)
+            inverse, singular = how(linalg.inverse)(jnp.asarray(A))
+            np.testing.assert_allclose(np.asarray(inverse), np.linalg.inv(A), rtol=1e-9, atol=1e-10)
+            assert not bool(singular)
+        if n > 1:
+            A[n - 1] = 3.0 * A[0]  # rank n - 1
+            assert bool(how(linalg.inverse)(jnp.asarray(A))[1])
+            assert bool(how(linalg.lu_factor)(jnp.asarray(A)).singular)
+
+
+def test_the_pivots_of_the_native_inverse_are_the_factorisations_across_scales():
+    # Rows of very different size: Gauss-Jordan picks the pivots that LU picks, so the singular flag
+    # compares the same numbers; the inverse stays accurate.
+    n = 9
+    rng = np.random.default_rng(7)
+    A = rng.standard_normal((n, n)) * np.logspace(-8, 12, n)[:, None]
+    for how in (native, native_batched):
+        inverse, singular = how(linalg.inverse)(jnp.asarray(A))
+        np.testing.assert_allclose(np.asarray(inverse) @ A, np.eye(n), atol=1e-9)
+        assert bool(singular) == bool(how(linalg.lu_factor)(jnp.asarray(A)).singular)
+
+
+@pytest.mark.parametrize("how", ["native", "batched", "lapack"])
+def test_the_inverses_tangent_is_minus_inverse_times_the_matrix_tangent_times_inverse(how):
+    n = 13
+    rng = np.random.default_rng(8)
+    A, dA = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    wrap = {"native": native, "batched": native_batched, "lapack": jax.jit}[how]
+    (inverse, _), (d_inverse, _) = wrap(lambda a, da: jax.jvp(linalg.inverse, (a,), (da,)))(
+        jnp.asarray(A), jnp.asarray(dA))
+    Ai = np.linalg.inv(A)
+    np.testing.assert_allclose(np.asarray(d_inverse), -Ai @ dA @ Ai, rtol=1e-8, atol=1e-10)
+    # and a central difference of numpy's inverse
+    eps = 1e-6
+    fd = (np.linalg.inv(A + eps * dA) - np.linalg.inv(A - eps * dA)) / (2 * eps)
+    np.testing.assert_allclose(np.asarray(d_inverse), fd, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.xla_internals
+def test_the_batched_native_inverse_under_vmap_equals_one_by_one_without_gather_or_scatter():
+    n, batch = 13, 4
+    As = jnp.asarray(np.stack([random_system(n, seed)[0] for seed in range(batch)]))
+    batched = native_batched(jax.vmap(linalg.inverse))
+    hlo = batched.lower(As).compile().as_text()
+    for op in (" gather(", " scatter(", "custom-call("):
+        assert op not in hlo
+    inverses, singular = batched(As)
+    for i in range(batch):
+        np.testing.assert_allclose(np.asarray(inverses[i]), np.linalg.inv(np.asarray(As[i])), rtol=1e-9, atol=1e-10)
+    assert not np.asarray(singular).any()
+    single = native(linalg.inverse).lower(As[0]).compile().as_text()
+    for op in (" gather(", " scatter(", "custom-call(", " dot("):
+        assert op not in single

@@ -305,8 +305,7 @@ class SeriesStages:
             # is unrolled into hundreds of instructions, and forward mode
             # differentiates it once more).
             r, J = residual_and_jacobian(u_guess)
-            fact = linalg.lu_factor(lax.stop_gradient(J))
-            inverse = linalg.solve_factored(J, fact, linalg.identity(n))
+            inverse, singular = linalg.inverse(J)
             du = linalg.apply_inverse(inverse, r)
             u = jnp.where(jnp.all(jnp.isfinite(du)), u_guess - du, u_guess)
         else:
@@ -316,9 +315,10 @@ class SeriesStages:
             # factoring its J again after the loop, one factorisation less a step.
             u, (J, fact) = self._newton(step, u_guess, (zeros, no_fact), newton_iters)
             inverse = linalg.solve_factored(J, fact, linalg.identity(n))
+            singular = fact.singular
         # A partial (not a lambda): the compact engine's batched stage loop
         # takes the matrix and the product apart (solve.func, solve.args).
-        return u, partial(linalg.apply_inverse, inverse), fact.singular, J
+        return u, partial(linalg.apply_inverse, inverse), singular, J
 
     def _stage0_kkt(self, g0, X, u_guess, t0, consts, newton_iters):
         """Stage 0 of a Lagrangian DAE with ``[[2M, Gᵀ], [G, 0]]``: (u, solve, singular).

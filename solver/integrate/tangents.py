@@ -155,7 +155,8 @@ class TangentRuns:
         # The primal does not depend on the direction: vmap keeps it unbatched.
         dparams = {k: jnp.asarray(v, jnp.float64) for k, v in dparams.items()}
         dz0 = jnp.asarray(dz0, jnp.float64)
-        with tangent_seeds(), linalg.native_loops(slots is not None), batched_tangents(slots is not None):
+        with tangent_seeds(), linalg.native_loops(slots is not None, batched=True), \
+                batched_tangents(slots is not None):
             if dz0.shape[0] == 1:
                 # One direction: the jvp itself, without vmap's batching rules
                 # around every operation of the loop (vmapped over one direction,

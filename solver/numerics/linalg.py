@@ -24,6 +24,7 @@ up to rounding.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import jax
@@ -34,7 +35,7 @@ from jax import lax
 
 from solver.dae.trace_flags import TraceFlag
 
-__all__ = ["LU", "lu_factor", "lu_solve", "solve_factored", "apply_inverse", "solve", "pivots_singular",
+__all__ = ["LU", "lu_factor", "lu_solve", "solve_factored", "inverse", "apply_inverse", "solve", "pivots_singular",
            "min_norm_factor", "min_norm_step", "min_norm_correction", "identity", "diagonal", "matmul", "dot_general",
            "native_loops", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "NATIVE_LOOP_MAX", "CONSTANT_IDENTITY_MAX",
            "SINGULAR_RTOL", "MIN_NORM_RTOL", "MIN_NORM_ATOL"]
@@ -87,9 +88,11 @@ class LU:
 
 
 _native = TraceFlag()
+_native_batched = TraceFlag()
 
 
-def native_loops(enabled: bool = True):
+@contextlib.contextmanager
+def native_loops(enabled: bool = True, batched: bool = False):
     """Within the block, trace mid-size factorisations and solves as XLA loops, not LAPACK calls.
 
     For sizes from ``FACTOR_UNROLL_MAX + 1`` (``SOLVE_UNROLL_MAX + 1`` for
@@ -97,10 +100,17 @@ def native_loops(enabled: bool = True):
     (``Integrator._run``); a vmapped batch keeps LAPACK, whose batched call
     is cheaper per element than masked whole-matrix updates.
 
+    Args:
+        enabled: whether the loops are used.
+        batched: the loops run under a ``vmap`` over the matrices (a forward-mode
+            batch's slots): a row that the data pick (a pivot) is then read and
+            written by masks, since a slice at a batched index is a gather.
+
     Returns:
         A context manager.
     """
-    return _native.set(enabled)
+    with _native.set(enabled), _native_batched.set(enabled and batched):
+        yield
 
 
 def _use_native(n: int, unrolled_max: int) -> bool:
@@ -368,6 +378,87 @@ def dot_general(a, b, dimension_numbers, **params):
     shape = [a.shape[i] for i in lb] + [a.shape[i] for i in lf] + [b.shape[i] for i in rf]
     pref = params.get("preferred_element_type")
     return out.reshape(shape).astype(pref if pref is not None else jnp.result_type(a, b))
+
+
+def inverse(A) -> tuple:
+    """``A⁻¹`` and whether A is (numerically) singular; forward mode gives ``-A⁻¹ dA A⁻¹``.
+
+    Under :func:`native_loops`, for the sizes it covers, one loop of
+    Gauss–Jordan elimination with partial pivoting on ``[A | I]``, rows
+    read and written by dynamic slices: about 2n³ operations in n passes,
+    where a factorisation and a solve with the identity by masked
+    whole-matrix updates (:func:`_factor_looped`, :func:`_solve_looped`)
+    take four loops and several times the arithmetic.  Elsewhere
+    :func:`lu_factor` and :func:`solve_factored`.  The pivots are those of
+    the LU factorisation (the same rows are chosen), so ``singular`` is
+    :func:`lu_factor`'s.
+
+    Args:
+        A: (n, n) array.
+
+    Returns:
+        ``(inverse, singular)``: (n, n) and a traced bool.  A singular A's
+        inverse is meaningless (possibly non-finite).
+    """
+    n = A.shape[-1]
+    if not _use_native(n, FACTOR_UNROLL_MAX):
+        fact = lu_factor(lax.stop_gradient(A))
+        return solve_factored(A, fact, identity(n, A.dtype)), fact.singular
+    X, singular = _gauss_jordan(lax.stop_gradient(A))
+    return _inverse_tangent(A, X), singular
+
+
+@jax.custom_jvp
+def _inverse_tangent(A, X):
+    """X (= A⁻¹, computed without tangent), given the inverse's tangent ``-X dA X``."""
+    del A
+    return X
+
+
+@_inverse_tangent.defjvp
+def _inverse_tangent_jvp(primals, tangents):
+    A, X = primals
+    dA, _ = tangents
+    return X, -matmul(X, matmul(dA, X))
+
+
+def _gauss_jordan(A):
+    """(A⁻¹, singular) by Gauss–Jordan elimination with partial pivoting (see :func:`inverse`)."""
+    n = A.shape[-1]
+    idx = np.arange(n)
+    batched = _native_batched.on
+    W = jnp.concatenate([A, identity(n, A.dtype)], axis=1)
+
+    def step(k, carry):
+        W, smallest, largest = carry
+        col = lax.dynamic_slice_in_dim(W, k, 1, axis=1)[:, 0]
+        # The first row i >= k of largest |W[i, k]| (LAPACK's choice on ties).
+        p = jnp.argmax(jnp.where(idx >= k, jnp.abs(col), -1.0))
+        row_k = lax.dynamic_slice_in_dim(W, k, 1, axis=0)
+        # k is the loop's counter, p the data's: under a vmap over the matrices (batched) the
+        # row at p is picked and replaced by masks, as a slice at a batched index is a gather.
+        if batched:
+            at_p = idx == p
+            row_p = jnp.sum(jnp.where(at_p[:, None], W, 0.0), axis=0, keepdims=True)
+            pivot = jnp.sum(jnp.where(at_p, col, 0.0))
+        else:
+            row_p = lax.dynamic_slice_in_dim(W, p, 1, axis=0)
+            pivot = lax.dynamic_index_in_dim(col, p, keepdims=False)
+        size = jnp.abs(pivot)
+        smallest, largest = jnp.minimum(smallest, size), jnp.maximum(largest, size)
+        # Swap rows k and p (the column too, for the elimination below).
+        W = jnp.where((idx == p)[:, None], row_k, W) if batched else lax.dynamic_update_slice_in_dim(W, row_k, p, 0)
+        col = jnp.where(idx == p, lax.dynamic_index_in_dim(col, k, keepdims=False), col)
+        row = row_p / jnp.where(pivot == 0.0, 1.0, pivot)
+        # Every other row loses its multiple of the pivot row; the pivot row becomes the scaled one.
+        W = W - jnp.where(idx == k, 0.0, col)[:, None] * row
+        W = lax.dynamic_update_slice_in_dim(W, row, k, axis=0)
+        return W, smallest, largest
+
+    big = jnp.asarray(jnp.inf, A.dtype)
+    W, smallest, largest = lax.fori_loop(0, n, step, (W, big, jnp.zeros((), A.dtype)))
+    singular = ~(smallest > SINGULAR_RTOL * jnp.maximum(largest, 1e-300)) if n else jnp.asarray(False)
+    return W[:, n:], singular
 
 
 def apply_inverse(inverse, b):
