@@ -282,3 +282,62 @@ def test_the_batched_native_inverse_under_vmap_equals_one_by_one_without_gather_
     single = native(linalg.inverse).lower(As[0]).compile().as_text()
     for op in (" gather(", " scatter(", "custom-call(", " dot("):
         assert op not in single
+
+
+# ---------------------------------------------------------------- the projection's factorisation
+@pytest.mark.parametrize("m, n", [(linalg.FACTOR_UNROLL_MAX + 1, 13), (12, 27), (linalg.NATIVE_LOOP_MAX, 60)])
+def test_under_native_loops_the_min_norm_step_is_the_shortest_solution_by_cholesky(m, n):
+    rng = np.random.default_rng(m)
+    G, r = rng.standard_normal((m, n)), rng.standard_normal(m)
+    for how in (native, native_batched):
+        fact = how(linalg.min_norm_factor)(jnp.asarray(G))
+        assert isinstance(fact, linalg.Cholesky) and not bool(fact.singular)
+        np.testing.assert_allclose(np.asarray(fact.L) @ np.asarray(fact.L).T, G @ G.T, rtol=1e-10, atol=1e-10)
+        step = np.asarray(how(linalg.min_norm_step)(fact, jnp.asarray(G), jnp.asarray(r)))
+        np.testing.assert_allclose(step, -np.linalg.pinv(G) @ r, rtol=1e-9, atol=1e-11)
+    # several right-hand sides at once, as a forward-mode batch's directions
+    R = rng.standard_normal((m, 3))
+    X = np.asarray(native(linalg._cholesky_solve)(native(linalg.min_norm_factor)(jnp.asarray(G)), jnp.asarray(R)))
+    np.testing.assert_allclose(X, np.linalg.solve(G @ G.T, R), rtol=1e-8, atol=1e-10)
+
+
+def test_the_cholesky_path_regularises_a_rank_deficient_jacobian_and_flags_it():
+    # As test_min_norm_factor_regularises_a_rank_deficient_jacobian, at a size native loops factor by Cholesky.
+    rng = np.random.default_rng(7)
+    rows = rng.standard_normal((5, 9))
+    G = jnp.asarray(np.vstack([rows, rows[:2], np.zeros((1, 9))]))   # 8 rows, rank 5
+    r = jnp.asarray(np.concatenate([np.full(5, 0.1), np.full(2, 0.1), [0.0]]))
+    fact = native(linalg.min_norm_factor)(G)
+    assert isinstance(fact, linalg.Cholesky) and bool(fact.singular)
+    step = np.asarray(native(linalg.min_norm_step)(fact, G, r))
+    assert np.all(np.isfinite(step))
+    np.testing.assert_allclose(np.asarray(G) @ step, -np.asarray(r), atol=1e-10)
+    np.testing.assert_allclose(step, -np.linalg.pinv(rows) @ np.full(5, 0.1), rtol=1e-8)
+
+
+@pytest.mark.parametrize("how", ["native", "batched"])
+def test_the_cholesky_min_norm_steps_tangent_is_the_pseudo_inverses(how):
+    m, n = 9, 20
+    rng = np.random.default_rng(9)
+    G, r, dG, dr = (rng.standard_normal(s) for s in ((m, n), m, (m, n), m))
+    wrap = native if how == "native" else native_batched
+    _, tangent = wrap(lambda *a: jax.jvp(linalg.min_norm_correction, a[:2], a[2:]))(*map(jnp.asarray, (G, r, dG, dr)))
+    eps = 1e-6
+    fd = (-np.linalg.pinv(G + eps * dG) @ (r + eps * dr) + np.linalg.pinv(G - eps * dG) @ (r - eps * dr)) / (2 * eps)
+    np.testing.assert_allclose(np.asarray(tangent), fd, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.xla_internals
+def test_the_cholesky_min_norm_step_under_vmap_equals_one_by_one_without_scatter_or_call():
+    m, n, batch = 12, 27, 4
+    rng = np.random.default_rng(10)
+    Gs, rs = jnp.asarray(rng.standard_normal((batch, m, n))), jnp.asarray(rng.standard_normal((batch, m)))
+    batched = native_batched(jax.vmap(linalg.min_norm_correction))
+    hlo = batched.lower(Gs, rs).compile().as_text()
+    # (The normal matrix's diagonal, at constant indices, is a gather under vmap, as for the LU before.)
+    for op in (" scatter(", "custom-call(", " dot("):
+        assert op not in hlo
+    got = np.asarray(batched(Gs, rs))
+    for i in range(batch):
+        np.testing.assert_allclose(got[i], -np.linalg.pinv(np.asarray(Gs[i])) @ np.asarray(rs[i]), rtol=1e-9,
+                                   atol=1e-11)

@@ -35,8 +35,9 @@ from jax import lax
 
 from solver.dae.trace_flags import TraceFlag
 
-__all__ = ["LU", "lu_factor", "lu_solve", "solve_factored", "inverse", "apply_inverse", "solve", "pivots_singular",
-           "min_norm_factor", "min_norm_step", "min_norm_correction", "identity", "diagonal", "matmul", "dot_general",
+__all__ = ["LU", "Cholesky", "lu_factor", "lu_solve", "solve_factored", "inverse", "apply_inverse", "solve",
+           "pivots_singular", "min_norm_factor", "min_norm_step", "min_norm_correction", "identity", "diagonal",
+           "matmul", "dot_general",
            "native_loops", "FACTOR_UNROLL_MAX", "SOLVE_UNROLL_MAX", "NATIVE_LOOP_MAX", "CONSTANT_IDENTITY_MAX",
            "SINGULAR_RTOL", "MIN_NORM_RTOL", "MIN_NORM_ATOL"]
 
@@ -262,24 +263,26 @@ def lu_solve(fact: LU, b):
     return jnp.stack(y) if n else b
 
 
-def _factored_solve(matrix_tangent):
+def _factored_solve(matrix_tangent, by_factors=None):
     """A solve ``f(M, fact, b) = A⁻¹ b`` by A's factors, whose forward mode is ``A⁻¹ (db − dA x)``.
 
     ``M`` is what A is made from, ``matrix_tangent(M, dM)`` gives dA: the
     factors themselves carry no tangent and the elimination is never
-    differentiated.
+    differentiated.  ``by_factors(fact, b)`` solves (default :func:`lu_solve`).
     """
+    by_factors = by_factors or lu_solve
+
     @jax.custom_jvp
     def solve_by_factors(M, fact, b):
         del M
-        return lu_solve(fact, b)
+        return by_factors(fact, b)
 
     @solve_by_factors.defjvp
     def _jvp(primals, tangents):
         M, fact, b = primals
         dM, _, db = tangents
-        x = lu_solve(fact, b)
-        return x, lu_solve(fact, db - matmul(matrix_tangent(M, dM), x))
+        x = by_factors(fact, b)
+        return x, by_factors(fact, db - matmul(matrix_tangent(M, dM), x))
 
     return solve_by_factors
 
@@ -505,19 +508,96 @@ def _normal_matrix(G):
     return A + identity(m) * (MIN_NORM_RTOL * jnp.sum(diagonal(A)) / m + MIN_NORM_ATOL)
 
 
-def min_norm_factor(G) -> LU:
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Cholesky:
+    """A Cholesky factorisation ``A = L Lᵀ`` of a symmetric positive definite matrix (see :func:`min_norm_factor`).
+
+    Attributes:
+        L: (n, n) lower triangular, positive diagonal.
+        singular: traced bool, True when the smallest pivot ``L_kk²`` is
+            negligible against the largest (:data:`SINGULAR_RTOL`), as
+            :func:`lu_factor` flags its pivots.
+    """
+
+    L: object
+    singular: object
+
+
+def min_norm_factor(G) -> LU | Cholesky:
     """Factorise Gauss–Newton's regularised normal matrix for :func:`min_norm_step`.
+
+    Under :func:`native_loops`, for the sizes it covers, by Cholesky (the
+    matrix is symmetric positive definite): one loop over the columns,
+    read and written by dynamic slices at the loop's counter, about n³
+    operations where the pivoted LU's masked whole-matrix updates take
+    several times that, and its solves O(n²) where those of the LU take
+    O(n³).  No pivot is chosen by the data, so a vmap over the matrices
+    keeps the slices slices.  Elsewhere :func:`lu_factor`.
 
     Args:
         G: (m, n) constraint Jacobian (m >= 1), typically of full row rank.
 
     Returns:
-        The :class:`LU` of ``A = G Gᵀ + (MIN_NORM_RTOL·trace(G Gᵀ)/m +
-        MIN_NORM_ATOL)·I``.  Reuse it for several right-hand sides (a chord
-        iteration with G frozen).  Its factors carry no tangent: forward mode
-        differentiates :func:`min_norm_step`'s solve, as :func:`solve_factored` does.
+        The :class:`LU` or :class:`Cholesky` of ``A = G Gᵀ +
+        (MIN_NORM_RTOL·trace(G Gᵀ)/m + MIN_NORM_ATOL)·I``.  Reuse it for
+        several right-hand sides (a chord iteration with G frozen).  Its
+        factors carry no tangent: forward mode differentiates
+        :func:`min_norm_step`'s solve, as :func:`solve_factored` does.
     """
-    return lu_factor(_normal_matrix(lax.stop_gradient(G)))
+    A = _normal_matrix(lax.stop_gradient(G))
+    if _use_native(A.shape[-1], FACTOR_UNROLL_MAX):
+        return _cholesky_looped(A)
+    return lu_factor(A)
+
+
+def _cholesky_looped(A) -> Cholesky:
+    """:class:`Cholesky` of A by a loop of rank-one updates (see :func:`min_norm_factor`)."""
+    n = A.shape[-1]
+    idx = np.arange(n)
+    # Rounding may leave a pivot of a rank-deficient G's normal matrix at or below zero; it is
+    # floored at the matrix's regularisation (the shift of _normal_matrix), not taken to a NaN.
+    floor = MIN_NORM_RTOL * jnp.sum(diagonal(A)) / n + MIN_NORM_ATOL
+
+    def step(k, carry):
+        W, L = carry
+        col = lax.dynamic_slice_in_dim(W, k, 1, axis=1)[:, 0]
+        d = jnp.sqrt(jnp.maximum(lax.dynamic_index_in_dim(col, k, keepdims=False), floor))
+        below = jnp.where(idx > k, col / d, 0.0)
+        W = W - below[:, None] * below[None, :]
+        L = lax.dynamic_update_slice_in_dim(L, jnp.where(idx == k, d, below)[:, None], k, axis=1)
+        return W, L
+
+    _, L = lax.fori_loop(0, n, step, (A, jnp.zeros_like(A)))
+    pivots = diagonal(L) ** 2
+    return Cholesky(L, ~(jnp.min(pivots) > SINGULAR_RTOL * jnp.maximum(jnp.max(pivots), 1e-300)))
+
+
+def _cholesky_solve(fact: Cholesky, b):
+    """``A⁻¹ b`` for ``A = L Lᵀ`` by two substitutions, at the loop's counter (b: (n,) or (n, k))."""
+    L = fact.L
+    n = L.shape[-1]
+    idx = np.arange(n)
+    y = b if b.ndim == 2 else b[:, None]
+
+    def forward(k, y):  # L y = b
+        col = lax.dynamic_slice_in_dim(L, k, 1, axis=1)          # (n, 1): column k of L
+        yk = lax.dynamic_slice_in_dim(y, k, 1, axis=0) / lax.dynamic_slice_in_dim(col, k, 1, axis=0)
+        y = lax.dynamic_update_slice_in_dim(y, yk, k, axis=0)
+        return y - jnp.where((idx > k)[:, None], col, 0.0) * yk
+
+    def backward(j, y):  # Lᵀ x = y, from the last row up
+        k = n - 1 - j
+        col = lax.dynamic_slice_in_dim(L, k, 1, axis=1)          # column k of L: row k of Lᵀ
+        xk = lax.dynamic_slice_in_dim(y, k, 1, axis=0) / lax.dynamic_slice_in_dim(col, k, 1, axis=0)
+        y = lax.dynamic_update_slice_in_dim(y, xk, k, axis=0)
+        # Rows i < k lose L[k, i] x_k: row k of L, as a column.
+        row = lax.dynamic_slice_in_dim(L, k, 1, axis=0).T
+        return y - jnp.where((idx < k)[:, None], row, 0.0) * xk
+
+    y = lax.fori_loop(0, n, forward, y)
+    y = lax.fori_loop(0, n, backward, y)
+    return y if b.ndim == 2 else y[:, 0]
 
 
 def _normal_matrix_tangent(G, dG):
@@ -528,8 +608,9 @@ def _normal_matrix_tangent(G, dG):
     return dA0 + identity(m) * (MIN_NORM_RTOL * jnp.sum(diagonal(dA0)) / m)
 
 
-# A⁻¹ r for A = _normal_matrix(G), by its factors; differentiated as solve_factored is.
+# A⁻¹ r for A = _normal_matrix(G), by its factors (LU or Cholesky); differentiated as solve_factored is.
 _normal_solve = _factored_solve(_normal_matrix_tangent)
+_normal_solve_cholesky = _factored_solve(_normal_matrix_tangent, _cholesky_solve)
 
 
 def min_norm_step(fact: LU, G, r):
@@ -547,7 +628,8 @@ def min_norm_step(fact: LU, G, r):
     Returns:
         δ, shape (n,).
     """
-    return -matmul(G.T, _normal_solve(G, fact, r))
+    solve = _normal_solve_cholesky if isinstance(fact, Cholesky) else _normal_solve
+    return -matmul(G.T, solve(G, fact, r))
 
 
 def min_norm_correction(G, r):
