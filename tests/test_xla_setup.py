@@ -187,22 +187,40 @@ import json, sys
 import numpy as np
 import solver
 from solver.integrate import single_run
+from solver.numerics import linalg
 if sys.argv[1] == "whole":
     single_run.WHOLE_LOOP_MAX_UNKNOWNS = 10_000
+# LAPACK's factorisations and solves traced into the run's program (not the consistent start's).
+in_run, lapack = [False], []
+for name in ("lu_factor", "lu_solve"):
+    def counted(*a, _f=getattr(linalg.jsl, name), _n=name, **k):
+        if in_run[0]:
+            lapack.append(_n)
+        return _f(*a, **k)
+    setattr(linalg.jsl, name, counted)
+run_traced = single_run.SingleRun._run_traced
+def traced(self, *a, **k):
+    in_run[0] = True
+    try:
+        return run_traced(self, *a, **k)
+    finally:
+        in_run[0] = False
+single_run.SingleRun._run_traced = traced
 model = solver.load("configs/mechanisms/pendulum_chain3d.yaml", overrides={"PhysicalParams": {"N": 6}})
 from solver.integrate.integrator import order_for_tol
 integ = solver.compiled_model(model.dae, model.order or order_for_tol(model.tol), "auto").integrator
 run = model.solve(t_span=(0.0, 0.3), t_eval=np.linspace(0.0, 0.3, 7), sensitivities=["l"])
 print("PROBE " + json.dumps({"unknowns": int(integ.c.shape[0]), "whole": integ.loop_compiled_whole(),
                              "x": np.asarray(run["P6"]).tolist(), "dx": np.asarray(run["dP6_dl"]).tolist(),
-                             "status": int(run.status)}))
+                             "status": int(run.status), "lapack": lapack}))
 """
 
 
-def test_a_run_past_the_size_limit_keeps_lapack_and_gives_the_same_motion():
+def test_a_run_past_the_size_limit_runs_kernel_by_kernel_with_xla_loops_and_gives_the_same_motion():
     """A 3-D chain of 6 pendula (24 unknowns) is over ``WHOLE_LOOP_MAX_UNKNOWNS``: its step loop
-    is written with LAPACK calls (run kernel by kernel), and its motion and its sensitivities equal
-    those of the loop written to be compiled whole, to rounding."""
+    runs kernel by kernel, its factorisations and inverse still XLA loops (no LAPACK call traced into
+    it, as in the loop compiled whole), and its motion and its sensitivities equal those of the loop
+    written to be compiled whole, to rounding."""
     runs = {}
     for how in ("default", "whole"):
         proc = subprocess.run([sys.executable, "-c", _CHAIN_PROBE, how], cwd=ROOT, capture_output=True, text=True,
@@ -213,6 +231,7 @@ def test_a_run_past_the_size_limit_keeps_lapack_and_gives_the_same_motion():
     assert runs["default"]["unknowns"] == 24
     assert runs["default"]["whole"] is False and runs["whole"]["whole"] is True
     assert runs["default"]["status"] == runs["whole"]["status"] == 0
+    assert runs["default"]["lapack"] == runs["whole"]["lapack"] == []
     assert abs(np.asarray(runs["default"]["x"]) - np.asarray(runs["whole"]["x"])).max() < 1e-9
     # and its forward-mode sensitivities (through the projection's reverse-mode Jacobian, which such a
     # run takes: Stepper._projection_jacobian) equal those of the other build

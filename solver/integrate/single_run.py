@@ -151,12 +151,19 @@ class SingleRun:
         On the structured path too (mass blocks and a Schur complement, models
         of 40 unknowns or more) kernel by kernel was as fast or faster: the
         chain of 10 pendula 20.3 against 21.8 ms, the cloth 6.6 either way.
-        Such a run keeps LAPACK, its loop runs kernel by kernel, and its outputs are
-        written in chunks as for a loop of kernels.
+        Such a run's loop runs kernel by kernel and its outputs are written in
+        chunks as for a loop of kernels; its factorisations and inverses up to
+        :data:`~solver.numerics.linalg.NATIVE_LOOP_MAX` unknowns are still XLA
+        loops (:meth:`_run`), each compiled as one kernel, which cost less than
+        LAPACK's calls (with stage 0's inverse by Gauss-Jordan and the
+        projection by Cholesky: the chain of 10 pendula, 40 unknowns on the
+        dense path, 25.0-25.6 -> 16.0-16.1 ms; compiled whole instead, 6.3 and
+        12.2 ms for 24 and 28 unknowns against 5.7 and 7.5, so the limit stays;
+        ``workflows/benchmarks/bench_whole_loop_size.py``).
 
         Returns:
-            True where the loop is written without LAPACK calls, scatters
-            and chunked outputs.
+            True where the loop is written without scatters and chunked
+            outputs, to be compiled as one function.
         """
         return xla_setup.loops_compiled_whole() and int(self.c.shape[0]) <= WHOLE_LOOP_MAX_UNKNOWNS
 
@@ -175,9 +182,10 @@ class SingleRun:
         return rows if 2 <= rows < n_out else max(n_out, 1)
 
     def _run(self, params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step, packed=False):
-        # Mid-size linear algebra as XLA loops, not LAPACK calls, so that
-        # XLA:CPU can compile the step loop as one function (linalg.native_loops).
-        with linalg.native_loops(self.loop_compiled_whole()):
+        # Mid-size linear algebra as XLA loops, not LAPACK calls (linalg.native_loops), so that
+        # XLA:CPU can compile the step loop as one function; in a loop run kernel by kernel
+        # each such small loop is compiled as one kernel, which costs less than LAPACK's calls.
+        with linalg.native_loops(xla_setup.loops_compiled_whole()):
             out = self._run_traced(params, z0, u0, t0, t1, t_eval, tol, max_steps, h_max, fixed_step)
         if self.events is not None and not packed:
             out["events"] = self.events.unpack(out["events"])
