@@ -64,17 +64,17 @@ def around_import(name: str, context: Callable[[], ContextManager]) -> None:
         _hook(name).contexts.append(context)
 
 
-def _hook(name: str) -> "_AfterImport":
+def _hook(name: str) -> "_ImportHook":
     """The import hook of ``name``, installed first on ``sys.meta_path`` if it is not there yet."""
     for finder in sys.meta_path:
-        if isinstance(finder, _AfterImport) and finder.name == name:
+        if isinstance(finder, _ImportHook) and finder.name == name:
             return finder
-    finder = _AfterImport(name)
+    finder = _ImportHook(name)
     sys.meta_path.insert(0, finder)
     return finder
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
+class _ImportHook(importlib.abc.MetaPathFinder):
     """Finds nothing itself: when ``name`` is first looked up, it wraps the real loader's ``exec_module``."""
 
     def __init__(self, name: str):

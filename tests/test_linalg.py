@@ -124,10 +124,11 @@ def test_min_norm_step_under_vmap_equals_one_by_one():
 NATIVE_SIZES = [linalg.FACTOR_UNROLL_MAX + 1, linalg.SOLVE_UNROLL_MAX + 1, 13, linalg.NATIVE_LOOP_MAX]
 
 
-def native(fn):
-    """fn traced under linalg.native_loops (as Integrator._run traces its step)."""
+def native(fn, batched: bool = False):
+    """fn traced under linalg.native_loops (as Integrator._run traces its step; batched: as a
+    forward-mode batch traces its slots)."""
     def wrapped(*args):
-        with linalg.native_loops():
+        with linalg.native_loops(batched=batched):
             return fn(*args)
     return jax.jit(wrapped)
 
@@ -218,11 +219,8 @@ def test_native_loops_swap_rows_exactly_across_scales():
 
 # ---------------------------------------------------------------- the inverse
 def native_batched(fn):
-    """fn traced under linalg.native_loops(batched=True) (as a forward-mode batch traces its slots)."""
-    def wrapped(*args):
-        with linalg.native_loops(batched=True):
-            return fn(*args)
-    return jax.jit(wrapped)
+    """fn traced under linalg.native_loops(batched=True)."""
+    return native(fn, batched=True)
 
 
 @pytest.mark.parametrize("n", [1, 3, linalg.FACTOR_UNROLL_MAX] + NATIVE_SIZES)
