@@ -17,10 +17,11 @@ def default_jax_cache_dir() -> str:
     """The persistent JAX compilation cache used by workers.
 
     Returns:
-        ``$MECHSWEEP_JAX_CACHE`` if set, else ``~/.cache/mechsweep/jax``.
+        ``$MECHSWEEP_JAX_CACHE`` if set and not empty, else ``~/.cache/mechsweep/jax``.
     """
-    return os.environ.get("MECHSWEEP_JAX_CACHE",
-                          os.path.join(os.path.expanduser("~"), ".cache", "mechsweep", "jax"))
+    # An empty value (``MECHSWEEP_JAX_CACHE= mechsweep …``) means "not set", as for most tools' variables.
+    return (os.environ.get("MECHSWEEP_JAX_CACHE")
+            or os.path.join(os.path.expanduser("~"), ".cache", "mechsweep", "jax"))
 
 
 _configured: str | None = None

@@ -10,7 +10,9 @@ Specification:
   (``sweep.run.default_jax_cache_dir``, set by ``configure_jax`` in each
   worker): a second worker process finds every program the first compiled
   there, and compiles none itself (JAX's cache hit and miss events, counted
-  in each of two fresh processes).
+  in each of two fresh processes);
+* that cache is ``$MECHSWEEP_JAX_CACHE``, or ``~/.cache/mechsweep/jax``
+  where the variable is unset or empty.
 """
 
 import json
@@ -80,3 +82,12 @@ def test_two_workers_on_a_host_share_the_persistent_cache(tmp_path):
     assert second["misses"] == 0, second          # the second worker compiled nothing ...
     assert second["hits"] == first["misses"]      # ... it found every program the first one wrote
     assert first["status"] == second["status"]
+
+
+def test_the_cache_folder_comes_from_the_environment_and_an_empty_value_means_unset(monkeypatch):
+    from sweep.jax_cache import default_jax_cache_dir
+    monkeypatch.setenv("MECHSWEEP_JAX_CACHE", "/srv/cache/jax")
+    assert default_jax_cache_dir() == "/srv/cache/jax"
+    monkeypatch.setenv("MECHSWEEP_JAX_CACHE", "")                    # `MECHSWEEP_JAX_CACHE= mechsweep …`
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert default_jax_cache_dir() == "/home/someone/.cache/mechsweep/jax"
