@@ -34,6 +34,7 @@ __getattr__, __dir__ = _module_aliases.lazy_names(__name__, {
     "solver.api": ("solve", "solve_batch", "integrator_for", "consistent_point"),
     "solver.compiled": ("Compiled", "compiled_model", "compile_clock"),
     "solver.tiered": ("tiered_compiles", "set_tiered"),
+    "solver.program_prefetch": ("programs_loaded_ahead",),
     "solver.integrate.integrator": ("order_for_tol",),
     "solver.status": ("status",),
     "solver.mechanics.lagrangian": ("lagrangian",),
@@ -43,5 +44,6 @@ __getattr__, __dir__ = _module_aliases.lazy_names(__name__, {
 })
 
 __all__ = ["DAE", "Event", "ddt", "solve", "solve_batch", "compiled_model", "Compiled", "integrator_for",
-           "consistent_point", "order_for_tol", "compile_clock", "tiered_compiles", "set_tiered", "InputError",
+           "consistent_point", "order_for_tol", "compile_clock", "tiered_compiles", "set_tiered",
+           "programs_loaded_ahead", "InputError",
            "DAEDefinitionError", "status", "lagrangian", "load", "lagrangian_ds", "equilibrium"]

@@ -36,6 +36,7 @@ import contextlib
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import Sequence
 
 from solver.errors import InputError
@@ -43,7 +44,7 @@ from solver.module_aliases import lazy_names
 from sweep.log import cli_logging
 from sweep.cli.common import (EXIT_FAILED, EXIT_INPUT, EXIT_OK, CommandParser, add_quick_compile,  # noqa: F401
                               positive_float, positive_int, seconds_arg, whole_number,
-                              add_log_options, check_out, log_level, model_file_arg)
+                              add_log_options, check_out, is_model_path, log_level, model_file_arg)
 
 # The commands live in one module per group, imported when their command runs
 # (a simulate does not wait for Dask, Zarr and the sweep pipeline to import);
@@ -208,6 +209,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(stack, argv)
 
 
+def _load_programs_ahead(stack: contextlib.ExitStack, args) -> None:
+    """Start loading the executables this command's last run on this model used (``solver.programs_loaded_ahead``).
+
+    For the commands that solve a model file; the record for the next run is
+    written when the command ends.  A model file that cannot be read is left
+    to the command, which says why.
+    """
+    source = getattr(args, "model", None) if args.command in ("simulate", "equilibrium") else \
+        getattr(args, "source", None) if args.command in ("plot", "animate") else None
+    if not isinstance(source, str) or not is_model_path(source):
+        return
+    try:
+        text = Path(source).read_bytes()
+    except OSError:
+        return
+    from solver import programs_loaded_ahead
+
+    stack.enter_context(programs_loaded_ahead(args.command, str(getattr(args, "build", "")), text))
+
+
 def _run(stack: contextlib.ExitStack, argv: Sequence[str] | None) -> int:
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -222,6 +243,7 @@ def _run(stack: contextlib.ExitStack, argv: Sequence[str] | None) -> int:
             from sweep.jax_cache import configure_jax, default_jax_cache_dir
 
             configure_jax(default_jax_cache_dir())
+            _load_programs_ahead(stack, args)
         return __getattr__(COMMANDS[args.command])(args)
     except InputError as err:
         print(f"mechsweep: error: {err}", file=sys.stderr)

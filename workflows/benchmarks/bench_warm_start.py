@@ -93,11 +93,12 @@ _SPLIT = re.compile(r"finished in (\S+) s \((\S+) s compiling, (\S+) s solving\)
 _STEPS = re.compile(r"\d+ steps in (\S+) s")
 
 
-def run_once(model: Path, cache: str, store: bool, flags: tuple = ()) -> dict:
+def run_once(model: Path, cache: str, store: bool, flags: tuple = (), env_extra: dict | None = None) -> dict:
     """One ``mechsweep simulate MODEL [flags]`` in a fresh process with the cache at ``cache``, the program store
-    on or off."""
+    on or off (and ``env_extra`` in its environment)."""
     env = dict(os.environ, MECHSWEEP_JAX_CACHE=cache)
     env.pop(STORE_ENV, None)
+    env.update(env_extra or {})
     # As a user's Python runs: it writes the modules' bytecode once and reads it after.  Without it (an
     # environment with PYTHONDONTWRITEBYTECODE set, as some sandboxes have) every process compiles
     # mechsweep's 95 modules from source, 0.15-0.2 s that no user's warm start pays.
