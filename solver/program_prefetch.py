@@ -12,7 +12,7 @@ background thread (XLA releases Python's lock while it deserialises, so the
 load takes the other core while the main thread reads the model):
 
 1. :func:`start` is given a key for what is about to run (the command and
-   the model file's bytes).  It reads the record this key's last process
+   the bytes of its model file).  It reads the record this key's last process
    left (``<cache>/prefetch/<key>.json``: the cache keys of the executables
    that process asked the cache for, with their compile options and
    devices) and deserialises those executables, largest first;
@@ -25,8 +25,9 @@ load takes the other core while the main thread reads the model):
 3. :func:`save` writes this process's record for the next one.
 
 :func:`programs_loaded_ahead` does both around a block (the commands that
-solve a model file use it: ``mechsweep simulate``, ``equilibrium``, ``plot``
-and ``animate``).
+compile in their own process use it: ``mechsweep simulate``,
+``equilibrium``, ``plot`` and ``animate`` of a model file, ``design`` and
+``sweep --estimate``).
 
 An executable is served only for the exact cache key and compile options it
 was stored under, so a run gives the same bits with or without this module;
@@ -59,6 +60,7 @@ _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _key: str | None = None
 _asked: list[dict] = []       # what this process asked the cache for, in order (the next record)
+_recording = False            # from start() to save(): a long session does not keep a list forever
 _taken: dict[str, str] = {}   # cache key -> who reads it: "thread" (loaded ahead) or "caller" (read by JAX)
 _loaded: dict[str, tuple] = {}   # cache key -> (compile options' bytes, executable, compile time)
 _done: dict[str, threading.Event] = {}
@@ -106,7 +108,7 @@ def start(*parts: str | bytes) -> bool:
 
     Args:
         *parts: what identifies the work to come (a command's name, its
-            build choice, the model file's bytes): their digest keys the record.
+            build choice, its model file's bytes): their digest keys the record.
 
     Returns:
         True when this process serves executables loaded ahead (the hook
@@ -114,7 +116,7 @@ def start(*parts: str | bytes) -> bool:
         is no compilation cache, :data:`AHEAD_ENV` says ``off``, this JAX
         has no such hook point, or :func:`start` was called before.
     """
-    global _key
+    global _key, _recording
     if os.environ.get(AHEAD_ENV, "").strip().lower() in ("off", "0", "false", "no"):
         return False
     if _key is not None or _directory() is None or not _install():
@@ -124,6 +126,7 @@ def start(*parts: str | bytes) -> bool:
         h.update(part if isinstance(part, bytes) else part.encode())
         h.update(b"\0")
     _key = h.hexdigest()[:40]
+    _recording = True
     try:
         with open(_record_path(_key)) as f:
             record = [entry for entry in json.load(f) if isinstance(entry, dict) and "key" in entry]
@@ -139,12 +142,15 @@ def start(*parts: str | bytes) -> bool:
 def save() -> None:
     """Write this process's record (the executables it asked the cache for) for the next :func:`start` of its key.
 
-    Nothing happens without a :func:`start` or when nothing was asked.
+    Nothing happens without a :func:`start` or when nothing was asked.  What
+    the process asks for after this is not recorded.
     """
+    global _recording
     if _key is None:
         return
     with _lock:
-        asked = list(_asked)
+        asked, _recording = list(_asked), False
+        _asked.clear()
     if asked:
         _log.debug("programs: %d executables loaded ahead, %d of them used", stats["loaded"], stats["served"])
         path = _record_path(_key)
@@ -177,8 +183,9 @@ def _read(cache_key, compile_options, backend, executable_devices):
     """JAX's cache read, served from the executables loaded ahead where one matches."""
     options = compile_options.SerializeAsString()
     with _lock:
-        _asked.append({"key": cache_key, "options": base64.b64encode(options).decode(),
-                       "devices": [device.id for device in executable_devices]})
+        if _recording:
+            _asked.append({"key": cache_key, "options": base64.b64encode(options).decode(),
+                           "devices": [device.id for device in executable_devices]})
         ahead = _taken.setdefault(cache_key, "caller") == "thread"
         done = _done.get(cache_key)
     if ahead and done is not None:

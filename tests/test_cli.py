@@ -143,6 +143,8 @@ def test_simulate_builds_quickly_until_optimize_stores_the_optimised_build(files
     assert "compiling the optimised build (--optimize) the first time takes a while" in runs[1][1]
     assert "on the optimised build" in runs[2][1] and "compiling quickly (--quick-compile)" in runs[3][1]
     assert list((tmp_path / "cache" / "programs").glob("run-*.optimised"))
+    # The executables loaded ahead are recorded per build choice: auto, --optimize, --quick-compile.
+    assert len(list((tmp_path / "cache" / "prefetch").glob("*.json"))) == 3
     first = runs[0][0]["final"]
     for info, _ in runs[1:]:
         assert info["final"] == pytest.approx(first, abs=1e-12)

@@ -114,7 +114,7 @@ def _read_within(seconds: float, *args):
 def test_an_executable_loaded_ahead_is_served_only_for_its_own_options_and_never_waited_for_unbegun(monkeypatch):
     read_by_jax = []
     monkeypatch.setattr(program_prefetch, "_original", lambda key, options, *_: read_by_jax.append(key) or ("jax", 0))
-    for name, value in (("_asked", []), ("_taken", {}), ("_loaded", {}), ("_done", {}),
+    for name, value in (("_asked", []), ("_taken", {}), ("_loaded", {}), ("_done", {}), ("_recording", True),
                         ("stats", {"loaded": 0, "served": 0})):
         monkeypatch.setattr(program_prefetch, name, value)
     ready = threading.Event()

@@ -210,14 +210,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _load_programs_ahead(stack: contextlib.ExitStack, args) -> None:
-    """Start loading the executables this command's last run on this model used (``solver.programs_loaded_ahead``).
+    """Start loading the executables this command's last run on this file used (``solver.programs_loaded_ahead``).
 
-    For the commands that solve a model file; the record for the next run is
-    written when the command ends.  A model file that cannot be read is left
-    to the command, which says why.
+    For the commands that compile in their own process: those that solve a
+    model file, a design, and a sweep's ``--estimate`` (its first batch);
+    the record for the next run is written when the command ends.  A file
+    that cannot be read is left to the command, which says why.
     """
-    source = getattr(args, "model", None) if args.command in ("simulate", "equilibrium") else \
-        getattr(args, "source", None) if args.command in ("plot", "animate") else None
+    where = {"simulate": "model", "equilibrium": "model", "plot": "source", "animate": "source",
+             "design": "design", "sweep": "sweep" if getattr(args, "estimate", False) else None}.get(args.command)
+    source = getattr(args, where, None) if where else None
     if not isinstance(source, str) or not is_model_path(source):
         return
     try:
@@ -236,7 +238,7 @@ def _run(stack: contextlib.ExitStack, argv: Sequence[str] | None) -> int:
         for name in YAML_INPUTS:   # a mistyped file name is told before the command loads the solver
             if isinstance(getattr(args, name, None), str):
                 model_file_arg(getattr(args, name))
-        if args.command in ("check", "simulate", "equilibrium", "plot", "animate") or \
+        if args.command in ("check", "simulate", "equilibrium", "plot", "animate", "design") or \
                 getattr(args, "estimate", False):
             # The sweep workers' persistent compilation cache: a second
             # simulate of the same model loads its compiled program.
