@@ -129,8 +129,8 @@ def start(*parts: str | bytes) -> bool:
     _recording = True
     try:
         with open(_record_path(_key)) as f:
-            record = [entry for entry in json.load(f) if isinstance(entry, dict) and "key" in entry]
-    except (OSError, ValueError):
+            record = [entry for entry in json.load(f) if isinstance(entry, dict) and isinstance(entry.get("key"), str)]
+    except (OSError, ValueError, TypeError):  # TypeError: a record that is not a list
         return True  # no record yet (a first run): this process writes one
     with _lock:
         for entry in record:
@@ -149,17 +149,27 @@ def save() -> None:
     if _key is None:
         return
     with _lock:
-        asked, _recording = list(_asked), False
+        first = {}
+        for entry in _asked:   # each executable once, where it was first asked for
+            first.setdefault(entry["key"], entry)
+        asked, _recording = list(first.values()), False
         _asked.clear()
-    if asked:
-        _log.debug("programs: %d executables loaded ahead, %d of them used", stats["loaded"], stats["served"])
-        path = _record_path(_key)
-        with contextlib.suppress(OSError):
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".partial-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(asked, f)
-            os.replace(tmp, path)
+    if not asked:
+        return
+    _log.debug("programs: %d executables loaded ahead, %d of them used", stats["loaded"], stats["served"])
+    path = _record_path(_key)
+    tmp = None
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".partial-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(asked, f)
+        os.replace(tmp, path)  # the next process reads the whole record or none
+    except OSError as exc:  # a read-only cache: the next process loads nothing ahead
+        _log.debug("record of the executables not written (%s)", exc)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _install() -> bool:

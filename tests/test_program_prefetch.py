@@ -10,7 +10,8 @@ Specification:
   bit for bit, as the first (and as a third with ``MECHSWEEP_PROGRAMS_AHEAD=off``,
   which loads nothing ahead);
 * a record that matches nothing (keys no longer in the cache) or cannot be
-  read changes nothing: the command runs as without it;
+  read changes nothing: the command runs as without it; a record of the
+  wrong shape loads nothing, and its entries without a text key are dropped;
 * an executable loaded ahead is served only for the compile options it was
   loaded with, and once; one whose load has not begun is read by the
   caller itself (the thread then skips it), never waited for, however often
@@ -18,6 +19,7 @@ Specification:
 """
 
 import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -136,3 +138,26 @@ def test_an_executable_loaded_ahead_is_served_only_for_its_own_options_and_never
     assert program_prefetch.stats == {"loaded": 0, "served": 1}
     assert [entry["key"] for entry in program_prefetch._asked] == ["a", "b", "c", "c", "a"]
     assert base64.b64decode(program_prefetch._asked[1]["options"]) == b"optimised"
+
+
+def test_a_record_of_the_wrong_shape_loads_nothing_and_its_bad_entries_are_dropped(monkeypatch, tmp_path):
+    given = []
+    monkeypatch.setattr(program_prefetch, "_directory", lambda: str(tmp_path))
+    monkeypatch.setattr(program_prefetch, "_install", lambda: True)
+    monkeypatch.setattr(program_prefetch, "_load_all", given.append)   # what the loading thread would load
+    monkeypatch.setattr(program_prefetch, "_done", {})
+    monkeypatch.setattr(program_prefetch, "_recording", False)
+    monkeypatch.delenv(program_prefetch.AHEAD_ENV, raising=False)
+    good = {"key": "jit_run-0123", "options": "", "devices": [0]}
+    for text, loaded in (("[1, 2", None),                                    # not JSON: no thread at all
+                         (json.dumps({"key": "jit_run-0123"}), []),          # not a list: nothing to load
+                         (json.dumps([good, {"key": ["not", "text"]}, 3, {"no key": 1}]), [good])):
+        monkeypatch.setattr(program_prefetch, "_key", None)
+        path = Path(program_prefetch._record_path(hashlib.sha256(b"simulate\0model\0").hexdigest()[:40]))
+        path.write_text(text)
+        assert program_prefetch.start("simulate", "model") is True
+        for _ in range(500):
+            if loaded is None or given:
+                break
+            threading.Event().wait(0.01)
+        assert (given.pop() if given else None) == loaded
