@@ -55,13 +55,15 @@ STORE_ENV = "MECHSWEEP_PROGRAM_STORE"  # solver.program_store.STORE_ENV, without
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = [ROOT / "configs" / "mechanisms" / "rscr.yaml", ROOT / "configs" / "mechanisms" / "pendulum.yaml"]
 
-# The command line with JAX's monitoring listeners around it; what they saw goes to argv[1].
+# The command line with JAX's monitoring listeners around it; what they saw goes to argv[1].  The command line
+# is imported first, as the console script does: its package sets up what JAX's import does (the search for a
+# ROCm plugin limited to the jax* packages, solver.integrate.xla_setup), which JAX imported first would miss.
 _CHILD = """
 import collections, json, sys, time
 t = time.perf_counter()
+from sweep.cli.app import main
 import jax
 from jax import monitoring
-from sweep.cli.app import main
 from solver import program_store
 from solver.integrate import single_run
 imported = time.perf_counter() - t
