@@ -47,10 +47,14 @@ import os
 import tempfile
 import threading
 
-__all__ = ["programs_loaded_ahead", "start", "save", "stats", "SUBDIRECTORY", "AHEAD_ENV"]
+__all__ = ["programs_loaded_ahead", "start", "save", "stats", "SUBDIRECTORY", "AHEAD_ENV", "MAX_RECORDS"]
 
 #: Where the records go under JAX's compilation cache directory.
 SUBDIRECTORY = "prefetch"
+
+#: The most records kept; past it, the records written longest ago are deleted down to 80 % of it.  A
+#: record is a few kilobytes, one per command, build choice and version of a file.
+MAX_RECORDS = 1000
 
 #: The environment variable that turns loading ahead off (``off``, ``0``, ``false``, ``no``): every
 #: executable is then read when JAX asks for it, and no record is read or written.
@@ -165,11 +169,28 @@ def save() -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(asked, f)
         os.replace(tmp, path)  # the next process reads the whole record or none
+        tmp = None
+        _prune(os.path.dirname(path), MAX_RECORDS)
     except OSError as exc:  # a read-only cache: the next process loads nothing ahead
         _log.debug("record of the executables not written (%s)", exc)
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def _prune(directory: str, most: int) -> None:
+    """Past ``most`` records, delete those written longest ago until 80 % of ``most`` are left."""
+    records = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.endswith(".json"):
+                with contextlib.suppress(OSError):
+                    records.append((entry.stat().st_mtime, entry.path))
+    if len(records) <= most:
+        return
+    for _, path in sorted(records)[:len(records) - int(0.8 * most)]:
+        with contextlib.suppress(OSError):   # another process deleted it first
+            os.unlink(path)
 
 
 def _install() -> bool:

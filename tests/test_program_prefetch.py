@@ -12,6 +12,8 @@ Specification:
 * a record that matches nothing (keys no longer in the cache) or cannot be
   read changes nothing: the command runs as without it; a record of the
   wrong shape loads nothing, and its entries without a text key are dropped;
+* a record lists each executable once; past ``MAX_RECORDS`` records, saving
+  one deletes those written longest ago, down to 80 % of it;
 * an executable loaded ahead is served only for the compile options it was
   loaded with, and once; one whose load has not begun is read by the
   caller itself (the thread then skips it), never waited for, however often
@@ -161,3 +163,20 @@ def test_a_record_of_the_wrong_shape_loads_nothing_and_its_bad_entries_are_dropp
                 break
             threading.Event().wait(0.01)
         assert (given.pop() if given else None) == loaded
+
+
+def test_past_the_most_records_those_written_longest_ago_are_deleted_when_a_record_is_saved(monkeypatch, tmp_path):
+    monkeypatch.setattr(program_prefetch, "_directory", lambda: str(tmp_path))
+    monkeypatch.setattr(program_prefetch, "MAX_RECORDS", 5)
+    for age, name in enumerate(["f", "e", "d", "c", "b", "a"]):      # a: written longest ago
+        old = tmp_path / f"{name}.json"
+        old.write_text("[]")
+        os.utime(old, (1e9 - age * 100, 1e9 - age * 100))
+    monkeypatch.setattr(program_prefetch, "_key", "new")
+    monkeypatch.setattr(program_prefetch, "_recording", True)
+    monkeypatch.setattr(program_prefetch, "_asked", [{"key": "jit_run-1", "options": "", "devices": [0]},
+                                                     {"key": "jit_run-1", "options": "", "devices": [0]}])
+    program_prefetch.save()
+    assert sorted(p.stem for p in tmp_path.glob("*.json")) == ["d", "e", "f", "new"]   # 7 records: 80 % of 5 kept
+    assert json.loads((tmp_path / "new.json").read_text()) == [{"key": "jit_run-1", "options": "", "devices": [0]}]
+    assert program_prefetch._asked == [] and not program_prefetch._recording
