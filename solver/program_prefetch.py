@@ -223,9 +223,9 @@ def _read(cache_key, compile_options, backend, executable_devices):
         done.wait()
         with _lock:
             loaded = _loaded.pop(cache_key, None)
-        if loaded is not None and loaded[0] == options:
-            with _lock:
-                stats["served"] += 1
+            served = loaded is not None and loaded[0] == options
+            stats["served"] += served
+        if served:
             return loaded[1], loaded[2]
     return _original(cache_key, compile_options, backend, executable_devices)
 
@@ -239,10 +239,8 @@ def _load_all(record: list[dict]) -> None:
         backend = xla_bridge.get_backend()
         cache = compilation_cache._get_cache(backend)
         devices = {device.id: device for device in backend.devices()}
-    except Exception as exc:  # a JAX whose internals differ: every read goes to JAX
+    except Exception as exc:  # a JAX whose internals differ: no key is taken, every read goes to JAX
         _log.debug("executables not loaded ahead: %s", exc)
-        for event in _done.values():
-            event.set()
         return
     root = os.path.dirname(_directory())
     # The largest (a run program) first: a command needs its small programs (the consistent start's)

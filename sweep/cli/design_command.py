@@ -21,10 +21,7 @@ def cmd_design(args) -> int:
     Raises:
         InputError: a bad design file, store or options (exit 2).
     """
-    from sweep.jax_cache import configure_jax, default_jax_cache_dir
-
-    # Float64 and the persistent compilation cache before the solver compiles.
-    configure_jax(default_jax_cache_dir())
+    # Float64 and the persistent compilation cache are set by the command line (sweep.cli.app) before this runs.
     from solver import tiered_compiles
 
     # A design's many short solves start on quick builds and move to the optimised
