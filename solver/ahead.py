@@ -34,11 +34,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import os
 import threading
 import time
 
 import jax
+
+from solver.errors import switch
 
 __all__ = ["Ahead", "AheadTable", "start", "enabled", "running", "signature", "AHEAD_ENV", "WAIT_EVENT"]
 
@@ -70,8 +71,12 @@ def signature(args, kwargs, static=()) -> tuple:
 
 
 def enabled() -> bool:
-    """Whether builds go to a background thread (:data:`AHEAD_ENV` is not ``off``)."""
-    return os.environ.get(AHEAD_ENV, "").strip().lower() not in ("off", "0", "false", "no")
+    """Whether builds go to a background thread (:data:`AHEAD_ENV` is not ``off``).
+
+    Raises:
+        InputError: :data:`AHEAD_ENV` is neither on nor off.
+    """
+    return switch(AHEAD_ENV)
 
 
 def running() -> int:

@@ -18,7 +18,7 @@ import re
 import stat
 from pathlib import Path
 
-__all__ = ["InputError", "limit", "limit_env", "how_to_raise", "format_bytes", "did_you_mean",
+__all__ = ["InputError", "limit", "limit_env", "switch", "SWITCH_ON", "SWITCH_OFF", "how_to_raise", "format_bytes", "did_you_mean",
            "size_limit_message", "check_regular_file", "LIMIT_ENV_PREFIX", "MAX_OUTPUT_BYTES", "MAX_STORE_BYTES",
            "MAX_YAML_BYTES"]
 
@@ -101,6 +101,40 @@ def limit(name: str, default: int) -> int:
     if not 1 <= value < 2 ** 63:
         raise InputError(f"{env}={text!r}: expected a positive whole number")
     return int(value)
+
+
+#: How an on/off switch in the environment is spelled (any case, spaces around it ignored).
+SWITCH_ON = ("on", "1", "true", "yes")
+SWITCH_OFF = ("off", "0", "false", "no")
+
+
+def switch(env: str, default: bool = True) -> bool:
+    """Whether the on/off switch in the environment variable ``env`` is on.
+
+    Every ``MECHSWEEP_*`` switch is read here, so all take the same spellings
+    (:data:`SWITCH_ON`, :data:`SWITCH_OFF`).
+
+    Args:
+        env: the variable's name, e.g. ``"MECHSWEEP_PROGRAM_STORE"``.
+        default: the answer where the variable is unset or empty.
+
+    Returns:
+        True for ``on``, ``1``, ``true``, ``yes``; False for ``off``, ``0``,
+        ``false``, ``no``; ``default`` where unset.
+
+    Raises:
+        InputError: the variable holds anything else (the message lists the
+            valid values).
+    """
+    text = os.environ.get(env, "")
+    value = text.strip().lower()
+    if not value:
+        return default
+    if value in SWITCH_ON:
+        return True
+    if value in SWITCH_OFF:
+        return False
+    raise InputError(f"{env}={text!r}: use on or off ({', '.join(SWITCH_ON + SWITCH_OFF)}), or unset it")
 
 
 def how_to_raise(name: str) -> str:

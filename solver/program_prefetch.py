@@ -47,6 +47,8 @@ import os
 import tempfile
 import threading
 
+from solver.errors import switch
+
 __all__ = ["programs_loaded_ahead", "start", "save", "stats", "SUBDIRECTORY", "AHEAD_ENV", "MAX_RECORDS"]
 
 #: Where the records go under JAX's compilation cache directory.
@@ -121,7 +123,7 @@ def start(*parts: str | bytes) -> bool:
         has no such hook point, or :func:`start` was called before.
     """
     global _key, _recording
-    if os.environ.get(AHEAD_ENV, "").strip().lower() in ("off", "0", "false", "no"):
+    if not switch(AHEAD_ENV):
         return False
     if _key is not None or _directory() is None or not _install():
         return False

@@ -46,7 +46,7 @@ import numpy as np
 
 import jax
 
-from solver.errors import limit
+from solver.errors import limit, switch
 
 __all__ = ["stored_jit", "mark_dae", "dae_identity", "store_directory", "program_stem", "stats",
            "STORE_ENV", "SUBDIRECTORY", "STORE_BYTES"]
@@ -79,7 +79,7 @@ def store_directory() -> pathlib.Path | None:
         ``<jax_compilation_cache_dir>/programs``; None when JAX has no
         compilation cache directory or :data:`STORE_ENV` says ``off``.
     """
-    if os.environ.get(STORE_ENV, "").strip().lower() in ("off", "0", "false", "no"):
+    if not switch(STORE_ENV):
         return None
     root = jax.config.jax_compilation_cache_dir
     return pathlib.Path(root) / SUBDIRECTORY if root else None

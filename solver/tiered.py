@@ -68,7 +68,7 @@ import threading
 import time
 
 from solver.ahead import AheadTable, signature as calls_signature
-from solver.errors import InputError
+from solver.errors import SWITCH_OFF, SWITCH_ON, InputError
 from solver.program_store import program_stem, store_directory
 
 __all__ = ["TieredJit", "set_tiered", "tiered_compiles", "tiered_enabled", "tiered_mode", "last_build", "pending",
@@ -90,7 +90,6 @@ _LOCK = ".optimising"
 #: Seconds between two looks, by a process on a quick build, for another's optimised build.
 LOOK_SECONDS = 1.0
 
-_ON, _OFF = ("on", "1", "true", "yes"), ("off", "0", "false", "no")
 _process_default = "off"
 #: The build the calling thread's last tiered call ran on (:func:`last_build`).
 _last = threading.local()
@@ -162,9 +161,9 @@ def tiered_mode() -> str:
     value = os.environ.get(TIERED_ENV, "").strip().lower()
     if not value:
         return _process_default
-    if value in _ON:
+    if value in SWITCH_ON:
         return "tiered"
-    if value in _OFF:
+    if value in SWITCH_OFF:
         return "off"
     if value in MODES:
         return value

@@ -126,6 +126,49 @@ def test_yaml_limits_follow_their_environment_variables(tmp, capsys, monkeypatch
         "raise it")
 
 
+# ------------------------------------------------------------------ on/off switches
+SWITCHES = ("MECHSWEEP_COMPILE_AHEAD", "MECHSWEEP_PROGRAMS_AHEAD", "MECHSWEEP_PROGRAM_STORE", "MECHSWEEP_TIERED_COMPILE")
+
+
+@pytest.mark.parametrize("text, on", [("on", True), (" Off ", False), ("1", True), ("0", False), ("TRUE", True),
+                                      ("false", False), ("Yes", True), ("no", False)])
+def test_every_switch_takes_the_same_spellings(monkeypatch, text, on):
+    from solver import ahead, program_store, tiered
+    from solver.errors import switch
+
+    for env in SWITCHES:
+        monkeypatch.setenv(env, text)
+        assert switch(env) is on
+    assert ahead.enabled() is on
+    assert tiered.tiered_mode() == ("tiered" if on else "off")
+    if not on:
+        assert program_store.store_directory() is None
+
+
+def test_an_unset_or_empty_switch_keeps_its_default(monkeypatch):
+    from solver.errors import switch
+
+    monkeypatch.delenv("MECHSWEEP_PROGRAM_STORE", raising=False)
+    assert switch("MECHSWEEP_PROGRAM_STORE") is True and switch("MECHSWEEP_PROGRAM_STORE", default=False) is False
+    monkeypatch.setenv("MECHSWEEP_PROGRAM_STORE", "  ")
+    assert switch("MECHSWEEP_PROGRAM_STORE") is True
+
+
+def test_a_misspelt_switch_is_an_input_error_that_lists_the_spellings(tmp, capsys, monkeypatch):
+    from solver import ahead, program_store
+
+    monkeypatch.setenv("MECHSWEEP_COMPILE_AHEAD", "sometimes")
+    with pytest.raises(InputError, match=r"^MECHSWEEP_COMPILE_AHEAD='sometimes': use on or off"):
+        ahead.enabled()
+    monkeypatch.setenv("MECHSWEEP_PROGRAM_STORE", "of")
+    with pytest.raises(InputError, match=r"^MECHSWEEP_PROGRAM_STORE='of': use on or off"):
+        program_store.store_directory()
+    # At the command line: exit 2 before anything is compiled.
+    monkeypatch.setenv("MECHSWEEP_PROGRAMS_AHEAD", "offf")
+    assert message(tmp, capsys, "simulate", tmp / "model.yaml") == (
+        "MECHSWEEP_PROGRAMS_AHEAD='offf': use on or off (on, 1, true, yes, off, 0, false, no), or unset it")
+
+
 # ------------------------------------------------------------------ output sizes
 def test_model_samples_beyond_memory_are_refused_by_check(tmp, capsys):
     (tmp / "m.yaml").write_text(PENDULUM + "  samples: 1000000000\n")
