@@ -280,6 +280,24 @@ def test_the_solving_commands_start_without_the_sweep_pipeline():
     assert out.stdout.split() == ["sweep.cli.sweep_command"] * 2, out.stderr
 
 
+def test_the_jaxpr_types_are_jax_extend_cores_and_the_solver_does_not_import_jax_extend():
+    """solver.dae.jaxpr_core holds jax.extend.core's own objects (a JAX that moves them fails here), and
+    the solver's modules import none of jax.extend's package (Pallas, Mosaic, checkify: 30-45 ms a process)."""
+    import jax.extend.core
+
+    from solver.dae import jaxpr_core
+
+    for name in jaxpr_core.__all__:
+        assert getattr(jaxpr_core, name) is getattr(jax.extend.core, name), name
+    code = ("import sys\n"
+            "import solver, solver.api, solver.models, solver.compiled, solver.mechanics.lagrangian\n"
+            "import solver.integrate.single_run, solver.integrate.pool, solver.taylor.compact\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('jax.extend', 'jax._src.pallas'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_an_unknown_name_of_the_command_line_module_is_an_attribute_error():
     from sweep.cli import app
 

@@ -10,14 +10,14 @@ a residual can recognise it without importing the DAE class.
 
 from __future__ import annotations
 
-
 import jax.numpy as jnp
-from jax.extend import core as jex_core
 from jax.interpreters import ad, batching
+
+from solver.dae import jaxpr_core
 
 __all__ = ["ddt", "ddt_p"]
 
-ddt_p = jex_core.Primitive("ddt")
+ddt_p = jaxpr_core.Primitive("ddt")
 
 
 def ddt(x):

@@ -37,8 +37,8 @@ import scipy.sparse as sp
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.extend import core as jex_core
 
+from solver.dae import jaxpr_core
 from solver.dae.concrete import evaluate
 from solver.dae.derivative import ddt_p
 from solver.dae.primitives import CALL_JAXPR_PARAM, UnsupportedPrimitiveError, call_body
@@ -164,7 +164,7 @@ class _Interpreter:
         env = {}
 
         def read(v):
-            if isinstance(v, jex_core.Literal):
+            if isinstance(v, jaxpr_core.Literal):
                 return None, np.asarray(v.val)
             return env[v]
 
@@ -417,9 +417,9 @@ _RULES: dict[str, Callable] = {"dot_general": _dot_general, "cond": _cond, "sele
 
 def _contains_ddt(params, ddt_primitive) -> bool:
     def walk(obj):
-        if isinstance(obj, jex_core.ClosedJaxpr):
+        if isinstance(obj, jaxpr_core.ClosedJaxpr):
             return walk(obj.jaxpr)
-        if isinstance(obj, jex_core.Jaxpr):
+        if isinstance(obj, jaxpr_core.Jaxpr):
             return any(e.primitive is ddt_primitive or walk(e.params) for e in obj.eqns)
         if isinstance(obj, dict):
             return any(walk(v) for v in obj.values())

@@ -13,8 +13,8 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.extend.core import jaxpr_as_fun
 
+from solver.dae.jaxpr_core import jaxpr_as_fun
 from solver.integrate import xla_setup
 from solver.integrate.run_args import device_number, device_times
 from solver.integrate.solve_lock import one_at_a_time

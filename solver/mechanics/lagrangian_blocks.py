@@ -16,8 +16,8 @@ import scipy.sparse as sp
 
 import jax
 import jax.numpy as jnp
-from jax.extend import core as jex_core
 
+from solver.dae import jaxpr_core
 from solver.errors import InputError
 from solver.mechanics.lagrangian_inputs import f64
 from solver.numerics.kkt import KKTBlocks, MassBlocks, kkt_factor, kkt_solve
@@ -101,11 +101,11 @@ def _input_dependence(closed) -> list[set]:
     for eqn in jaxpr.eqns:
         s: set = set()
         for v in eqn.invars:
-            if not isinstance(v, jex_core.Literal):
+            if not isinstance(v, jaxpr_core.Literal):
                 s |= deps.get(v, set())
         for o in eqn.outvars:
             deps[o] = s
-    return [set() if isinstance(o, jex_core.Literal) else deps.get(o, set()) for o in jaxpr.outvars]
+    return [set() if isinstance(o, jaxpr_core.Literal) else deps.get(o, set()) for o in jaxpr.outvars]
 
 
 def _components(pattern) -> list[np.ndarray]:

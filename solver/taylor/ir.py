@@ -23,8 +23,8 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.extend import core as jex_core
 
+from solver.dae import jaxpr_core
 from solver.dae.primitives import CALL_JAXPR_PARAM, call_body
 
 __all__ = ["BILINEAR", "LINEAR", "NONLINEAR", "PIECEWISE", "Eqn", "Flattener", "Lit", "add_coefs", "aux_tags",
@@ -130,7 +130,7 @@ class Flattener:
             env[v] = i
 
         def read(a):
-            if isinstance(a, jex_core.Literal):
+            if isinstance(a, jaxpr_core.Literal):
                 return Lit(a.val)
             return env[a]
 
