@@ -293,6 +293,24 @@ def test_animate_frames_must_be_at_least_one(tmp, capsys):
         "argument --frames: expected a whole number >= 1, got 0 (see 'mechsweep animate --help')")
 
 
+@pytest.mark.parametrize("budget", ["soon", "0", "-5", "nan", "inf"])
+def test_animate_refuses_a_render_budget_that_is_not_a_positive_number_before_solving(tmp, capsys, monkeypatch,
+                                                                                     budget):
+    monkeypatch.setenv("MECHSWEEP_ANIMATION_BUDGET", budget)
+    assert message(tmp, capsys, "animate", tmp / "model.yaml", "--out", tmp / "a.gif") == (
+        f"MECHSWEEP_ANIMATION_BUDGET={budget!r}: expected a positive number of seconds (the default is 40)")
+    assert not (tmp / "a.gif").exists()
+
+
+def test_the_render_budget_follows_its_environment_variable(monkeypatch):
+    from solver.results import plot
+
+    monkeypatch.delenv(plot.ANIMATION_BUDGET_ENV, raising=False)
+    assert plot._frame_budget() == plot.ANIMATION_BUDGET_S == 40.0
+    monkeypatch.setenv(plot.ANIMATION_BUDGET_ENV, " 12.5 ")
+    assert plot._frame_budget() == 12.5
+
+
 def _out_targets(tmp):
     """name -> (path, how to check it is intact)."""
     (tmp / "file.zarr").write_text("precious\n")

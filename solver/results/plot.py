@@ -27,7 +27,7 @@ import numpy as np
 from solver.errors import InputError
 
 __all__ = ["plot_timeseries", "animate", "pyplot", "check_animation_output", "up_transform", "ANIMATION_FORMATS",
-           "event_marks", "impact_points"]
+           "ANIMATION_BUDGET_S", "ANIMATION_BUDGET_ENV", "event_marks", "impact_points"]
 
 ANIMATION_FORMATS = (".gif", ".mp4", ".html")
 
@@ -217,6 +217,7 @@ def impact_points(model, ds) -> tuple[np.ndarray, dict]:
 # frames are subsampled (evenly in time) to fit.  MECHSWEEP_ANIMATION_BUDGET
 # changes it.
 ANIMATION_BUDGET_S = 40.0
+ANIMATION_BUDGET_ENV = "MECHSWEEP_ANIMATION_BUDGET"
 # Above this many links or points, labels are left out and markers shrink.
 LARGE_MODEL = 200
 
@@ -250,8 +251,9 @@ def check_animation_output(out: str) -> str:
         its suffix (``.gif``, ``.mp4`` or ``.html``).
 
     Raises:
-        InputError: an unknown format, or MP4 without an ffmpeg (says how to
-            install one).
+        InputError: an unknown format, MP4 without an ffmpeg (says how to
+            install one), or a render budget (``MECHSWEEP_ANIMATION_BUDGET``)
+            that is not a positive number of seconds.
     """
     suffix = Path(out).suffix.lower()
     if suffix not in ANIMATION_FORMATS:
@@ -259,6 +261,7 @@ def check_animation_output(out: str) -> str:
                          f"{', '.join(ANIMATION_FORMATS)}")
     if suffix == ".mp4" and not _ffmpeg_available():
         raise InputError(f"--out {out!r}: MP4 needs ffmpeg, which was not found; {_VIDEO_HINT}")
+    _frame_budget()
     return suffix
 
 
@@ -359,12 +362,25 @@ def follow_limits(points: dict, follow: list, given=None, M: np.ndarray | None =
 
 
 def _frame_budget() -> float:
+    """The render budget in seconds: :data:`ANIMATION_BUDGET_S`, or ``MECHSWEEP_ANIMATION_BUDGET`` where set.
+
+    Raises:
+        InputError: the variable holds anything but a positive number of seconds.
+    """
+    import math
     import os
 
-    try:
-        return float(os.environ.get("MECHSWEEP_ANIMATION_BUDGET", ANIMATION_BUDGET_S))
-    except ValueError:
+    text = os.environ.get(ANIMATION_BUDGET_ENV, "").strip()
+    if not text:
         return ANIMATION_BUDGET_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise InputError(f"{ANIMATION_BUDGET_ENV}={text!r}: expected a positive number of seconds "
+                         f"(the default is {ANIMATION_BUDGET_S:g})")
+    return seconds
 
 
 class _Scene:
