@@ -677,6 +677,26 @@ def test_the_workers_of_a_local_cluster_keep_the_memory_their_batches_free(tmp_p
     assert faults < 10
 
 
+def test_the_cluster_s_workers_are_all_seen_while_the_client_refreshes_its_identity():
+    """cluster_workers asks the scheduler itself: the client's cached identity, which
+    ``Client.scheduler_info()`` returns, is replaced by the client's own refresh with one that lists
+    no workers, and a sweep that read it at that moment took a cluster of two workers for none."""
+    import dask
+    from distributed import LocalCluster
+
+    from sweep.run.cluster import cluster_workers, worker_threads
+
+    with dask.config.set({"distributed.client.scheduler-info-interval": "5ms"}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        client.wait_for_workers(2, timeout=60)
+        deadline, seen = time.monotonic() + 3.0, []
+        while time.monotonic() < deadline:
+            seen.append(len(cluster_workers(client)))
+        assert len(seen) > 100 and set(seen) == {2}
+        assert worker_threads(client) == 2
+
+
 def test_a_worker_that_fails_its_check_gets_no_work_and_its_batches_go_elsewhere(tmp_path, capfd):
     # Two workers, one of which cannot start JAX (a platform that is not there): the sweep
     # completes on the other, names the unfit worker once, and turns nothing into a failure.

@@ -302,9 +302,11 @@ def test_a_cluster_without_workers_stops_in_bounded_time_with_the_resume_command
         procs.workers[0].wait()
         from distributed import Client
 
+        from sweep.run.cluster import cluster_workers
+
         with Client(procs.address) as client:       # until the scheduler has seen it go
             deadline = time.monotonic() + 30
-            while client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            while cluster_workers(client) and time.monotonic() < deadline:
                 time.sleep(0.1)
         start = time.monotonic()
         code = main(["sweep", str(sweep), "--out", str(out), "--scheduler", procs.address,

@@ -31,8 +31,8 @@ from solver import status as st
 from sweep.log import get_logger
 from sweep.location import StoreLocation
 from sweep.run.cluster import (WORKER_TIMEOUT, BackgroundCall, ClientStart, WorkerWatch, check_dask_target,
-                               finish_worker_builds, memory_kills, say_dashboard, start_client, worker_lost_message,
-                               worker_threads)
+                               cluster_workers, finish_worker_builds, memory_kills, say_dashboard, start_client,
+                               worker_lost_message, worker_threads)
 from sweep.run.worker import (JaxSetup, Unfit, WriteFailed, checked_or_failed, configure_jax, default_jax_cache_dir,
                               package_version, run_and_write_batch, run_and_write_batches)
 from sweep.store import (COMMIT_GROUP, BatchCommitter, BatchResult, Schema, batch_slices, commit_chunk_length,
@@ -627,5 +627,5 @@ def _use_fit_workers(client, unfit: dict, result: Unfit) -> list[str]:
     if result.worker not in unfit:
         unfit[result.worker] = result.reason
         log.warning(f"worker {result.worker} is not used for this sweep: {result.reason}")
-    workers = list(client.scheduler_info(n_workers=-1).get("workers", {}))
+    workers = list(cluster_workers(client))
     return [w for w in workers if w not in unfit]

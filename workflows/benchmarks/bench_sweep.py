@@ -62,6 +62,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from solver import status as st  # noqa: E402
 from sweep.run import JaxSetup, configure_jax, default_jax_cache_dir, run_batch_task, run_sweep  # noqa: E402
+from sweep.run.cluster import cluster_workers  # noqa: E402
 
 BOX = {"L2": (0.98, 1.18), "L3": (0.32, 0.40), "gamma": (1.25, 1.45)}
 # The cluster-scale issue's targets (2 workers >= 1.9x 1 worker, overhead <= 5 %); batching from an earlier one.
@@ -410,7 +411,7 @@ def main(argv=None) -> int:
             client.wait_for_workers(2, timeout=300)
             # As run_sweep does for its own LocalCluster: one core per worker, freed memory kept.
             client.register_plugin(JaxSetup(cache_dir, pin=True, own_workers=True))
-            both = list(client.scheduler_info()["workers"])
+            both = list(cluster_workers(client))
             warm_b = warm_workers(client, both, probe, context, cache_dir)
             warm_s = warm_workers(client, both, probe1, one, cache_dir)
             say(f"warm-up (compile, not timed; the 2 workers at once): batch of {args.batch} "
@@ -423,7 +424,7 @@ def main(argv=None) -> int:
             # ---- 1 worker: batched, then one point per batch
             cluster.scale(1)
             deadline = time.monotonic() + 120
-            while len(client.scheduler_info()["workers"]) != 1:
+            while len(cluster_workers(client)) != 1:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the cluster did not scale down to 1 worker")
                 time.sleep(0.2)
