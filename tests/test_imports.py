@@ -261,6 +261,13 @@ def test_a_module_is_small_and_says_what_it_is_for(module):
     assert doc and doc.splitlines()[0].strip(), f"{module} has no docstring whose first line states its concern"
 
 
+def _printed_by_a_new_python(code: str) -> str:
+    """What ``code`` prints (stripped), run by a new Python in the repository; it must exit 0."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
 def test_the_solving_commands_start_without_the_sweep_pipeline():
     """``mechsweep simulate`` (and check, equilibrium, plot, animate) imports neither Dask nor Zarr,
     which it does not use.  Their modules and the JAX set-up are imported in a fresh interpreter,
@@ -271,13 +278,10 @@ def test_the_solving_commands_start_without_the_sweep_pipeline():
             "from sweep.jax_cache import configure_jax\n"
             "print(sorted(m for m in ('dask', 'distributed', 'zarr', 'sweep.store', 'sweep.run') "
             "if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert _printed_by_a_new_python(code) == "[]"
     # and the sweep's commands still come from the same place
     code = "from sweep.cli import app\nprint(app.cmd_sweep.__module__, app.main_default.__module__)\n"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert out.stdout.split() == ["sweep.cli.sweep_command"] * 2, out.stderr
+    assert _printed_by_a_new_python(code).split() == ["sweep.cli.sweep_command"] * 2
 
 
 def test_the_jaxpr_types_are_jax_extend_cores_and_the_solver_does_not_import_jax_extend():
@@ -293,9 +297,7 @@ def test_the_jaxpr_types_are_jax_extend_cores_and_the_solver_does_not_import_jax
             "import solver, solver.api, solver.models, solver.compiled, solver.mechanics.lagrangian\n"
             "import solver.integrate.single_run, solver.integrate.pool, solver.taylor.compact\n"
             "print(sorted(m for m in sys.modules if m.startswith(('jax.extend', 'jax._src.pallas'))))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+    assert _printed_by_a_new_python(code) == "[]"
 
 
 def test_an_unknown_name_of_the_command_line_module_is_an_attribute_error():
