@@ -18,9 +18,9 @@ import re
 import stat
 from pathlib import Path
 
-__all__ = ["InputError", "limit", "limit_env", "switch", "SWITCH_ON", "SWITCH_OFF", "how_to_raise", "format_bytes", "did_you_mean",
-           "size_limit_message", "check_regular_file", "LIMIT_ENV_PREFIX", "MAX_OUTPUT_BYTES", "MAX_STORE_BYTES",
-           "MAX_YAML_BYTES"]
+__all__ = ["InputError", "limit", "limit_env", "switch", "SWITCH_ON", "SWITCH_OFF", "how_to_raise", "format_bytes",
+           "did_you_mean", "size_limit_message", "check_regular_file", "LIMIT_ENV_PREFIX", "MAX_OUTPUT_BYTES",
+           "MAX_STORE_BYTES", "MAX_YAML_BYTES"]
 
 
 class InputError(ValueError):

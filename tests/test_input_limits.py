@@ -127,7 +127,8 @@ def test_yaml_limits_follow_their_environment_variables(tmp, capsys, monkeypatch
 
 
 # ------------------------------------------------------------------ on/off switches
-SWITCHES = ("MECHSWEEP_COMPILE_AHEAD", "MECHSWEEP_PROGRAMS_AHEAD", "MECHSWEEP_PROGRAM_STORE", "MECHSWEEP_TIERED_COMPILE")
+SWITCHES = ("MECHSWEEP_COMPILE_AHEAD", "MECHSWEEP_PROGRAMS_AHEAD", "MECHSWEEP_PROGRAM_STORE",
+            "MECHSWEEP_TIERED_COMPILE")
 
 
 @pytest.mark.parametrize("text, on", [("on", True), (" Off ", False), ("1", True), ("0", False), ("TRUE", True),
