@@ -286,7 +286,7 @@ def test_the_solving_commands_start_without_the_sweep_pipeline():
 
 def test_the_jaxpr_types_are_jax_extend_cores_and_the_solver_does_not_import_jax_extend():
     """solver.dae.jaxpr_core holds jax.extend.core's own objects (a JAX that moves them fails here), and
-    the solver's modules import none of jax.extend's package (Pallas, Mosaic, checkify: 30-45 ms a process)."""
+    the solver's modules import none of jax.extend's package (Pallas, Mosaic, checkify)."""
     import jax.extend.core
 
     from solver.dae import jaxpr_core

@@ -404,10 +404,9 @@ def cluster_workers(client) -> dict:
     into an attribute of the client and returns the attribute, which the
     client's own refresh (every ``distributed.client.scheduler-info-interval``,
     on its event loop) replaces with an identity that lists no workers.  A
-    call that returned just after such a refresh saw an empty cluster: 7 %
-    of calls with the refresh every 5 ms, and under load with the default
-    2 s a sweep with one unfit worker stopped, "no worker passed its check",
-    beside a fit worker.
+    call that returned just after such a refresh saw an empty cluster, and a
+    sweep with one unfit worker stopped ("no worker passed its check")
+    beside a fit one.
 
     Args:
         client: a synchronous ``distributed.Client``.
