@@ -36,7 +36,7 @@ import solver
 from solver import status as st
 from solver.errors import InputError
 from solver.integrate.roots import (SUBINTERVALS, bernstein_pieces, clear_of_roots, fine_pieces, isolate_roots,
-                                   single_root, whole_step)
+                                   polished_roots, root_brackets, single_root, whole_step)
 from solver.mechanics.stops import Stop
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +102,28 @@ def test_roots_on_the_ends_of_pieces_are_found_once():
 def test_a_polynomial_without_roots_in_the_step_has_none():
     assert _roots(_poly([1.2, -0.5]))[0].size == 0
     assert _roots([1.0, 0.0, 1.0])[0].size == 0  # 1 + u²
+
+
+def test_several_events_roots_found_together_are_each_events_own():
+    # A model's events go through root_brackets as one array: each event's roots, directions and the
+    # earliest-first selection must be those of that event alone (one with two roots in a piece, one with
+    # a double root that polishes slowly, one simple root, one without roots).
+    polys = [_poly([0.3, 0.31]), _poly([0.5, 0.5], lead=-1.0) + np.r_[1e-6, np.zeros(2)], _poly([0.7]),
+             _poly([1.2, -0.5])]
+    C = jnp.asarray(np.stack([np.pad(c, (0, P + 1 - len(c))) for c in polys]))
+    for first in (None, 2):
+        found, sign, brackets = root_brackets(C, PIECES, FINE, first, lazy=True)
+        u = polished_roots(C, *brackets)
+        for e in range(len(polys)):
+            own_found, own_u, own_sign = (np.asarray(x) for x in isolate_roots(C[e], PIECES, FINE, first, lazy=True))
+            np.testing.assert_array_equal(np.asarray(found[e]), own_found)
+            # Slots without a crossing hold placeholders (the refinement's run for another event or not).
+            np.testing.assert_array_equal(np.asarray(u[e])[own_found], own_u[own_found])
+            np.testing.assert_array_equal(np.asarray(sign[e])[own_found], own_sign[own_found])
+    got = np.asarray(u)[np.asarray(found)]
+    np.testing.assert_allclose(np.sort(got[:2]), [0.3, 0.31], atol=1e-15)  # first = 2: the earliest two
+    np.testing.assert_allclose(got[-1], 0.7, atol=1e-15)
+    assert not np.asarray(found)[3].any()
 
 
 WHOLE = jnp.asarray(bernstein_pieces(P, 1)[0])

@@ -48,7 +48,7 @@ from jax import lax
 
 __all__ = ["SUBINTERVALS", "REFINED", "POLISH_ITERATIONS", "CLEAR_MARGIN", "clear_of_roots", "fine_pieces",
            "bernstein_pieces", "isolate_roots",
-           "single_root", "whole_step", "polynomial_value"]
+           "root_brackets", "polished_roots", "single_root", "whole_step", "polynomial_value"]
 
 #: Equal pieces of a step whose Bernstein coefficients are examined.
 SUBINTERVALS = 16
@@ -110,12 +110,20 @@ def fine_pieces(degree: int, pieces: int = SUBINTERVALS) -> np.ndarray:
 
 
 def polynomial_value(c, u):
-    """``sum_k c[k] u**k`` and its derivative by Horner's rule (c: (P + 1,), u: scalar)."""
-    P = c.shape[0] - 1
-    y, dy = c[P], jnp.zeros_like(c[P])
+    """``sum_k c[..., k] u**k`` and its derivative by Horner's rule.
+
+    Args:
+        c: (..., P + 1) power coefficients, the last axis the powers.
+        u: the points, broadcast against ``c[..., 0]``.
+
+    Returns:
+        (y, dy): the values and the derivatives, of the broadcast shape.
+    """
+    P = c.shape[-1] - 1
+    y, dy = c[..., P], jnp.zeros_like(c[..., P])
     for k in range(P - 1, -1, -1):
         dy = dy * u + y
-        y = y * u + c[k]
+        y = y * u + c[..., k]
     return y, dy
 
 
@@ -130,15 +138,15 @@ def _rounded_to_zero(B, scale):
 
 
 def _brackets(B, a, w):
-    """Crossings of pieces given their Bernstein coefficients B (pieces, P + 1) on [a, a + w]."""
+    """Crossings of pieces given their Bernstein coefficients B (..., pieces, P + 1) on [a, a + w]."""
     pos = _positive(B)
-    changes = jnp.sum(pos[:, 1:] != pos[:, :-1], axis=1)
-    left, right = B[:, 0], B[:, -1]  # the values at the ends
+    changes = jnp.sum(pos[..., 1:] != pos[..., :-1], axis=-1)
+    left, right = B[..., 0], B[..., -1]  # the values at the ends
     found = _positive(left) != _positive(right)
     sign = jnp.where(_positive(right), 1, -1)
     # Beside a zero end, the sign of the polynomial inside is that of the next
-    # coefficient (B[:, 1] at the left end, B[:, -2] at the right).
-    return found, changes, sign, (left, right, B[:, 1], B[:, -2]), a, a + w
+    # coefficient (B[..., 1] at the left end, B[..., -2] at the right).
+    return found, changes, sign, (left, right, B[..., 1], B[..., -2]), a, a + w
 
 
 def earliest(keys, valid, k: int):
@@ -150,21 +158,23 @@ def earliest(keys, valid, k: int):
     hundred vector operations instead.
 
     Args:
-        keys: (n,) values (ties broken by position).
-        valid: (n,) bool; invalid entries are never selected.
+        keys: (..., n) values (ties broken by position).
+        valid: (..., n) bool (broadcast against ``keys``); invalid entries
+            are never selected.
         k: how many.
 
     Returns:
-        (k, n) float matrix whose row j is the one-hot of the j-th smallest
-        valid key (all zero when fewer than j + 1 are valid): ``M @ values``
-        gathers, ``M.sum(1) > 0`` says which rows hold one.
+        (..., k, n) float array whose row j is the one-hot of the j-th
+        smallest valid key (all zero when fewer than j + 1 are valid):
+        ``M @ values`` gathers, ``M.sum(-1) > 0`` says which rows hold one.
     """
-    n = keys.shape[0]
+    keys, valid = jnp.broadcast_arrays(keys, valid)
+    n = keys.shape[-1]
     idx = jnp.arange(n)
-    before = valid[None, :] & ((keys[None, :] < keys[:, None]) |
-                               ((keys[None, :] == keys[:, None]) & (idx[None, :] < idx[:, None])))
-    rank = jnp.where(valid, jnp.sum(before, axis=1), n)
-    return (rank[None, :] == jnp.arange(k)[:, None]).astype(keys.dtype)
+    other, this = keys[..., None, :], keys[..., :, None]
+    before = valid[..., None, :] & ((other < this) | ((other == this) & (idx[None, :] < idx[:, None])))
+    rank = jnp.where(valid, jnp.sum(before, axis=-1), n)
+    return (rank[..., None, :] == jnp.arange(k)[:, None]).astype(keys.dtype)
 
 
 # A Newton step this small relative to u (a few units in the last place)
@@ -175,14 +185,17 @@ _SETTLED = 4 * float(np.finfo(np.float64).eps)
 def _polish(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
     """The root in each bracket [lo, hi] (values f_lo, f_hi at its ends, of opposite signs).
 
-    Newton's method on the polynomial from the bracket's secant point, kept
-    inside the bracket: each iterate's sign replaces the end of that sign, and
-    a Newton step that would leave the bracket is a bisection instead.  A
-    simple root is reached to rounding in a few iterations (quadratic
-    convergence), a double one halves its error each time.  A loop, not
-    unrolled iterations: unrolled, they made a model with events compile
-    a quarter longer (XLA copies each iteration into every kernel that
-    reads it) for no faster run.
+    ``c``: (..., P + 1) coefficients; the brackets (..., K), K of them for
+    each polynomial.  Newton's method on the polynomial from the bracket's
+    secant point, kept inside the bracket: each iterate's sign replaces the
+    end of that sign, and a Newton step that would leave the bracket is a
+    bisection instead.  A simple root is reached to rounding in a few
+    iterations (quadratic convergence), a double one halves its error each
+    time; each bracket stops where it settles.  One loop over every bracket
+    of every polynomial, not a loop under ``vmap`` (whose batching made a
+    model's run program trace longer), and not unrolled iterations (XLA
+    copies each into every kernel that reads it: a model with events
+    compiled a quarter longer for no faster run).
     """
     left_positive = _positive(f_lo)
     # A zero at an end (a zero counts as positive) is this bracket's root only
@@ -195,10 +208,11 @@ def _polish(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
     span = f_hi - f_lo
     x = jnp.where(span != 0, (lo * f_hi - hi * f_lo) / jnp.where(span != 0, span, 1.0), 0.5 * (lo + hi))
     x = jnp.clip(x, lo, hi)
+    coefficients = c[..., None, :]
 
     def newton(state):
-        i, lo, hi, x, _ = state
-        y, dy = jax.vmap(polynomial_value, in_axes=(None, 0))(c, x)
+        i, lo, hi, x, settled = state
+        y, dy = polynomial_value(coefficients, x)
         moves_lo = _positive(y) == left_positive
         lo, hi = jnp.where(moves_lo, x, lo), jnp.where(moves_lo, hi, x)
         newton_x = x - y / jnp.where(dy != 0, dy, 1.0)
@@ -206,69 +220,93 @@ def _polish(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
         new = jnp.where(y == 0, x, jnp.where(inside, newton_x, 0.5 * (lo + hi)))
         # Settled: a Newton step within rounding of u (a simple root is there
         # after a few iterations; a bisection or a double root goes on).
-        settled = jnp.all(inside & (jnp.abs(new - x) <= _SETTLED * jnp.maximum(jnp.abs(x), 1e-300)) | (y == 0))
-        return i + 1, lo, hi, new, settled
+        now = inside & (jnp.abs(new - x) <= _SETTLED * jnp.maximum(jnp.abs(x), 1e-300)) | (y == 0)
+        return i + 1, lo, hi, jnp.where(settled, x, new), settled | now
 
     def going(state):
         i, _, _, _, settled = state
-        return (i < POLISH_ITERATIONS) & ~settled
+        return (i < POLISH_ITERATIONS) & ~jnp.all(settled)
 
-    _, _, _, x, _ = lax.while_loop(going, newton, (0, lo, hi, x, jnp.asarray(False)))
+    _, _, _, x, _ = lax.while_loop(going, newton, (0, lo, hi, x, jnp.zeros(x.shape, bool)))
     return x
 
 
 def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None, lazy: bool = False):
     """Every real root of a polynomial on [0, 1], polished, with their directions.
 
+    :func:`root_brackets`, then :func:`polished_roots`, for one polynomial
+    (the arguments and the slots are those of :func:`root_brackets`).
+
+    Returns:
+        (found, u, sign): bool, whether a slot holds a crossing; its root in
+        [0, 1]; and its direction (+1 up, -1 down).
+    """
+    found, sign, brackets = root_brackets(c[None, :], pieces_matrix, fine_matrix, first, lazy)
+    return found[0], polished_roots(c[None, :], *brackets)[0], sign[0]
+
+
+def root_brackets(c, pieces_matrix, fine_matrix=None, first: int | None = None, lazy: bool = False):
+    """Brackets of every real root of E polynomials on [0, 1], with their directions.
+
+    The polynomials (a model's events) go through as one array, not under
+    ``vmap``: batching rules made a model's run program trace longer, and
+    turned the lazy refinement's ``lax.cond`` into a select that computed
+    it on every step.
+
     Args:
-        c: (P + 1,) power coefficients in u (the event's Taylor coefficients
-            times h**k).
+        c: (E, P + 1) power coefficients in u (each event's Taylor
+            coefficients times h**k).
         pieces_matrix: :func:`bernstein_pieces` of degree P (L pieces).
         fine_matrix: optional (L, L, P + 1, P + 1): :func:`bernstein_pieces`
             of degree P with L² pieces, grouped by coarse piece.  The first
-            :data:`REFINED` pieces whose Bernstein coefficients change sign
-            more than once are then examined again on L sub-pieces each.
-        first: polish only this many slots, the earliest that hold a
-            crossing (they come in time order); None: every slot.
+            :data:`REFINED` pieces of each polynomial whose Bernstein
+            coefficients change sign more than once are then examined again
+            on L sub-pieces each.
+        first: keep only this many slots of each polynomial, the earliest
+            that hold a crossing (they come in time order); None: every slot.
         lazy: refine under a ``lax.cond``, only when a piece is ambiguous
             (a single run; under ``vmap`` a cond computes both branches).
 
     Returns:
-        (found, u, sign): bool, whether a slot holds a crossing; its root in
-        [0, 1]; and its direction (+1 up, -1 down).  Slots are the L pieces,
-        then L sub-pieces of each refined piece (not in time order), or with
-        ``first`` the earliest crossings in time order.
+        (found, sign, brackets), each (E, slots): bool, whether a slot holds
+        a crossing; its direction (+1 up, -1 down); and the arguments of
+        :func:`polished_roots` after ``c`` (the bracket, the values at its
+        ends and the Bernstein coefficients beside them).  Slots are the L
+        pieces, then L sub-pieces of each refined piece (not in time
+        order), or with ``first`` the earliest crossings in time order.
     """
     n = pieces_matrix.shape[0]
+    events = c.shape[0]
     dt = c.dtype
-    B = jnp.einsum("ijk,k->ij", pieces_matrix, c)  # (L, P + 1)
+    B = jnp.einsum("ijk,ek->eij", pieces_matrix, c)  # (E, L, P + 1)
     # Values within rounding of zero are zero: the two pieces that share an end
     # compute its value by different sums, and must agree on its sign.
-    scale = jnp.max(jnp.abs(B))
+    scale = jnp.max(jnp.abs(B), axis=(1, 2), keepdims=True)
     B = _rounded_to_zero(B, scale)
-    a = jnp.arange(n, dtype=dt) / n
+    a = jnp.broadcast_to(jnp.arange(n, dtype=dt) / n, (events, n))
     found, changes, sign, (f_lo, f_hi, in_lo, in_hi), lo, hi = _brackets(B, a, 1.0 / n)
     if fine_matrix is not None:
         ambiguous = changes >= 2
 
         def refine(_):
-            # The first REFINED ambiguous pieces, in time order.
-            onehot = earliest(jnp.arange(n, dtype=dt), ambiguous, REFINED)   # (REFINED, L)
-            picked = onehot.sum(axis=1) > 0
-            order = (onehot @ jnp.arange(n, dtype=dt)).astype(jnp.int32)
+            # The first REFINED ambiguous pieces of each polynomial, in time order.
+            onehot = earliest(jnp.arange(n, dtype=dt), ambiguous, REFINED)   # (E, REFINED, L)
+            picked = onehot.sum(axis=-1) > 0
+            order = (onehot @ jnp.arange(n, dtype=dt)).astype(jnp.int32)    # (E, REFINED)
             # Dynamic slices of the constant, not a gather: the loop still compiles whole.
-            sub = jnp.stack([lax.dynamic_index_in_dim(fine_matrix, order[r], keepdims=False)
-                             for r in range(REFINED)])
-            Bf = jnp.einsum("rjkl,l->rjk", sub, c)  # (REFINED, L, P + 1)
-            Bf = _rounded_to_zero(Bf, scale)
-            af = (order[:, None] * n + jnp.arange(n)[None, :]).astype(dt) / (n * n)
-            f2, _, s2, ends, lo2, hi2 = _brackets(Bf.reshape(-1, B.shape[1]), af.reshape(-1), 1.0 / (n * n))
-            return jnp.sum(onehot, axis=0) > 0, f2 & jnp.repeat(picked, n), s2, ends, lo2, hi2
+            sub = jnp.stack([jnp.stack([lax.dynamic_index_in_dim(fine_matrix, order[e, r], keepdims=False)
+                                        for r in range(REFINED)]) for e in range(events)])
+            Bf = jnp.einsum("erjkl,el->erjk", sub, c)  # (E, REFINED, L, P + 1)
+            Bf = _rounded_to_zero(Bf, scale[..., None])
+            af = (order[..., None] * n + jnp.arange(n)).astype(dt) / (n * n)
+            f2, _, s2, ends, lo2, hi2 = _brackets(Bf.reshape(events, -1, B.shape[-1]), af.reshape(events, -1),
+                                                  1.0 / (n * n))
+            return jnp.sum(onehot, axis=1) > 0, f2 & jnp.repeat(picked, n, axis=-1), s2, ends, lo2, hi2
 
         def none_ambiguous(_):
-            zeros = jnp.zeros(REFINED * n, dt)
-            return (jnp.zeros(n, bool), jnp.zeros(REFINED * n, bool), jnp.ones(REFINED * n, sign.dtype),
-                    (zeros, zeros, zeros, zeros), zeros, zeros)
+            zeros = jnp.zeros((events, REFINED * n), dt)
+            return (jnp.zeros((events, n), bool), jnp.zeros((events, REFINED * n), bool),
+                    jnp.ones((events, REFINED * n), sign.dtype), (zeros, zeros, zeros, zeros), zeros, zeros)
 
         if lazy:
             # Two roots in one piece are rare: most steps skip the refinement.
@@ -276,42 +314,54 @@ def isolate_roots(c, pieces_matrix, fine_matrix=None, first: int | None = None, 
                                                                              none_ambiguous, None)
         else:
             refined, f2, s2, (flo2, fhi2, inlo2, inhi2), lo2, hi2 = refine(None)
-        found = jnp.concatenate([found & ~refined, f2])
-        sign = jnp.concatenate([sign, s2])
-        f_lo = jnp.concatenate([f_lo, flo2])
-        f_hi = jnp.concatenate([f_hi, fhi2])
-        in_lo = jnp.concatenate([in_lo, inlo2])
-        in_hi = jnp.concatenate([in_hi, inhi2])
-        lo = jnp.concatenate([lo, lo2])
-        hi = jnp.concatenate([hi, hi2])
-    if first is not None and first < found.shape[0]:
+
+        def joined(x, y):
+            return jnp.concatenate([x, y], axis=-1)
+
+        found = joined(found & ~refined, f2)
+        sign, f_lo, f_hi, in_lo, in_hi = (joined(x, y) for x, y in ((sign, s2), (f_lo, flo2), (f_hi, fhi2),
+                                                                    (in_lo, inlo2), (in_hi, inhi2)))
+        lo, hi = joined(lo, lo2), joined(hi, hi2)
+    if first is not None and first < found.shape[-1]:
         # Only the earliest crossings are polished (the caller keeps no more).
-        pick = earliest(lo, found, first)
-        found = pick.sum(axis=1) > 0
-        lo_f = pick @ lo
-        sign, hi, f_lo, f_hi, in_lo, in_hi = (pick @ a.astype(dt) for a in (sign, hi, f_lo, f_hi, in_lo, in_hi))
+        pick = earliest(lo, found, first)   # (E, first, slots)
+
+        def picked(x):
+            return jnp.einsum("efk,ek->ef", pick, x.astype(dt))
+
+        found = pick.sum(axis=-1) > 0
+        lo_f = picked(lo)
+        sign, hi, f_lo, f_hi, in_lo, in_hi = (picked(x) for x in (sign, hi, f_lo, f_hi, in_lo, in_hi))
         sign = sign.astype(jnp.int32)
         # Unused rows: a harmless bracket [0, 1] of a positive and a negative value.
         lo = jnp.where(found, lo_f, 0.0)
         hi = jnp.where(found, hi, 1.0)
         f_lo = jnp.where(found, f_lo, 1.0)
         f_hi = jnp.where(found, f_hi, -1.0)
-    return found, _polished(c, lo, hi, (f_lo, f_hi, in_lo, in_hi)), sign
+    return found, sign, (lo, hi, f_lo, f_hi, in_lo, in_hi)
 
 
-def _polished(c, lo, hi, ends):
+def polished_roots(c, lo, hi, f_lo, f_hi, inner_lo, inner_hi):
     """The root in each bracket, polished, with its derivatives (:func:`_implicit_root`).
 
-    ``ends``: the values at the brackets' ends and the coefficients beside
-    them (as :func:`_brackets` gives them).
+    Args:
+        c: (..., P + 1) power coefficients in u of one or more polynomials.
+        lo, hi: (..., K) brackets, K for each polynomial, holding a sign
+            change (a bracket that holds none gives a point inside it).
+        f_lo, f_hi: the values at the brackets' ends.
+        inner_lo, inner_hi: the Bernstein coefficients beside the ends (the
+            sign inside beside a zero end).
+
+    Returns:
+        (..., K) roots in u.
     """
     fixed = jax.lax.stop_gradient
-    u = _polish(fixed(c), fixed(lo), fixed(hi), *(fixed(e) for e in ends))
+    u = _polish(fixed(c), *(fixed(e) for e in (lo, hi, f_lo, f_hi, inner_lo, inner_hi)))
     return _implicit_root(c, u)
 
 
 def single_root(c, B):
-    """The root of a polynomial whose Bernstein coefficients on [0, 1] change sign once.
+    """The root of each polynomial whose Bernstein coefficients on [0, 1] change sign once.
 
     By Descartes' rule of signs in Bernstein form one sign change (and
     non-zero values at both ends) means exactly one root in (0, 1): most
@@ -319,33 +369,34 @@ def single_root(c, B):
     refinement (:func:`whole_step` tells which).
 
     Args:
-        c: (P + 1,) power coefficients in u.
-        B: (P + 1,) its Bernstein coefficients on [0, 1], values within
-            rounding of zero set to zero.
+        c: (..., P + 1) power coefficients in u.
+        B: (..., P + 1) their Bernstein coefficients on [0, 1], values
+            within rounding of zero set to zero.
 
     Returns:
-        (found, u, sign), each of shape (1,), as :func:`isolate_roots`.
+        (found, u, sign), each of shape (..., 1), as :func:`isolate_roots`.
     """
-    found, _, sign, ends, lo, hi = _brackets(B[None, :], jnp.zeros(1, c.dtype), 1.0)
-    return found, _polished(c, lo, hi, ends), sign
+    found, _, sign, (f_lo, f_hi, in_lo, in_hi), lo, hi = _brackets(B[..., None, :], jnp.zeros(B.shape[:-1] + (1,),
+                                                                                            c.dtype), 1.0)
+    return found, polished_roots(c, lo, hi, f_lo, f_hi, in_lo, in_hi), sign
 
 
 def whole_step(c, whole_matrix):
     """Bernstein coefficients on [0, 1] and whether :func:`single_root` applies to them.
 
     Args:
-        c: (P + 1,) power coefficients in u.
+        c: (..., P + 1) power coefficients in u.
         whole_matrix: ``bernstein_pieces(P, 1)[0]``.
 
     Returns:
-        (B, simple): B (P + 1,), values within rounding of zero set to zero;
-        simple is True when B changes sign at most once and neither end is
-        zero.
+        (B, simple): B (..., P + 1), values within rounding of zero set to
+        zero; simple (...) is True when B changes sign at most once and
+        neither end is zero.
     """
-    B = whole_matrix @ c
-    B = _rounded_to_zero(B, jnp.max(jnp.abs(B)))
-    _, changes, _, (left, right, _, _), _, _ = _brackets(B[None, :], 0.0, 1.0)
-    return B, (changes[0] <= 1) & (left[0] != 0) & (right[0] != 0)
+    B = c @ whole_matrix.T
+    B = _rounded_to_zero(B, jnp.max(jnp.abs(B), axis=-1, keepdims=True))
+    _, changes, _, (left, right, _, _), _, _ = _brackets(B[..., None, :], 0.0, 1.0)
+    return B, (changes[..., 0] <= 1) & (left[..., 0] != 0) & (right[..., 0] != 0)
 
 
 def clear_of_roots(c, h):
@@ -382,7 +433,7 @@ def _implicit_root(c, u):
     ``jax.jvp`` (design sensitivities) an event time then moves with the
     parameters as dt*/dp = -(dg/dp + dg/dx dx/dp) / (dg/dt).
     """
-    y, dy = jax.vmap(polynomial_value, in_axes=(None, 0))(c, u)
+    y, dy = polynomial_value(c[..., None, :], u)
     step = jnp.where(dy != 0, y / jnp.where(dy != 0, dy, 1.0), 0.0)
     # The step's value is rounding: keep the polished root, take the step's derivative.
     return u - step + jax.lax.stop_gradient(step)

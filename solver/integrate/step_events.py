@@ -50,8 +50,8 @@ from solver import status as st
 from solver.errors import InputError
 from solver.dae.event import DEFAULT_MAX_EVENTS, check_events
 from solver.taylor.function_series import FunctionSeries, unsupported_operations
-from solver.integrate.roots import (bernstein_pieces, clear_of_roots, earliest, fine_pieces, isolate_roots,
-                                   polynomial_value, single_root, whole_step)
+from solver.integrate.roots import (bernstein_pieces, clear_of_roots, earliest, fine_pieces, polished_roots,
+                                   polynomial_value, root_brackets, single_root, whole_step)
 
 __all__ = ["EventStepper", "DEFAULT_MAX_EVENTS", "SLOT_AXIS", "RECORDS_PER_STEP", "DEFAULT_COOLDOWN",
            "DEFAULT_ZENO_TIME", "check_taylor_arithmetic"]
@@ -344,8 +344,7 @@ class EventStepper:
             s_at = jnp.where(ok, pick @ jnp.where(rec.reshape(-1), flat, 0.0), 0.0)
             e_m = (pick @ (jnp.arange(flat.shape[0]) // L).astype(dt)).astype(jnp.int32)
             vals = jax.vmap(integ.dense, in_axes=(None, 0))(X, s_at)
-            _, rate = jax.vmap(polynomial_value)(jnp.einsum("me,ek->mk", jax.nn.one_hot(e_m, n_ev, dtype=dt), C),
-                                                 s_at)
+            _, rate = polynomial_value(jnp.einsum("me,ek->mk", jax.nn.one_hot(e_m, n_ev, dtype=dt), C), s_at)
             row = [e_m.astype(dt)[:, None], (t + s_at)[:, None], rate[:, None], jnp.full((M, 1), jnp.nan, dt)]
             row += [vals[v.name].reshape(M, -1) for v in integ.dae.variables]
             block = jnp.where(ok[:, None], jnp.concatenate(row, axis=1), self._empty_rows((M,)))
@@ -400,26 +399,26 @@ class EventStepper:
         # records' cond inside another, XLA:CPU's quick build (LLVM at -O0)
         # lost a step's record in tests/test_events.py (cause not found).
         # The pieces' cond sits inside the test's, the refinement's
-        # (isolate_roots, lazy) inside the pieces'.
+        # (root_brackets, lazy) inside the pieces'.
         L = RECORDS_PER_STEP + 1
 
         def no_crossings():
             return (jnp.zeros((n_ev, L), bool), jnp.zeros((n_ev, L), dt), jnp.ones((n_ev, L), jnp.int32))
 
         def single_crossings():
-            found, u, sign = jax.vmap(single_root)(Cu, Bw)
+            found, u, sign = single_root(Cu, Bw)
             pad = [(0, 0), (0, L - 1)]
             return jnp.pad(found, pad), jnp.pad(u, pad), jnp.pad(sign.astype(jnp.int32), pad, constant_values=1)
 
         def all_crossings(Cu):
-            found, u, sign = jax.vmap(lambda c: isolate_roots(c, self.pieces, self.fine, L, lazy=not batched))(Cu)
-            return found, u, sign.astype(jnp.int32)
+            found, sign, brackets = root_brackets(Cu, self.pieces, self.fine, L, lazy=not batched)
+            return found, polished_roots(Cu, *brackets), sign.astype(jnp.int32)
 
         def examine(_):
             # No sign change of the Bernstein coefficients on the whole step:
             # no root there; only the others go on to the pieces.
             Cu = scaled()
-            Bw, simple = jax.vmap(whole_step, in_axes=(0, None))(Cu, self.whole)
+            Bw, simple = whole_step(Cu, self.whole)
             # One crossing (simple) against the event's direction is no record
             # and no cut: such steps (half of a periodic motion's) stop here.
             signs = jnp.asarray(self.signs)
