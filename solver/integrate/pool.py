@@ -293,9 +293,9 @@ class BatchPool:
                 out = {}
                 for k, B in b.items():
                     at = (s.astype(jnp.int32), ic[s].astype(jnp.int32)) + (jnp.int32(0),) * (B.ndim - 2)
-                    old = lax.dynamic_slice(B, at, (1, 1) + B.shape[2:])
+                    old = lax.dynamic_slice(B, at, (1, 1) + B.shape[2:], allow_negative_indices=False)
                     new = jnp.where(go[s], vals[k][s][None, None], old)
-                    out[k] = lax.dynamic_update_slice(B, new, at)
+                    out[k] = lax.dynamic_update_slice(B, new, at, allow_negative_indices=False)
                 return out
 
             return lax.fori_loop(0, S, one, buf)

@@ -294,7 +294,8 @@ def root_brackets(c, pieces_matrix, fine_matrix=None, first: int | None = None, 
             picked = onehot.sum(axis=-1) > 0
             order = (onehot @ jnp.arange(n, dtype=dt)).astype(jnp.int32)    # (E, REFINED)
             # Dynamic slices of the constant, not a gather: the loop still compiles whole.
-            sub = jnp.stack([jnp.stack([lax.dynamic_index_in_dim(fine_matrix, order[e, r], keepdims=False)
+            sub = jnp.stack([jnp.stack([lax.dynamic_index_in_dim(fine_matrix, order[e, r], keepdims=False,
+                                                                   allow_negative_indices=False)
                                         for r in range(REFINED)]) for e in range(events)])
             Bf = jnp.einsum("erjkl,el->erjk", sub, c)  # (E, REFINED, L, P + 1)
             Bf = _rounded_to_zero(Bf, scale[..., None])

@@ -240,7 +240,8 @@ class SingleRun:
                 vals = self.dense(X, times[i - base] - t)
                 # A dynamic update, not .at[].set: that is a scatter, which
                 # keeps XLA:CPU from compiling the loop whole.
-                return i + 1, {k: lax.dynamic_update_index_in_dim(b[k], vals[k], i - base, 0) for k in b}
+                return i + 1, {k: lax.dynamic_update_index_in_dim(b[k], vals[k], i - base, 0,
+                                                                  allow_negative_indices=False) for k in b}
 
             return lax.while_loop(out_cond, out_body, (i, buf))
 

@@ -468,7 +468,8 @@ class EventStepper:
             r = jnp.arange(ev["rows"].shape[0]) - start
             rows = jnp.where(((r >= 0) & (r < M))[:, None], block[jnp.clip(r, 0, M - 1)], ev["rows"])
         else:
-            rows = lax.dynamic_update_slice(ev["rows"], block, (start, jnp.zeros_like(start)))
+            rows = lax.dynamic_update_slice(ev["rows"], block, (start, jnp.zeros_like(start)),
+                                            allow_negative_indices=False)
         ev = {"rows": rows,
               "count": ev["count"] + jnp.where(n_new > M, n_new + self.capacity, n_new), "last": last_new}
         h = jnp.where(cut, s_cut, h)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -425,6 +426,13 @@ def _inverse_tangent_jvp(primals, tangents):
     return X, -matmul(X, matmul(dA, X))
 
 
+# The loops' indices (a counter, a pivot's row) are in range: their slices go without
+# lax's negative-index wrap-around, a compare, an add and a select per access.
+_slice_in_dim = functools.partial(lax.dynamic_slice_in_dim, allow_negative_indices=False)
+_index_in_dim = functools.partial(lax.dynamic_index_in_dim, allow_negative_indices=False)
+_update_slice_in_dim = functools.partial(lax.dynamic_update_slice_in_dim, allow_negative_indices=False)
+
+
 def _gauss_jordan(A):
     """(A⁻¹, singular) by Gauss–Jordan elimination with partial pivoting (see :func:`inverse`)."""
     n = A.shape[-1]
@@ -434,10 +442,10 @@ def _gauss_jordan(A):
 
     def step(k, carry):
         W, smallest, largest = carry
-        col = lax.dynamic_slice_in_dim(W, k, 1, axis=1)[:, 0]
+        col = _slice_in_dim(W, k, 1, axis=1)[:, 0]
         # The first row i >= k of largest |W[i, k]| (LAPACK's choice on ties).
         p = jnp.argmax(jnp.where(idx >= k, jnp.abs(col), -1.0))
-        row_k = lax.dynamic_slice_in_dim(W, k, 1, axis=0)
+        row_k = _slice_in_dim(W, k, 1, axis=0)
         # k is the loop's counter, p the data's: under a vmap over the matrices (batched) the
         # row at p is picked and replaced by masks, as a slice at a batched index is a gather.
         if batched:
@@ -445,17 +453,17 @@ def _gauss_jordan(A):
             row_p = jnp.sum(jnp.where(at_p[:, None], W, 0.0), axis=0, keepdims=True)
             pivot = jnp.sum(jnp.where(at_p, col, 0.0))
         else:
-            row_p = lax.dynamic_slice_in_dim(W, p, 1, axis=0)
-            pivot = lax.dynamic_index_in_dim(col, p, keepdims=False)
+            row_p = _slice_in_dim(W, p, 1, axis=0)
+            pivot = _index_in_dim(col, p, keepdims=False)
         size = jnp.abs(pivot)
         smallest, largest = jnp.minimum(smallest, size), jnp.maximum(largest, size)
         # Swap rows k and p (the column too, for the elimination below).
-        W = jnp.where((idx == p)[:, None], row_k, W) if batched else lax.dynamic_update_slice_in_dim(W, row_k, p, 0)
-        col = jnp.where(idx == p, lax.dynamic_index_in_dim(col, k, keepdims=False), col)
+        W = jnp.where((idx == p)[:, None], row_k, W) if batched else _update_slice_in_dim(W, row_k, p, 0)
+        col = jnp.where(idx == p, _index_in_dim(col, k, keepdims=False), col)
         row = row_p / jnp.where(pivot == 0.0, 1.0, pivot)
         # Every other row loses its multiple of the pivot row; the pivot row becomes the scaled one.
         W = W - jnp.where(idx == k, 0.0, col)[:, None] * row
-        W = lax.dynamic_update_slice_in_dim(W, row, k, axis=0)
+        W = _update_slice_in_dim(W, row, k, axis=0)
         return W, smallest, largest
 
     big = jnp.asarray(jnp.inf, A.dtype)
@@ -561,11 +569,11 @@ def _cholesky_looped(A) -> Cholesky:
 
     def step(k, carry):
         W, L = carry
-        col = lax.dynamic_slice_in_dim(W, k, 1, axis=1)[:, 0]
-        d = jnp.sqrt(jnp.maximum(lax.dynamic_index_in_dim(col, k, keepdims=False), floor))
+        col = _slice_in_dim(W, k, 1, axis=1)[:, 0]
+        d = jnp.sqrt(jnp.maximum(_index_in_dim(col, k, keepdims=False), floor))
         below = jnp.where(idx > k, col / d, 0.0)
         W = W - below[:, None] * below[None, :]
-        L = lax.dynamic_update_slice_in_dim(L, jnp.where(idx == k, d, below)[:, None], k, axis=1)
+        L = _update_slice_in_dim(L, jnp.where(idx == k, d, below)[:, None], k, axis=1)
         return W, L
 
     _, L = lax.fori_loop(0, n, step, (A, jnp.zeros_like(A)))
@@ -581,18 +589,18 @@ def _cholesky_solve(fact: Cholesky, b):
     y = b if b.ndim == 2 else b[:, None]
 
     def forward(k, y):  # L y = b
-        col = lax.dynamic_slice_in_dim(L, k, 1, axis=1)          # (n, 1): column k of L
-        yk = lax.dynamic_slice_in_dim(y, k, 1, axis=0) / lax.dynamic_slice_in_dim(col, k, 1, axis=0)
-        y = lax.dynamic_update_slice_in_dim(y, yk, k, axis=0)
+        col = _slice_in_dim(L, k, 1, axis=1)          # (n, 1): column k of L
+        yk = _slice_in_dim(y, k, 1, axis=0) / _slice_in_dim(col, k, 1, axis=0)
+        y = _update_slice_in_dim(y, yk, k, axis=0)
         return y - jnp.where((idx > k)[:, None], col, 0.0) * yk
 
     def backward(j, y):  # Lᵀ x = y, from the last row up
         k = n - 1 - j
-        col = lax.dynamic_slice_in_dim(L, k, 1, axis=1)          # column k of L: row k of Lᵀ
-        xk = lax.dynamic_slice_in_dim(y, k, 1, axis=0) / lax.dynamic_slice_in_dim(col, k, 1, axis=0)
-        y = lax.dynamic_update_slice_in_dim(y, xk, k, axis=0)
+        col = _slice_in_dim(L, k, 1, axis=1)          # column k of L: row k of Lᵀ
+        xk = _slice_in_dim(y, k, 1, axis=0) / _slice_in_dim(col, k, 1, axis=0)
+        y = _update_slice_in_dim(y, xk, k, axis=0)
         # Rows i < k lose L[k, i] x_k: row k of L, as a column.
-        row = lax.dynamic_slice_in_dim(L, k, 1, axis=0).T
+        row = _slice_in_dim(L, k, 1, axis=0).T
         return y - jnp.where((idx < k)[:, None], row, 0.0) * xk
 
     y = lax.fori_loop(0, n, forward, y)

@@ -381,7 +381,8 @@ class CompactProgram:
         V = View(C, jnp.zeros((self.n_nodes,) + C.shape[2:], C.dtype), k, self.new_off)
         for g in self.inputs:
             m = k + g.off
-            row = lax.dynamic_index_in_dim(Xf, jnp.clip(m + g.param, 0, self.KX - 1), 0, keepdims=False)
+            row = lax.dynamic_index_in_dim(Xf, jnp.clip(m + g.param, 0, self.KX - 1), 0, keepdims=False,
+                                           allow_negative_indices=False)
             V = V.write(g.start, input_factor(m, g.param) * row[g.ops[0]])
         for g in self.groups:
             V = EVAL[g.kind](self, V, g, k + g.off)
@@ -401,9 +402,9 @@ class CompactProgram:
             start = (a + zero, col) + (zero,) * (C.ndim - 2)
             new = R[a:b, None]
             if self.k_start + off < 0:  # a negative stage reaches this run's order 0 from below
-                old = lax.dynamic_slice(C, start, new.shape)
+                old = lax.dynamic_slice(C, start, new.shape, allow_negative_indices=False)
                 new = jnp.where(m >= 0, new, old)
-            C = lax.dynamic_update_slice(C, new.astype(C.dtype), start)
+            C = lax.dynamic_update_slice(C, new.astype(C.dtype), start, allow_negative_indices=False)
         return C
 
     def residual(self, C, k):
@@ -473,10 +474,12 @@ class CompactProgram:
             if sel.all():
                 val = u
             else:
-                old = lax.dynamic_index_in_dim(Xf, jnp.clip(row, 0, self.KX - 1), 0, keepdims=False)
+                old = lax.dynamic_index_in_dim(Xf, jnp.clip(row, 0, self.KX - 1), 0, keepdims=False,
+                                               allow_negative_indices=False)
                 val = jnp.where(jnp.asarray(sel).reshape((-1,) + trail), u, old)
             Xf = lax.dynamic_update_slice(Xf, val[None].astype(Xf.dtype),
-                                          (jnp.clip(row, 0, self.KX - 1) + zero,) + (zero,) * (Xf.ndim - 1))
+                                          (jnp.clip(row, 0, self.KX - 1) + zero,) + (zero,) * (Xf.ndim - 1),
+                                          allow_negative_indices=False)
         return Xf
 
     def _stage0_residual_native(self, C, Xf, u, batched):

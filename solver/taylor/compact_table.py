@@ -151,7 +151,7 @@ class Group:
 
 def row_at(A, m, n_rows):
     """``A[clip(m)]`` along the first axis (a dynamic index that stays one under vmap)."""
-    return lax.dynamic_index_in_dim(A, jnp.clip(m, 0, n_rows - 1), 0, keepdims=False)
+    return lax.dynamic_index_in_dim(A, jnp.clip(m, 0, n_rows - 1), 0, keepdims=False, allow_negative_indices=False)
 
 
 def input_factor(m, l: int):
@@ -164,4 +164,4 @@ def input_factor(m, l: int):
 
 def column_at(C, m, K):
     """``C[:, clip(m)]``: coefficient m of every node (n_nodes, *B)."""
-    return lax.dynamic_index_in_dim(C, jnp.clip(m, 0, K - 1), 1, keepdims=False)
+    return lax.dynamic_index_in_dim(C, jnp.clip(m, 0, K - 1), 1, keepdims=False, allow_negative_indices=False)

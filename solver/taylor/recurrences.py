@@ -58,11 +58,12 @@ class SeriesOperand:
 def coef_at(arr, i):
     """``arr[i]`` along the order axis for an in-range traced i.
 
-    ``lax.dynamic_index_in_dim`` skips the negative-index wrap-around that
-    ``arr[i]`` emits (compare, add, select per access): the interpreted
-    program has thousands of these reads, and they dominate compile time.
+    A dynamic slice without the negative-index wrap-around that ``arr[i]``
+    and ``lax``'s default emit (compare, add, select per access;
+    ``allow_negative_indices=False``): the interpreted program has
+    thousands of these reads, and they dominate compile time.
     """
-    return lax.dynamic_index_in_dim(arr, i, 0, keepdims=False)
+    return lax.dynamic_index_in_dim(arr, i, 0, keepdims=False, allow_negative_indices=False)
 
 
 def order_sum(terms):
@@ -94,7 +95,7 @@ def write_row(arr, m, val):
 
 
 def _update_row_plain(arr, val, i):
-    return lax.dynamic_update_index_in_dim(arr, val, i, 0)
+    return lax.dynamic_update_index_in_dim(arr, val, i, 0, allow_negative_indices=False)
 
 
 @jax.custom_batching.custom_vmap
@@ -116,7 +117,8 @@ def _update_row_rule(axis_size, in_batched, arr, val, i):
     # The batch axis leads; the row index is shared, so this stays one
     # in-place dynamic_update_slice.
     zero = jnp.zeros((), dtype=jnp.asarray(i).dtype)
-    return lax.dynamic_update_slice(arr, val[:, None], (zero, i) + (zero,) * (arr.ndim - 2)), True
+    return lax.dynamic_update_slice(arr, val[:, None], (zero, i) + (zero,) * (arr.ndim - 2),
+                                    allow_negative_indices=False), True
 
 
 @jax.custom_jvp
