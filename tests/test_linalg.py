@@ -339,3 +339,36 @@ def test_the_cholesky_min_norm_step_under_vmap_equals_one_by_one_without_scatter
     for i in range(batch):
         np.testing.assert_allclose(got[i], -np.linalg.pinv(np.asarray(Gs[i])) @ np.asarray(rs[i]), rtol=1e-9,
                                    atol=1e-11)
+
+
+def _primitives(jaxpr, seen=None):
+    """Every primitive's name in a closed jaxpr, inner jaxprs (loops, jits) included."""
+    from jax.extend.core import jaxprs_in_params
+
+    seen = [] if seen is None else seen
+    for eqn in jaxpr.eqns:
+        seen.append(eqn.primitive.name)
+        for inner in jaxprs_in_params(eqn.params):
+            _primitives(inner, seen)
+    return seen
+
+
+def test_the_engines_dynamic_slices_carry_no_negative_index_wrap_around():
+    # lax's default wraps a negative traced index (lt, add, select_n per access); the engine's
+    # indices are clipped or loop counters, and its programs go without that arithmetic.
+    from solver.taylor.compact_table import column_at, row_at
+    from solver.taylor.recurrences import coef_at
+
+    A = jnp.arange(16.0).reshape(4, 4) + 4 * jnp.eye(4)
+    programs = {
+        "coef_at": jax.make_jaxpr(coef_at)(A, 2),
+        "row_at": jax.make_jaxpr(lambda a, m: row_at(a, m, 4))(A, 2),
+        "column_at": jax.make_jaxpr(lambda a, m: column_at(a, m, 4))(A, 2),
+        "Gauss-Jordan": jax.make_jaxpr(linalg._gauss_jordan)(A),   # its loop: slices at k and at the pivot's row
+    }
+    for name, closed in programs.items():
+        names = _primitives(closed.jaxpr)
+        assert "dynamic_slice" in names, (name, names)
+        assert "lt" not in names, (name, names)   # the wrap-around's `index < 0`
+    np.testing.assert_allclose(np.asarray(linalg._gauss_jordan(A)[0]), np.linalg.inv(np.asarray(A)), rtol=1e-12, atol=1e-14)
+    assert float(coef_at(A, 2)[1]) == float(A[2, 1])
