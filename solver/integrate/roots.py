@@ -377,9 +377,9 @@ def single_root(c, B):
     Returns:
         (found, u, sign), each of shape (..., 1), as :func:`isolate_roots`.
     """
-    found, _, sign, (f_lo, f_hi, in_lo, in_hi), lo, hi = _brackets(B[..., None, :], jnp.zeros(B.shape[:-1] + (1,),
-                                                                                            c.dtype), 1.0)
-    return found, polished_roots(c, lo, hi, f_lo, f_hi, in_lo, in_hi), sign
+    starts = jnp.zeros(B.shape[:-1] + (1,), c.dtype)   # one bracket, [0, 1], per polynomial
+    found, _, sign, ends, lo, hi = _brackets(B[..., None, :], starts, 1.0)
+    return found, polished_roots(c, lo, hi, *ends), sign
 
 
 def whole_step(c, whole_matrix):

@@ -381,8 +381,7 @@ class CompactProgram:
         V = View(C, jnp.zeros((self.n_nodes,) + C.shape[2:], C.dtype), k, self.new_off)
         for g in self.inputs:
             m = k + g.off
-            row = lax.dynamic_index_in_dim(Xf, jnp.clip(m + g.param, 0, self.KX - 1), 0, keepdims=False,
-                                           allow_negative_indices=False)
+            row = row_at(Xf, m + g.param, self.KX)
             V = V.write(g.start, input_factor(m, g.param) * row[g.ops[0]])
         for g in self.groups:
             V = EVAL[g.kind](self, V, g, k + g.off)
@@ -474,8 +473,7 @@ class CompactProgram:
             if sel.all():
                 val = u
             else:
-                old = lax.dynamic_index_in_dim(Xf, jnp.clip(row, 0, self.KX - 1), 0, keepdims=False,
-                                               allow_negative_indices=False)
+                old = row_at(Xf, row, self.KX)
                 val = jnp.where(jnp.asarray(sel).reshape((-1,) + trail), u, old)
             Xf = lax.dynamic_update_slice(Xf, val[None].astype(Xf.dtype),
                                           (jnp.clip(row, 0, self.KX - 1) + zero,) + (zero,) * (Xf.ndim - 1),
