@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import scipy.sparse as sp
 
 from solver.dae.problem import DAE, DAEDefinitionError, ddt
-from solver.dae import structure
+from solver.dae import structure, transversal
 from solver.dae.structure import (NEG_INF, SparseSignature, StructurallySingularError, analyse,
                               analyse_dae, signature_matrix)
 
@@ -361,3 +361,77 @@ def test_a_residual_is_traced_over_exactly_the_derivatives_it_reads(k):
 def test_a_variable_no_equation_reads_is_refused_above_the_first_traces_orders_too():
     with pytest.raises(DAEDefinitionError, match=r"variables \['z'\] do not appear in any equation"):
         DAE(lambda t, v, p: [v["x"][4] + v["y"][0], v["y"][0] - 1.0, v["x"][0]], ["x", "y", "z"])
+
+
+# ------------------------------------------- the transversal: numpy below the limit, SciPy above
+@st.composite
+def any_signatures(draw, max_n=40, max_order=5):
+    """Random sparse Σ, singular or not: each entry finite with a drawn density."""
+    n = draw(st.integers(1, max_n))
+    density = draw(st.sampled_from([0.05, 0.1, 0.3, 0.7]))
+    seed = draw(st.integers(0, 2 ** 31 - 1))
+    rng = np.random.default_rng(seed)
+    sigma = np.where(rng.random((n, n)) < density, rng.integers(0, max_order + 1, (n, n)), N)
+    if draw(st.booleans()):      # plant a transversal: not singular
+        perm = rng.permutation(n)
+        sigma[np.arange(n), perm] = np.maximum(sigma[np.arange(n), perm], rng.integers(0, max_order + 1, n))
+    return sigma
+
+
+@settings(max_examples=120, deadline=None)
+@given(any_signatures())
+def test_the_dense_and_the_sparse_transversal_agree(sigma):
+    """The numpy Hungarian method (small models) against SciPy's Hopcroft-Karp and LAPJVsp (large ones):
+    the same verdict, a maximum matching of the same size on finite entries, the same HVT value."""
+    from scipy.sparse.csgraph import maximum_bipartite_matching
+
+    s = SparseSignature.from_dense(sigma)
+    n = len(sigma)
+    dense, perfect_dense = transversal._dense(n, s.rows, s.cols, s.orders)
+    sparse, perfect_sparse = transversal._sparse(s.shape, s.rows, s.cols, s.orders)
+    assert perfect_dense == perfect_sparse
+    pattern = sp.csr_array((np.ones(len(s.rows), np.int8), (s.rows, s.cols)), shape=s.shape)
+    most = int(np.sum(maximum_bipartite_matching(pattern, perm_type="column") >= 0))
+    for match in (dense, sparse):
+        used = match[match >= 0]
+        assert len(used) == len(set(used.tolist())) == most
+        assert np.all(sigma[np.nonzero(match >= 0)[0], used] != N)
+    if perfect_dense:
+        rows = np.arange(n)
+        assert sigma[rows, dense].sum() == sigma[rows, sparse].sum()
+    else:
+        names = [f"f{i}" for i in range(n)], [f"x{j}" for j in range(n)]
+        assert structure._singular_message(s, dense, *names) == structure._singular_message(s, sparse, *names)
+
+
+def test_analyse_gives_the_same_structure_on_either_side_of_the_dense_limit(monkeypatch):
+    """A 150 x 150 random Σ with a planted transversal: SciPy's path (above the limit) and numpy's (the limit
+    raised past it) give the same offsets, index and DOF."""
+    rng = np.random.default_rng(7)
+    n = 150
+    sigma = np.where(rng.random((n, n)) < 0.04, rng.integers(0, 4, (n, n)), N)
+    sigma[np.arange(n), rng.permutation(n)] = rng.integers(0, 4, n)
+    assert n > transversal.DENSE_LIMIT
+    above = analyse(sigma)
+    monkeypatch.setattr(transversal, "DENSE_LIMIT", n)
+    below = analyse(sigma)
+    np.testing.assert_array_equal(above.c, below.c)
+    np.testing.assert_array_equal(above.d, below.d)
+    assert (above.index, above.dof, above.hvt_value) == (below.index, below.dof, below.hvt_value)
+
+
+def test_reading_a_model_does_not_import_scipys_sparse_package():
+    """SciPy's sparse package costs a fifth of a second to import: reading a model (its trace, Σ, offsets,
+    mass blocks) must not need it.  In a fresh process, as every command and sweep worker starts."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = ("import sys, solver\n"
+            "for name in ('rscr', 'pendulum', 'free_body', 'car'):\n"
+            "    solver.load(f'configs/mechanisms/{name}.yaml')\n"
+            "print(sorted(m for m in sys.modules if m.startswith('scipy.sparse')))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -32,13 +32,13 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
-import scipy.sparse as sp
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 from solver.dae import jaxpr_core
+from solver.dae.csr import CSR
 from solver.dae.concrete import evaluate
 from solver.dae.derivative import ddt_p
 from solver.dae.primitives import CALL_JAXPR_PARAM, UnsupportedPrimitiveError, call_body
@@ -78,12 +78,7 @@ _DENSE = frozenset("lu triangular_solve cholesky qr householder_product eigh svd
 
 
 # -------------------------------------------------------------- sparse helpers
-def _empty(n_rows: int, n_cols: int) -> sp.csr_array:
-    return sp.csr_array((np.zeros(0, np.int32), np.zeros(0, np.int32),
-                         np.zeros(n_rows + 1, np.int64)), shape=(n_rows, n_cols))
-
-
-def _combine(n_out: int, n_cols: int, sources) -> sp.csr_array | None:
+def _combine(n_out: int, n_cols: int, sources) -> CSR | None:
     """Entry-wise max of input rows gathered onto output rows.
 
     Args:
@@ -126,17 +121,16 @@ def _combine(n_out: int, n_cols: int, sources) -> sp.csr_array | None:
     rows, cols, vals = rows[order], cols[order], vals[order]
     indptr = np.zeros(n_out + 1, np.int64)
     np.cumsum(np.bincount(rows, minlength=n_out), out=indptr[1:])
-    return sp.csr_array((vals.astype(np.int32), cols.astype(np.int32), indptr),
-                        shape=(n_out, n_cols))
+    return CSR(vals.astype(np.int32), cols.astype(np.int32), indptr, (n_out, n_cols))
 
 
-def _union_row(deps, n_cols) -> sp.csr_array | None:
+def _union_row(deps, n_cols) -> CSR | None:
     """One row: the max over all rows of all given patterns."""
     srcs = [(W, np.zeros(W.shape[0], np.int64), np.arange(W.shape[0])) for W in deps if W is not None]
     return _combine(1, n_cols, srcs)
 
 
-def _dense(n_out: int, n_cols: int, deps) -> sp.csr_array | None:
+def _dense(n_out: int, n_cols: int, deps) -> CSR | None:
     """Every output element depends on every element of every input."""
     row = _union_row(deps, n_cols)
     if row is None:
@@ -186,7 +180,7 @@ class _Interpreter:
             d = deps[0]
             if d is None:
                 return [(None, None)]
-            return [(sp.csr_array((d.data + 1, d.indices, d.indptr), shape=d.shape), None)]
+            return [(d.with_data(d.data + 1), None)]
         if all(d is None for d in deps):
             if all(c is not None for c in consts):
                 folded = _fold(eqn, consts)
@@ -437,7 +431,7 @@ def jaxpr_dependencies(closed_jaxpr, in_deps: Sequence, n_cols: int, ddt_primiti
 
     Args:
         closed_jaxpr: the traced function.
-        in_deps: per input, a CSR pattern (rows = the input's flat elements,
+        in_deps: per input, a :class:`~solver.dae.csr.CSR` pattern (rows = the input's flat elements,
             columns = unknowns, data = 1 + derivative order) or None.
         n_cols: number of unknowns (columns).
         ddt_primitive: the primitive standing for d/dt of its operand
@@ -456,7 +450,7 @@ def jaxpr_dependencies(closed_jaxpr, in_deps: Sequence, n_cols: int, ddt_primiti
     return [d for d, _ in outs]
 
 
-def dependency_pattern(dae) -> sp.csr_array:
+def dependency_pattern(dae) -> CSR:
     """The (n_eq x n_var) pattern of a DAE: data = 1 + σ_ij, absent = −∞.
 
     Args:
@@ -464,7 +458,7 @@ def dependency_pattern(dae) -> sp.csr_array:
             ``var_index``).
 
     Returns:
-        CSR array with sorted indices; stored entries are ``σ_ij + 1 >= 1``.
+        A :class:`~solver.dae.csr.CSR` with sorted indices; stored entries are ``σ_ij + 1 >= 1``.
 
     Raises:
         UnsupportedPrimitiveError: the residual uses a primitive with no rule.
@@ -477,10 +471,9 @@ def dependency_pattern(dae) -> sp.csr_array:
             continue
         var, order = dae.var_index[key[1]], key[2]
         m = var.size
-        in_deps.append(sp.csr_array(
-            (np.full(m, order + 1, np.int32), np.arange(var.offset, var.offset + m, dtype=np.int32),
-             np.arange(m + 1, dtype=np.int64)), shape=(m, n)))
+        in_deps.append(CSR(np.full(m, order + 1, np.int32), np.arange(var.offset, var.offset + m, dtype=np.int32),
+                           np.arange(m + 1, dtype=np.int64), (m, n)))
     outs = jaxpr_dependencies(dae.jaxpr, in_deps, n, ddt_p)
-    blocks = [_empty(_size(v.aval), n) if d is None else d
+    blocks = [CSR.empty(_size(v.aval), n) if d is None else d
               for v, d in zip(dae.jaxpr.jaxpr.outvars, outs)]
-    return sp.csr_array(sp.vstack(blocks, format="csr"))
+    return CSR.vstack(blocks)

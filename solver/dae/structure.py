@@ -17,10 +17,10 @@ import dataclasses
 import functools
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import maximum_bipartite_matching, min_weight_full_bipartite_matching
 
+from solver.dae.csr import CSR
 from solver.dae.sparsity import dependency_pattern
+from solver.dae.transversal import transversal
 
 __all__ = ["NEG_INF", "StructurallySingularError", "SparseSignature", "Structure",
            "signature", "signature_matrix", "analyse", "analyse_dae"]
@@ -92,12 +92,11 @@ class SparseSignature:
         return cls(a.shape, rows.astype(np.int64), cols.astype(np.int64), a[rows, cols])
 
     @classmethod
-    def from_pattern(cls, pattern: sp.sparray) -> "SparseSignature":
-        """From a sparse matrix whose stored entries are ``σ_ij + 1 >= 1``."""
-        coo = sp.coo_array(sp.csr_array(pattern))
-        order = np.lexsort((coo.col, coo.row))
-        return cls(coo.shape, coo.row[order].astype(np.int64), coo.col[order].astype(np.int64),
-                   coo.data[order].astype(np.int64) - 1)
+    def from_pattern(cls, pattern: CSR) -> "SparseSignature":
+        """From a sparse pattern whose stored entries are ``σ_ij + 1 >= 1`` (one per position)."""
+        rows, cols = pattern.rows(), pattern.indices.astype(np.int64)
+        order = np.lexsort((cols, rows))
+        return cls(pattern.shape, rows[order], cols[order], pattern.data[order].astype(np.int64) - 1)
 
     def todense(self) -> np.ndarray:
         """The dense n_eq x n_var int64 matrix with ``NEG_INF`` for absent entries."""
@@ -188,16 +187,15 @@ class Structure:
         """Σ_i σ_{i, transversal[i]}, the value of the HVT."""
         return int(self.signature.value(np.arange(self.n), self.transversal).sum())
 
-    def jacobian_pattern(self) -> sp.csr_array:
+    def jacobian_pattern(self) -> CSR:
         """Where the system Jacobian may be nonzero: σ_ij = d_j − c_i.
 
         Returns:
-            Boolean CSR (n x n); J_ij = ∂f_i/∂x_j^(d_j − c_i) at these entries.
+            Boolean :class:`~solver.dae.csr.CSR` (n x n); J_ij = ∂f_i/∂x_j^(d_j − c_i) at these entries.
         """
         s = self.signature
         tight = s.orders == self.d[s.cols] - self.c[s.rows]
-        return sp.csr_array((np.ones(int(tight.sum()), bool), (s.rows[tight], s.cols[tight])),
-                            shape=s.shape)
+        return CSR.from_coo(s.rows[tight], s.cols[tight], np.ones(int(tight.sum()), bool), s.shape)
 
     def stage_plan(self) -> list:
         """The stages k = −max d … 0 of the Taylor solution.
@@ -276,8 +274,8 @@ def _singular_message(s: SparseSignature, match: np.ndarray, enames, vnames) -> 
     (and dually for variables).  These sets are the same for every maximum
     matching (Dulmage-Mendelsohn), so the message is deterministic.
     """
-    pattern = sp.csr_array((np.ones(len(s.rows), np.int8), (s.rows, s.cols)), shape=s.shape)
-    by_col = sp.csr_array(pattern.T)
+    pattern = CSR.from_coo(s.rows, s.cols, np.ones(len(s.rows), np.int8), s.shape)
+    by_col = pattern.T
     matched = match >= 0
     row_of_col = np.full(s.shape[1], -1, np.int64)
     row_of_col[match[matched]] = np.nonzero(matched)[0]
@@ -302,19 +300,6 @@ def _singular_message(s: SparseSignature, match: np.ndarray, enames, vnames) -> 
             f"{occur} in {only(var_eqs, enames, 'equation')}, so no transversal (a distinct "
             f"variable for every equation) exists. Look for a missing, duplicated or "
             f"dependent equation.")
-
-
-def _hvt(s: SparseSignature) -> np.ndarray:
-    # A sparse LAP at every size: positive weights top + 1 − σ, minimised, equal
-    # Σσ maximised.  (SciPy's dense solver would need scipy.optimize, a quarter
-    # of a second to import in every process that reads a model.)
-    n = s.shape[0]
-    top = int(s.orders.max(initial=0))
-    w = sp.csr_array(((top + 1 - s.orders).astype(np.float64), (s.rows, s.cols)), shape=s.shape)
-    rows, cols = min_weight_full_bipartite_matching(w)
-    perm = np.empty(n, np.int64)
-    perm[rows] = cols
-    return perm
 
 
 def _offsets(s: SparseSignature, perm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -362,11 +347,9 @@ def analyse(sigma, equation_names=None, variable_names=None) -> Structure:
     if len(enames) != n_eq or len(vnames) != n_var:
         raise ValueError(f"got {len(enames)} equation and {len(vnames)} variable names for a "
                          f"{n_eq} x {n_var} signature matrix")
-    pattern = sp.csr_array((np.ones(len(s.rows), np.int8), (s.rows, s.cols)), shape=s.shape)
-    match = maximum_bipartite_matching(pattern, perm_type="column")
-    if np.any(match < 0):
-        raise StructurallySingularError(_singular_message(s, np.asarray(match, np.int64), enames, vnames))
-    perm = _hvt(s)
+    perm, perfect = transversal(s.shape, s.rows, s.cols, s.orders)
+    if not perfect:
+        raise StructurallySingularError(_singular_message(s, perm, enames, vnames))
     c, d = _offsets(s, perm)
     index = int(c.max()) + (1 if np.any(d == 0) else 0)
     dof = int(d.sum() - c.sum())

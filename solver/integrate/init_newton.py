@@ -8,9 +8,9 @@ their sparse Jacobian and Hessian, found by colouring
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +20,12 @@ from solver.program_store import stored_jit
 from solver.integrate.integrator import Integrator
 from solver.numerics import linalg
 from solver.numerics.jacobian import with_value
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+
+# SciPy's sparse package is imported where IPOPT's derivatives are built, not with this module: it
+# costs a fifth of a second, and a warm start that never needs IPOPT should not pay it.
 
 __all__ = ["IpoptDerivatives", "batched_newton", "gauss_newton", "hidden_jacobian_pattern"]
 
@@ -86,6 +92,8 @@ def hidden_jacobian_pattern(integ: Integrator) -> sp.csr_array:
         boolean CSR array (n_hidden, n_state); memory proportional to the
         nonzeros.
     """
+    import scipy.sparse as sp
+
     dae = integ.dae
     sig = dae.structure.signature
     by_row = {}
@@ -115,6 +123,8 @@ def _greedy_colouring(pattern: sp.csr_array) -> np.ndarray:
     Then one directional derivative per colour recovers every structural
     nonzero (Curtis–Powell–Reid compression).
     """
+    import scipy.sparse as sp
+
     P = sp.csr_array(pattern, dtype=np.int64)
     conflict = sp.csr_array(P.T @ P)
     n = P.shape[1]
@@ -141,6 +151,8 @@ class IpoptDerivatives:
     """
 
     def __init__(self, integ: Integrator):
+        import scipy.sparse as sp
+
         self.jac_pattern = hidden_jacobian_pattern(integ)
         coo = self.jac_pattern.tocoo()
         self.jac_rows, self.jac_cols = coo.row.astype(int), coo.col.astype(int)
@@ -204,6 +216,9 @@ def gauss_newton(der: IpoptDerivatives, params, t0, z, free_idx, rows, iters: in
             G[jr, jc] = vals
             dz = np.linalg.lstsq(G, -g, rcond=None)[0]
         else:  # large systems: stay sparse (minimum norm / least squares)
+            import scipy.sparse as sp
+            import scipy.sparse.linalg as spla
+
             G = sp.csr_array((vals, (jr, jc)), shape=(m, n))
             dz = spla.lsqr(G, -g, atol=1e-15, btol=1e-15, iter_lim=10 * n)[0]
         if not np.all(np.isfinite(dz)):

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Mapping
 
 import numpy as np
-import scipy.sparse as sp
 
 import jax
 import jax.numpy as jnp
 
 from solver.dae import jaxpr_core
+from solver.dae.csr import CSR, connected_components
 from solver.errors import InputError
 from solver.mechanics.lagrangian_inputs import f64
 from solver.numerics.kkt import KKTBlocks, MassBlocks, kkt_factor, kkt_solve
@@ -109,10 +109,8 @@ def _input_dependence(closed) -> list[set]:
 
 
 def _components(pattern) -> list[np.ndarray]:
-    """The connected components of a coupling pattern (a square sparse array): sorted index arrays, by first index."""
-    from scipy.sparse import csgraph
-
-    count, label = csgraph.connected_components(pattern, directed=False)
+    """The connected components of a coupling pattern (a square :class:`CSR`): sorted index arrays, by first index."""
+    count, label = connected_components(pattern)
     order = np.argsort(label, kind="stable")      # the indices of each component together, ascending
     bounds = np.searchsorted(label[order], np.arange(count + 1))
     return sorted((order[bounds[k]:bounds[k + 1]] for k in range(count)), key=lambda rows: rows[0])
@@ -130,21 +128,21 @@ def _element_components(closed, coords, n_q: int) -> list[np.ndarray] | None:
     """
     from solver.dae.sparsity import UnsupportedPrimitiveError, jaxpr_dependencies
 
-    in_deps = [sp.csr_array((np.ones(c.size, np.int32), np.arange(c.offset, c.offset + c.size, dtype=np.int32),
-                             np.arange(c.size + 1, dtype=np.int64)), shape=(c.size, n_q)) for c in coords]
+    in_deps = [CSR(np.ones(c.size, np.int32), np.arange(c.offset, c.offset + c.size, dtype=np.int32),
+                   np.arange(c.size + 1, dtype=np.int64), (c.size, n_q)) for c in coords]
     try:
         outs = jaxpr_dependencies(closed, in_deps, n_q)
     except UnsupportedPrimitiveError:
         return None
-    rows = [sp.csr_array((c.size, n_q)) if d is None else d for c, d in zip(coords, outs)]
-    return _components(sp.csr_array(sp.vstack(rows, format="csr")))
+    rows = [CSR.empty(c.size, n_q) if d is None else d for c, d in zip(coords, outs)]
+    return _components(CSR.vstack(rows))
 
 
 def _name_components(closed, coords) -> list[np.ndarray]:
     """The flat coordinates of the named coordinates that ∂L/∂q' couples, by whole arrays (conservative)."""
     pairs = [(i, j) for i, d in enumerate(_input_dependence(closed)) for j in d]
     i, j = (np.array(x, dtype=np.int64) for x in zip(*pairs)) if pairs else (np.zeros(0, np.int64),) * 2
-    coupled = sp.csr_array((np.ones(len(i)), (i, j)), shape=(len(coords), len(coords)))
+    coupled = CSR.from_coo(i, j, np.ones(len(i)), (len(coords), len(coords)))
     return [np.concatenate([np.arange(coords[m].offset, coords[m].offset + coords[m].size) for m in members])
             for members in _components(coupled)]
 
